@@ -1,0 +1,27 @@
+"""Buggy solutions to the exercises, each tagged with the diagnosis its check must give.
+
+The meta-tests (tests/test_checks_exNN.py) run every check on every solution here and
+assert the first line of the failure starts with the tagged diagnosis. Several solutions
+write the same mistake in different ways: the checks diagnose by behaviour, not by text.
+"""
+
+
+def diagnosis(expected):
+    """Tag a buggy solution with the start of the first line its check must print."""
+
+    def tag(solution):
+        solution.expected = expected
+        return solution
+
+    return tag
+
+
+def solutions(module):
+    """The tagged solutions of a module, as pytest params named after them."""
+    import pytest
+
+    return [
+        pytest.param(value, id=name)
+        for name, value in vars(module).items()
+        if hasattr(value, "expected")
+    ]

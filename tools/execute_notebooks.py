@@ -1,0 +1,50 @@
+"""Re-execute notebooks in place, so their stored outputs are current.
+
+    python tools/execute_notebooks.py                  # every notebook in notebooks/
+    python tools/execute_notebooks.py 01_attention     # one or more, by name
+
+Each runs top to bottom in a fresh `tfcourse` kernel, from the notebooks/ folder. Its time
+is printed, and it is written back only when every cell succeeded: a notebook that fails
+keeps its stored outputs (and a learner's edits are never lost to a failed run).
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def execute(path):
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        kernel_name="tfcourse",
+        timeout=600,
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(notebook, path)
+    print(f"{path.name}: {seconds:.1f} s")
+    return seconds
+
+
+def main(names):
+    paths = [NOTEBOOKS / f"{n.removesuffix('.ipynb')}.ipynb" for n in names] or sorted(
+        NOTEBOOKS.glob("*.ipynb")
+    )
+    missing = [p.name for p in paths if not p.exists()]
+    if missing:
+        sys.exit(f"no such notebook: {', '.join(missing)} (in {NOTEBOOKS})")
+    total = sum(execute(p) for p in paths)
+    print(f"total: {total:.1f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

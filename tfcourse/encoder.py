@@ -1,0 +1,75 @@
+"""Chapter 05: the encoder, a stack of N identical layers, each
+
+    x = SublayerConnection(x, SelfAttention)
+    x = SublayerConnection(x, FeedForward)                           (paper, section 3.1)
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from tfcourse.feed_forward import PositionWiseFeedForward
+from tfcourse.multi_head import MultiHeadAttention
+from tfcourse.normalization import LayerNorm, SublayerConnection
+
+
+class Embeddings(nn.Module):
+    """Token ids (batch, seq) -> vectors (batch, seq, d_model), scaled by sqrt(d_model)
+    (paper, section 3.4)."""
+
+    def __init__(self, vocab_size, d_model):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+
+    def forward(self, tokens):
+        vocab_size, d_model = self.embedding.weight.shape
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"tokens must be an integer tensor of ids, got {tokens.dtype}")
+        if tokens.numel() and not 0 <= tokens.min() <= tokens.max() < vocab_size:
+            raise ValueError(
+                f"tokens must be ids in [0, vocab_size={vocab_size}), "
+                f"got values from {tokens.min().item()} to {tokens.max().item()}"
+            )
+        return self.embedding(tokens) * math.sqrt(d_model)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual SublayerConnection.
+
+    Parameters map to torch.nn.TransformerEncoderLayer: self_attn <-> self_attn,
+    feed_forward.linear{1,2} <-> linear{1,2}, sublayers[i].norm <-> norm{i+1}.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionWiseFeedForward(d_model, d_ff, dropout, activation)
+        self.sublayers = nn.ModuleList(
+            SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
+        )
+
+    def forward(self, x, mask=None):
+        """x (batch, seq, d_model); mask bool, True = may attend, e.g. padding_mask(src)."""
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask)[0])
+        return self.sublayers[1](x, self.feed_forward)  # (batch, seq, d_model)
+
+
+class Encoder(nn.Module):
+    """N encoder layers; with pre-norm (norm_first) a final LayerNorm, since the last
+    layer's output is otherwise never normalized. Post-norm (the paper) has none."""
+
+    def __init__(
+        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu"
+    ):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation)
+            for _ in range(n_layers)
+        )
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x)  # (batch, seq, d_model)

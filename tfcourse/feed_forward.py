@@ -1,0 +1,30 @@
+"""Chapter 04: the position-wise feed-forward network.
+
+    FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                          (paper, eq. 2)
+
+The same two linear maps at every position: d_model -> d_ff -> d_model.
+"""
+
+from torch import nn
+from torch.nn import functional as F
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+
+
+class PositionWiseFeedForward(nn.Module):
+    """linear2(dropout(activation(linear1(x)))), as in torch.nn.TransformerEncoderLayer."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {activation!r}")
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.activation = _ACTIVATIONS[activation]
+
+    def forward(self, x):
+        d_model = self.linear1.in_features
+        if x.size(-1) != d_model:
+            raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., d_model)

@@ -1,0 +1,110 @@
+"""Chapter 06: the whole Transformer (paper, figure 1).
+
+    memory = Encoder(PE(Embed(src)))
+    logits = Linear(Decoder(PE(Embed(tgt)), memory))     (softmax is left to the loss)
+"""
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from tfcourse.decoder import Decoder
+from tfcourse.encoder import Embeddings, Encoder
+from tfcourse.positional import PositionalEncoding
+
+
+@dataclass
+class TransformerConfig:
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6  # in the encoder, and again in the decoder
+    dropout: float = 0.1
+    max_len: int = 5000
+    norm_first: bool = False
+    activation: str = "relu"
+    share_embeddings: bool = False  # one embedding table for source and target
+    tie_output: bool = False  # generator weight = target embedding weight
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary, got "
+                f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
+            )
+
+    @classmethod
+    def base(cls, vocab_size=37000, **overrides):
+        """The paper's base model (Table 3), shared source-target vocabulary, tied weights."""
+        return cls(**{**_paper(vocab_size), **overrides})
+
+    @classmethod
+    def big(cls, vocab_size=37000, **overrides):
+        """The paper's big model (Table 3; dropout 0.3 as for EN-DE)."""
+        big = dict(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3)
+        return cls(**{**_paper(vocab_size), **big, **overrides})
+
+    @classmethod
+    def tiny(cls, vocab_size, **overrides):
+        """A model that trains in seconds on a CPU (toy tasks, tests)."""
+        tiny = dict(d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=512)
+        return cls(**{**_paper(vocab_size), **tiny, **overrides})
+
+
+def _paper(vocab_size):
+    return dict(
+        src_vocab_size=vocab_size,
+        tgt_vocab_size=vocab_size,
+        share_embeddings=True,
+        tie_output=True,
+    )
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer. forward(src, tgt, ...) gives logits
+    (batch, tgt_len, tgt_vocab_size): apply log_softmax / cross_entropy outside."""
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config
+        self.src_embed = Embeddings(c.src_vocab_size, c.d_model)
+        self.tgt_embed = (
+            self.src_embed if c.share_embeddings else Embeddings(c.tgt_vocab_size, c.d_model)
+        )
+        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
+        stack = (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, c.activation)
+        self.encoder = Encoder(*stack)
+        self.decoder = Decoder(*stack)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        for p in self.parameters():  # as the Annotated Transformer; a shared tensor comes once
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        if c.tie_output:  # after the init, so that both names hold the same tensor
+            self.generator.weight = self.tgt_embed.embedding.weight
+
+    def encode(self, src, src_mask):
+        """src ids (batch, src_len), src_mask e.g. padding_mask(src) -> (batch, src_len, d_model)"""
+        return self.encoder(self.positional(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt, memory, src_mask, tgt_mask):
+        """tgt ids (batch, tgt_len), tgt_mask e.g. target_mask(tgt) -> (batch, tgt_len, d_model)"""
+        return self.decoder(self.positional(self.tgt_embed(tgt)), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        memory = self.encode(src, src_mask)
+        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # logits
+
+
+def count_parameters(model):
+    """Parameters of a Transformer by part, and the total. A shared tensor (shared embeddings,
+    tied output) counts once, in the first part that holds it: the embeddings."""
+    parts = {"src_embed": "embeddings", "tgt_embed": "embeddings", "positional": "embeddings"}
+    counts = dict.fromkeys(("embeddings", "encoder", "decoder", "generator"), 0)
+    for name, p in model.named_parameters():  # yields a shared tensor once
+        part = name.split(".")[0]
+        counts[parts.get(part, part)] += p.numel()
+    counts["total"] = sum(counts.values())
+    return counts

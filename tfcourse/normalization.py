@@ -1,0 +1,47 @@
+"""Chapter 04: layer normalization and the residual sublayer around it.
+
+    LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta     (over the last dimension)
+    post-norm (paper):  x + sublayer -> LayerNorm(x + Dropout(Sublayer(x)))
+    pre-norm:           x + Dropout(Sublayer(LayerNorm(x)))
+"""
+
+import torch
+from torch import nn
+
+
+class LayerNorm(nn.Module):
+    """Normalizes each position's d_model features; same parameters as torch.nn.LayerNorm
+    (`weight` = gamma, `bias` = beta), so state_dicts copy between the two."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        d_model = self.weight.size(0)
+        if x.size(-1) != d_model:
+            raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = x.var(dim=-1, keepdim=True, correction=0)  # biased: divide by d_model, not d_model-1
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+    def extra_repr(self):
+        return f"{self.weight.size(0)}, eps={self.eps}"
+
+
+class SublayerConnection(nn.Module):
+    """A residual connection around `sublayer` with dropout and layer normalization,
+    after the sum (post-norm, the paper) or before the sublayer (pre-norm, norm_first)."""
+
+    def __init__(self, d_model, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.norm = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))

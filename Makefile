@@ -20,13 +20,17 @@ help:
 	@echo "make lock       re-resolve requirements/lock.txt from pyproject.toml (maintainers)"
 	@echo "make clean      remove .venv and caches"
 
-$(VENV)/.installed: $(LOCK) pyproject.toml
+$(VENV)/.installed: $(LOCK) pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@# The CPU torch build comes from PyTorch's own index when no configured index has it.
 	$(BIN)/python -m pip install -r $(LOCK) \
 	  || $(BIN)/python -m pip install --extra-index-url $(TORCH_INDEX) -r $(LOCK)
 	$(BIN)/python -m pip install --no-deps --no-build-isolation -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name tfcourse --display-name "Python (tfcourse)"
+	@# No "get notified about Jupyter news?" pop-up: the course runs offline.
+	@mkdir -p $(VENV)/share/jupyter/lab/settings && echo \
+	  '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' \
+	  > $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
 lab: $(VENV)/.installed

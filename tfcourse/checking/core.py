@@ -14,6 +14,7 @@ import io
 import os
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +65,15 @@ def _time_limit(seconds):
         raise _Timeout
 
     previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)  # e.g. pytest-timeout's alarm
+    start = time.monotonic()
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer:  # give the outer alarm back what is left of it
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-3))
 
 
 class _TorchCalls(TorchFunctionMode):

@@ -297,7 +297,12 @@ def check(target, name=None):
     registry = _all_checks()
     if isinstance(target, str):
         module = load_exercise(exercises_dir() / f"{target.removesuffix('.py')}.py")
-        items = [(n, getattr(module, n)) for n in registry if hasattr(module, n)]
+        # only what the exercise file defines, not what it imports from tfcourse
+        items = [
+            (n, getattr(module, n))
+            for n in registry
+            if getattr(getattr(module, n, None), "__module__", None) == module.__name__
+        ]
     else:
         items = [(name or target.__name__, target)]
     for item_name, item in items:

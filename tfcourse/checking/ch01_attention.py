@@ -200,7 +200,7 @@ def check_scaled_dot_product_attention(fn):
                 + ("\n  did you forget `return output, weights`?" if result is None else "")
             )
         for value, want, what in zip(result, expected, ("output", "weights")):
-            problem = tensor_problem(value, want, what)
+            problem = tensor_problem(value, want, what, dtype_from="the inputs' dtype")
             if problem:
                 raise CheckFailure(f"Wrong {what}: {problem} on {inputs}")
         mistake = first_match(MISTAKES, result, *args, same=_same)

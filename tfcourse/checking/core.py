@@ -185,8 +185,9 @@ def close(actual, expected):
     return torch.allclose(actual.to(expected.dtype), expected, rtol=100 * tol, atol=tol, equal_nan=True)
 
 
-def tensor_problem(value, expected, what):
-    """Why `value` cannot be compared with `expected` (not a tensor, shape, dtype), or None."""
+def tensor_problem(value, expected, what, dtype_from=""):
+    """Why `value` cannot be compared with `expected` (not a tensor, shape, dtype), or None.
+    `dtype_from` says where the expected dtype comes from, e.g. "the inputs' dtype"."""
     if value is None:
         return f"{what} is None: did you forget a `return`?"
     if not isinstance(value, torch.Tensor):
@@ -194,7 +195,9 @@ def tensor_problem(value, expected, what):
     if value.shape != expected.shape:
         return f"{what} has shape {tuple(value.shape)}, expected {tuple(expected.shape)}"
     if value.dtype != expected.dtype:
-        return f"{what} has dtype {value.dtype}, expected {expected.dtype} (the inputs' dtype)"
+        return f"{what} has dtype {value.dtype}, expected {expected.dtype}" + (
+            f" ({dtype_from})" if dtype_from else ""
+        )
     return None
 
 

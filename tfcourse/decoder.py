@@ -8,7 +8,7 @@
 from torch import nn
 
 from tfcourse.feed_forward import PositionWiseFeedForward
-from tfcourse.multi_head import MultiHeadAttention
+from tfcourse.multi_head import KVCache, MultiHeadAttention
 from tfcourse.normalization import LayerNorm, SublayerConnection
 
 
@@ -29,11 +29,16 @@ class DecoderLayer(nn.Module):
             SublayerConnection(d_model, dropout, norm_first) for _ in range(3)
         )
 
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, cache=None):
         """x (batch, tgt_len, d_model), memory (batch, src_len, d_model);
-        tgt_mask e.g. target_mask(tgt) (causal and padding), src_mask e.g. padding_mask(src)."""
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
-        x = self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask)[0])
+        tgt_mask e.g. target_mask(tgt) (causal and padding), src_mask e.g. padding_mask(src).
+        cache: None, or (self-attention KVCache, cross-attention static KVCache); then x holds
+        only the new positions, and tgt_mask covers (new positions, all positions)."""
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache)[0])
+        x = self.sublayers[1](
+            x, lambda x: self.cross_attn(x, memory, memory, src_mask, cache=cross_cache)[0]
+        )
         return self.sublayers[2](x, self.feed_forward)  # (batch, tgt_len, d_model)
 
 
@@ -50,7 +55,30 @@ class Decoder(nn.Module):
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        for layer in self.layers:
-            x = layer(x, memory, src_mask, tgt_mask)
+    def forward(self, x, memory, src_mask=None, tgt_mask=None, cache=None):
+        """cache: None, or a DecoderCache (incremental decoding: x holds the new positions)."""
+        caches = cache.layers if cache is not None else [None] * len(self.layers)
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, memory, src_mask, tgt_mask, cache=layer_cache)
         return self.norm(x)  # (batch, tgt_len, d_model)
+
+
+class DecoderCache:
+    """What incremental decoding keeps between steps, for every decoder layer: the
+    self-attention's keys and values of the positions decoded so far (one more each step),
+    and the cross-attention's keys and values of the encoder's memory (computed once).
+
+    len(cache) is the number of positions decoded so far: the position of the next token.
+    """
+
+    def __init__(self, n_layers):
+        self.layers = [(KVCache(), KVCache(static=True)) for _ in range(n_layers)]
+
+    def __len__(self):
+        return len(self.layers[0][0]) if self.layers else 0
+
+    def reorder(self, index):
+        """Keep rows `index` of the batch: beam search continues beam index[i] in row i.
+        The static memory caches are left alone: every beam of a sentence shares its memory."""
+        for self_cache, _ in self.layers:
+            self_cache.reorder(index)

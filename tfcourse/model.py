@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from tfcourse.decoder import Decoder
+from tfcourse.decoder import Decoder, DecoderCache
 from tfcourse.encoder import Embeddings, Encoder
 from tfcourse.positional import PositionalEncoding
 
@@ -89,9 +89,18 @@ class Transformer(nn.Module):
         """src ids (batch, src_len), src_mask e.g. padding_mask(src) -> (batch, src_len, d_model)"""
         return self.encoder(self.positional(self.src_embed(src)), src_mask)
 
-    def decode(self, tgt, memory, src_mask, tgt_mask):
-        """tgt ids (batch, tgt_len), tgt_mask e.g. target_mask(tgt) -> (batch, tgt_len, d_model)"""
-        return self.decoder(self.positional(self.tgt_embed(tgt)), memory, src_mask, tgt_mask)
+    def decode(self, tgt, memory, src_mask, tgt_mask, cache=None):
+        """tgt ids (batch, tgt_len), tgt_mask e.g. target_mask(tgt) -> (batch, tgt_len, d_model)
+
+        With a cache (from init_cache()), tgt holds only the new tokens: they take positions
+        len(cache), len(cache) + 1, ... and attend to the cached ones; tgt_mask may be None."""
+        start = len(cache) if cache is not None else 0
+        x = self.positional(self.tgt_embed(tgt), start=start)
+        return self.decoder(x, memory, src_mask, tgt_mask, cache=cache)
+
+    def init_cache(self):
+        """An empty key/value cache for incremental decoding (tfcourse.decoding)."""
+        return DecoderCache(len(self.decoder.layers))
 
     def forward(self, src, tgt, src_mask, tgt_mask):
         memory = self.encode(src, src_mask)

@@ -7,6 +7,7 @@ All h heads are computed at once: one d_model x d_model projection per role, who
 is split into h slices of d_head = d_model / h features.
 """
 
+import torch
 from torch import nn
 
 from tfcourse.attention import scaled_dot_product_attention
@@ -30,6 +31,35 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(batch, seq, heads * d_head)
 
 
+class KVCache:
+    """One attention layer's projected keys and values, kept between calls for incremental
+    decoding. Self-attention's cache grows: each call appends the keys and values of the new
+    positions, so step t projects one token instead of all t. A `static` cache (cross-attention)
+    is filled on the first call from the encoder's memory and reused as it is afterwards.
+
+    key, value: (batch, heads, cached_len, d_head), or None before the first call.
+    """
+
+    def __init__(self, static=False):
+        self.static = static
+        self.key = self.value = None
+
+    def __len__(self):
+        return 0 if self.key is None else self.key.size(2)
+
+    def update(self, k, v):
+        """Add this call's keys and values; return all of them (what attention sees)."""
+        if self.key is not None and not self.static:
+            k, v = torch.cat((self.key, k), dim=2), torch.cat((self.value, v), dim=2)
+        self.key, self.value = k, v
+        return k, v
+
+    def reorder(self, index):
+        """Keep rows `index` of the batch (beam search: each new beam continues an old one)."""
+        if self.key is not None:
+            self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention; self-attention when query, key and value are the same tensor,
     cross-attention when key and value come from elsewhere (the encoder's memory).
@@ -50,17 +80,27 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)  # on the attention weights, as torch does
 
-    def forward(self, query, key, value, mask=None, need_weights=False):
+    def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
         """query (batch, q_len, d_model), key and value (batch, k_len, d_model); mask bool,
         True = may attend, broadcastable to (batch, heads, q_len, k_len).
+
+        cache: None, or a KVCache for incremental decoding. Self-attention: key and value are
+        the new positions only; the keys attended to are the cached ones and these, and the
+        mask (if any) must cover them all. Cross-attention (a static cache): key and value
+        are projected on the first call only.
 
         Returns output (batch, q_len, d_model) and, if need_weights, the attention weights
         (batch, heads, q_len, k_len) that made it (after dropout when training), else None.
         """
         self._check_inputs(query, key, value)
         q = split_heads(self.w_q(query), self.n_heads)  # (batch, heads, q_len, d_head)
-        k = split_heads(self.w_k(key), self.n_heads)  # (batch, heads, k_len, d_head)
-        v = split_heads(self.w_v(value), self.n_heads)  # (batch, heads, k_len, d_head)
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value  # the memory's, projected once
+        else:
+            k = split_heads(self.w_k(key), self.n_heads)  # (batch, heads, k_len, d_head)
+            v = split_heads(self.w_v(value), self.n_heads)  # (batch, heads, k_len, d_head)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (batch, heads, cached_len + k_len, d_head)
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         if self.training and self.dropout.p > 0:
             weights = self.dropout(weights)  # (batch, heads, q_len, k_len)

@@ -1,0 +1,215 @@
+"""Chapter 08: decoding. Turning a trained model's next-token distributions into outputs.
+
+    greedy:  y_t = argmax_y log p(y | y_<t, x)
+    beam:    keep the k prefixes of best score(Y) = log P(Y | x) / lp(Y), where
+             log P(Y | x) = sum_t log p(y_t | y_<t, x) and
+             lp(Y) = ((5 + |Y|) / 6)^alpha                (GNMT length penalty, Wu et al. 2016)
+    sample:  y_t ~ softmax(logits / temperature), restricted to the top-k / top-p tokens
+
+Each step needs the decoder's output at the newest position only. Without a cache the
+decoder recomputes all t positions at step t (O(t^2) work over a sequence); with the
+key/value cache (Transformer.init_cache) it projects the one new token, appends its keys
+and values to those of the earlier steps, and reuses the memory's keys and values.
+Every output holds the generated tokens y_1 ... y_n (not BOS): EOS included where a
+sequence stopped, then padding; decoding stops when every sequence has stopped.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tfcourse.masks import causal_mask
+
+
+def decode_step(model, tokens, memory, src_mask, cache=None):
+    """log p(next token | tokens, source): (batch, tgt_vocab) from the prefix tokens (batch, t).
+
+    Without a cache, the decoder runs on the whole prefix under a causal mask. With one
+    (model.init_cache(), holding t - 1 positions), only the newest token goes through the
+    decoder, at position t - 1; the cache grows by one.
+    """
+    if cache is None:
+        h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1), tokens.device))
+    else:
+        if len(cache) != tokens.size(1) - 1:
+            raise ValueError(
+                f"the cache holds {len(cache)} positions, so tokens must hold {len(cache) + 1} "
+                f"(the cached prefix and one new token), got tokens {tuple(tokens.shape)}"
+            )
+        h = model.decode(tokens[:, -1:], memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]).float(), dim=-1)  # (batch, tgt_vocab)
+
+
+@torch.no_grad()
+def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, use_cache=True):
+    """The most probable next token at every step. src (batch, src_len) ids, src_mask
+    e.g. padding_mask(src) -> (batch, n <= max_len) ids: y_1 ... EOS, then padding."""
+    _check(model, src, src_mask, max_len, bos_id)
+    pad = model.config.pad_id
+    memory = model.encode(src, src_mask)  # (batch, src_len, d_model), once
+    cache = model.init_cache() if use_cache else None
+    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        next_token = decode_step(model, tokens, memory, src_mask, cache).argmax(-1)  # (batch,)
+        next_token = next_token.masked_fill(done, pad)  # a stopped sequence only pads
+        tokens = torch.cat((tokens, next_token[:, None]), dim=1)
+        done |= next_token == eos_id
+        if done.all():
+            break
+    return tokens[:, 1:]  # (batch, n)
+
+
+def length_penalty(length, alpha):
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 means none (raw log-probabilities,
+    which favour short outputs: every token adds a negative log p)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search_step(scores, log_probs, lengths, alpha=0.6):
+    """Extend every beam by every token and keep the best beam-many candidates.
+
+    scores    (batch, beam)         log P(prefix | x) of each beam, a sum of log-probabilities
+    log_probs (batch, beam, vocab)  log p(token | prefix, x)
+    lengths   (batch, beam)         the length |Y| each beam's candidates have after this step
+    Candidates are ranked by (scores + log_probs) / lp(lengths), best first.
+
+    Returns (new scores (batch, beam): the candidates' sums of log-probabilities, not divided
+    by lp; the beam each came from (batch, beam); its token (batch, beam)).
+    """
+    batch, beam, vocab = log_probs.shape
+    candidates = scores[:, :, None] + log_probs  # (batch, beam, vocab): log P, added
+    ranking = candidates / length_penalty(lengths, alpha)[:, :, None]
+    best = ranking.flatten(1).topk(beam, dim=-1).indices  # (batch, beam), best first
+    return candidates.flatten(1).gather(1, best), best // vocab, best % vocab
+
+
+@torch.no_grad()
+def beam_search_decode(model, src, src_mask, max_len, bos_id, eos_id, beam_size=4,
+                       length_penalty=0.6, use_cache=True):
+    """Keep the beam_size best prefixes of every sentence (all sentences in one batch of
+    batch * beam_size rows); a finished beam (EOS) keeps its score and stops growing. Returns
+    the best one by log P(Y | x) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^length_penalty:
+    (batch, n <= max_len) ids, y_1 ... EOS then padding. beam_size=1 is greedy decoding."""
+    _check(model, src, src_mask, max_len, bos_id)
+    if not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
+    if length_penalty < 0:
+        raise ValueError(f"length_penalty (alpha) must be >= 0, got {length_penalty}")
+    batch, k, pad, device = src.size(0), beam_size, model.config.pad_id, src.device
+    memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (batch * k, src_len, d)
+    src_mask = src_mask.repeat_interleave(k, dim=0)
+    cache = model.init_cache() if use_cache else None
+    tokens = torch.full((batch * k, 1), bos_id, dtype=torch.long, device=device)
+    scores = torch.full((batch, k), -math.inf, device=device)
+    scores[:, 0] = 0.0  # all beams start as the same prefix: keep one, or the k would be equal
+    lengths = torch.zeros(batch, k, device=device)
+    done = torch.zeros(batch, k, dtype=torch.bool, device=device)
+    for _ in range(max_len):
+        log_probs = decode_step(model, tokens, memory, src_mask, cache).view(batch, k, -1)
+        # A finished beam has one continuation, padding, at no cost: it stays as it is.
+        stopped = torch.full_like(log_probs[0, 0], -math.inf)
+        stopped[pad] = 0.0
+        log_probs = torch.where(done[:, :, None], stopped, log_probs)
+        scores, beam, token = beam_search_step(scores, log_probs, lengths + ~done, length_penalty)
+        rows = (beam + torch.arange(batch, device=device)[:, None] * k).flatten()  # (batch * k,)
+        tokens = torch.cat((tokens[rows], token.flatten()[:, None]), dim=1)
+        lengths = (lengths + ~done).gather(1, beam)
+        done = done.gather(1, beam) | (token == eos_id)
+        if cache is not None:
+            cache.reorder(rows)
+        if done.all():
+            break
+    # Beams are sorted best first by normalized score, finished or not: the first wins.
+    return tokens.view(batch, k, -1)[:, 0, 1:]  # (batch, n)
+
+
+def filter_logits(logits, top_k=None, top_p=None):
+    """Keep the top_k most probable tokens, and the fewest most probable tokens whose
+    probabilities add up to at least top_p (nucleus sampling); the others get -inf."""
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if top_p is not None:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative - sorted_logits.softmax(-1) >= top_p  # mass before it reached top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+    return logits
+
+
+@torch.no_grad()
+def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, temperature=1.0, top_k=None,
+                  top_p=None, generator=None, use_cache=True):
+    """Draw each token from softmax(logits / temperature), restricted to the top_k tokens
+    and/or the top_p nucleus. A fixed torch.Generator repeats the draws; top_k=1 is greedy.
+    Returns (batch, n <= max_len) ids, y_1 ... EOS then padding."""
+    _check(model, src, src_mask, max_len, bos_id)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be None or in (0, 1], got {top_p}")
+    if generator is not None and generator.device != src.device:
+        raise ValueError(f"generator is on {generator.device}, src on {src.device}: use one device")
+    pad = model.config.pad_id
+    memory = model.encode(src, src_mask)
+    cache = model.init_cache() if use_cache else None
+    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for _ in range(max_len):
+        logits = filter_logits(decode_step(model, tokens, memory, src_mask, cache) / temperature,
+                               top_k, top_p)
+        next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+        next_token = next_token.masked_fill(done, pad)
+        tokens = torch.cat((tokens, next_token[:, None]), dim=1)
+        done |= next_token == eos_id
+        if done.all():
+            break
+    return tokens[:, 1:]
+
+
+@torch.no_grad()
+def attention_maps(model, src, src_mask, tgt, tgt_mask):
+    """Every attention layer's weights when `model` reads src and tgt (teacher forcing):
+    {"encoder": [...], "decoder_self": [...], "cross": [...]}, one (batch, heads, q_len, k_len)
+    tensor per layer. The model's modules are left as they were."""
+    maps = {"encoder": [], "decoder_self": [], "cross": []}
+    hooks = []
+    layers = [("encoder", layer.self_attn) for layer in model.encoder.layers]
+    for layer in model.decoder.layers:
+        layers += [("decoder_self", layer.self_attn), ("cross", layer.cross_attn)]
+    for name, attention in layers:
+        hooks.append(attention.register_forward_pre_hook(
+            lambda module, args, kwargs: (args, {**kwargs, "need_weights": True}), with_kwargs=True))
+        hooks.append(attention.register_forward_hook(
+            lambda module, args, output, name=name: maps[name].append(output[1])))
+    try:
+        model(src, tgt, src_mask, tgt_mask)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return maps
+
+
+def _check(model, src, src_mask, max_len, bos_id):
+    if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.is_floating_point():
+        got = tuple(src.shape) if isinstance(src, torch.Tensor) else type(src).__name__
+        raise ValueError(f"src must be token ids of shape (batch, src_len), got {got}")
+    if src_mask is not None and (
+        not isinstance(src_mask, torch.Tensor) or src_mask.dtype != torch.bool
+        or src_mask.shape != (src.size(0), 1, 1, src.size(1))
+    ):
+        got = tuple(src_mask.shape) if isinstance(src_mask, torch.Tensor) else type(src_mask).__name__
+        raise ValueError(
+            f"src_mask must be a bool tensor of shape (batch, 1, 1, src_len) = "
+            f"{(src.size(0), 1, 1, src.size(1))} (e.g. padding_mask(src)), got {got}"
+        )
+    if not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be an integer >= 1, got {max_len!r}")
+    if not 0 <= bos_id < model.config.tgt_vocab_size:
+        raise ValueError(
+            f"bos_id={bos_id} is not in the target vocabulary [0, {model.config.tgt_vocab_size})"
+        )

@@ -1,0 +1,234 @@
+"""Chapter 07: data. A character vocabulary, batches for teacher forcing, and three tasks.
+
+Every task is generated offline and deterministically from a seed, as pairs of strings
+(source, target) split into train, validation and test sets that share no example:
+
+- ``copy``: the first example of The Annotated Transformer. There the vocabulary has 11
+  ids (0 = padding, 1..10 symbols, the first of each sequence fixed to 1 as the start
+  symbol) and sequences of length 10. Here the 11 ids are our 4 specials (PAD, BOS, EOS,
+  UNK) and the 7 symbols "abcdefg"; a source is 10 free symbols and the decoder gets its
+  start symbol (BOS) and learns to stop (EOS) on top of them.
+- ``reverse``: the same symbols, lengths 1 to 10, target = source reversed.
+- ``dates``: a date written out the way people write it, in 8 languages and 3 styles
+  from Babel's locale data (``babel.dates.format_date`` with the ``full``, ``long`` and
+  ``medium`` formats: "sobota, 21 listopada 2026", "November 21, 2026",
+  "2026. nov. 21.") -> ISO 8601 "2026-11-21". Babel's numeric ``short`` formats are left
+  out ("03/06/04" is March or June depending on the locale, which the input does not
+  show), and so are locales whose ``medium`` format is numeric (de_DE: "21.11.2026").
+  Every year is written with four digits, so every input determines its output. The
+  splits are made by date: a validation or test date never appears in training, in any
+  language or style.
+"""
+
+import datetime
+import random
+from dataclasses import dataclass
+
+import torch
+from babel.dates import format_date
+
+from tfcourse.masks import padding_mask, target_mask
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+
+
+class Vocab:
+    """Characters <-> ids. Ids 0..3 are PAD, BOS, EOS, UNK; the symbols follow in order."""
+
+    def __init__(self, symbols):
+        symbols = list(symbols)
+        if len(set(symbols)) != len(symbols) or set(symbols) & set(SPECIALS):
+            raise ValueError(f"symbols must be distinct and not specials, got {symbols}")
+        self.itos = [*SPECIALS, *symbols]
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+
+    @classmethod
+    def from_texts(cls, texts):
+        """The sorted set of characters in ``texts``."""
+        return cls(sorted(set("".join(texts))))
+
+    @property
+    def symbols(self):
+        return self.itos[len(SPECIALS):]
+
+    def __len__(self):
+        return len(self.itos)
+
+    def __eq__(self, other):
+        return isinstance(other, Vocab) and self.itos == other.itos
+
+    def encode(self, text):
+        """One id per character; characters not in the vocabulary become UNK."""
+        return [self.stoi.get(c, UNK) for c in text]
+
+    def decode(self, ids):
+        """Ids -> text: stops at the first EOS, skips PAD and BOS, shows UNK as '?'."""
+        out = []
+        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                out.append("?" if i == UNK else self.itos[i])
+        return "".join(out)
+
+
+@dataclass
+class Batch:
+    """A padded batch for teacher forcing.
+
+    src     (batch, src_len)      source ids
+    tgt_in  (batch, tgt_len)      decoder input: BOS y_1 ... y_n      (shifted right)
+    tgt_out (batch, tgt_len)      what to predict: y_1 ... y_n EOS
+    src_mask (batch, 1, 1, src_len), tgt_mask (batch, 1, tgt_len, tgt_len), True = may attend
+    """
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    src_mask: torch.Tensor
+    tgt_mask: torch.Tensor
+
+    def to(self, device):
+        return Batch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+    @property
+    def n_tokens(self):
+        """Target tokens that count in the loss (not padding)."""
+        return int((self.tgt_out != PAD).sum())
+
+
+def pad_sequences(seqs, pad_id=PAD):
+    """Lists of ids -> (batch, longest) LongTensor, padded on the right."""
+    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def encode_sources(texts, vocab):
+    """Source texts -> ids (batch, src_len) and their padding mask (batch, 1, 1, src_len)."""
+    src = pad_sequences([vocab.encode(t) for t in texts])
+    return src, padding_mask(src, PAD)
+
+
+def make_batch(pairs, vocab):
+    """(source, target) strings -> Batch. The decoder sees BOS + y and must predict y + EOS:
+    at every position it is given the true previous tokens (teacher forcing) and the causal
+    mask hides the rest."""
+    src, src_mask = encode_sources([s for s, _ in pairs], vocab)
+    y = [vocab.encode(t) for _, t in pairs]
+    tgt_in = pad_sequences([[BOS, *t] for t in y])
+    tgt_out = pad_sequences([[*t, EOS] for t in y])
+    return Batch(src, tgt_in, tgt_out, src_mask, target_mask(tgt_in, PAD))
+
+
+@dataclass
+class Task:
+    """A task: its vocabulary (shared by source and target) and three disjoint splits."""
+
+    name: str
+    vocab: Vocab
+    train: list
+    val: list
+    test: list
+
+
+def _unique_strings(rng, n, symbols, min_len, max_len):
+    seen = {}  # a dict keeps the order of first appearance, so the result is deterministic
+    while len(seen) < n:
+        s = "".join(rng.choices(symbols, k=rng.randint(min_len, max_len)))
+        seen[s] = None
+    return list(seen)
+
+
+def _sequence_task(name, fn, seed, n_train, n_val, n_test, min_len, max_len, symbols):
+    if min_len < 1 or max_len < min_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    n = n_train + n_val + n_test
+    if len(symbols) ** max_len < 2 * n:  # there must be room for n distinct sequences
+        raise ValueError(f"{n} distinct sequences of length <= {max_len} from {symbols!r}: too few")
+    texts = _unique_strings(random.Random(seed), n, symbols, min_len, max_len)
+    pairs = [(t, fn(t)) for t in texts]
+    return Task(name, Vocab(symbols), pairs[:n_train], pairs[n_train:n_train + n_val],
+                pairs[n_train + n_val:])
+
+
+def copy_task(seed=0, n_train=20_000, n_val=500, n_test=1000, min_len=10, max_len=10,
+              symbols="abcdefg"):
+    """Copy the source: "gbadcfaebd" -> "gbadcfaebd". Distinct sequences, split at random."""
+    return _sequence_task("copy", lambda t: t, seed, n_train, n_val, n_test, min_len, max_len,
+                          symbols)
+
+
+def reverse_task(seed=0, n_train=20_000, n_val=500, n_test=1000, min_len=1, max_len=10,
+                 symbols="abcdefg"):
+    """Reverse the source: "gbadc" -> "cdabg". Distinct sequences, split at random."""
+    return _sequence_task("reverse", lambda t: t[::-1], seed, n_train, n_val, n_test, min_len,
+                          max_len, symbols)
+
+
+DATE_LOCALES = ("en_US", "fr_FR", "es_ES", "pt_BR", "it_IT", "pl_PL", "tr_TR", "hu_HU")
+DATE_STYLES = ("full", "long", "medium")
+
+
+def format_dates(date, locales=DATE_LOCALES, styles=DATE_STYLES):
+    """Every way ``date`` is written: {(locale, style): text}."""
+    return {(loc, st): format_date(date, st, locale=loc) for loc in locales for st in styles}
+
+
+def dates_task(seed=0, n_train=100_000, n_val=500, n_test=2000, first_year=1900,
+               last_year=2099, locales=DATE_LOCALES, styles=DATE_STYLES):
+    """Written-out dates -> ISO 8601: "samedi 21 novembre 2026" -> "2026-11-21".
+
+    The dates from ``first_year`` to ``last_year`` are shuffled and cut: ``n_val`` dates for
+    validation, ``n_test`` for test, the rest for training, so no test date is ever seen in
+    training, in any format. A validation or test date appears once, the formats taken in
+    turn ((locale, style) pairs, equally often); the ``n_train`` training examples are dates
+    and formats drawn at random (with repetition) from the training dates.
+    """
+    for name, value in (("locales", locales), ("styles", styles)):
+        if not value:
+            raise ValueError(f"{name} must not be empty")
+    bad = set(styles) - {"full", "long", "medium"}
+    if bad:
+        raise ValueError(f"styles must be among full, long, medium (not the numeric short), "
+                         f"got {sorted(bad)}")
+    if not 1000 <= first_year <= last_year <= 9999:
+        raise ValueError(f"need 1000 <= first_year <= last_year <= 9999 (four-digit years), "
+                         f"got first_year={first_year}, last_year={last_year}")
+    start = datetime.date(first_year, 1, 1)
+    days = (datetime.date(last_year, 12, 31) - start).days + 1
+    if n_val + n_test >= days:
+        raise ValueError(f"n_val + n_test = {n_val + n_test} must be below the {days} dates")
+    rng = random.Random(seed)
+    dates = [start + datetime.timedelta(days=i) for i in range(days)]
+    rng.shuffle(dates)
+    val_dates, test_dates = dates[:n_val], dates[n_val:n_val + n_test]
+    train_dates = dates[n_val + n_test:]
+    formats = [(loc, st) for loc in locales for st in styles]
+
+    def example(date, fmt):
+        return format_date(date, fmt[1], locale=fmt[0]), date.isoformat()
+
+    def held_out(split):
+        return [example(d, formats[i % len(formats)]) for i, d in enumerate(split)]
+
+    val, test = held_out(val_dates), held_out(test_dates)
+    train = [example(rng.choice(train_dates), rng.choice(formats)) for _ in range(n_train)]
+    # Every character any date can show: the names of all months and weekdays (year 2000),
+    # the digits and "-".
+    year = [datetime.date(2000, 1, 1) + datetime.timedelta(days=i) for i in range(366)]
+    texts = [t for d in year for t in format_dates(d, locales, styles).values()]
+    vocab = Vocab.from_texts([*texts, "0123456789-"])
+    return Task("dates", vocab, train, val, test)
+
+
+TASKS = {"copy": copy_task, "reverse": reverse_task, "dates": dates_task}
+
+
+def make_task(name, seed=0, **kwargs):
+    """The task called ``name`` (one of TASKS), generated from ``seed``."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}, choose one of {', '.join(TASKS)}")
+    return TASKS[name](seed=seed, **kwargs)

@@ -3,11 +3,13 @@
     python tools/execute_notebooks.py                  # every notebook in notebooks/
     python tools/execute_notebooks.py 01_attention     # one or more, by name
 
-Each runs top to bottom in a fresh `tfcourse` kernel, from the notebooks/ folder. Its time
+Each runs top to bottom in a fresh `tfcourse` kernel, from the notebooks/ folder, on one
+thread (see below). Its time
 is printed, and it is written back only when every cell succeeded: a notebook that fails
 keeps its stored outputs (and a learner's edits are never lost to a failed run).
 """
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +18,10 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+# One thread, as nbval runs them in `make test` (tests/conftest.py): float sums then come out
+# the same on every machine, whatever its core count, and so do the stored outputs.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def execute(path):

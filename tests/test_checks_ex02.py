@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from buggy_solutions import ex02_multi_head_attention as buggy
-from buggy_solutions import solutions
+from buggy_solutions import first_line, solutions
 
 from tfcourse import multi_head
-from tfcourse.checking import CheckFailure, check, core
+from tfcourse.checking import check, core
 from tfcourse.checking.ch02_multi_head_attention import (
     MERGE_MISTAKES,
     MISTAKES,
@@ -36,15 +36,6 @@ def item(solution):
     return "split_heads" if solution.__name__.startswith("split_") else "merge_heads"
 
 
-def first_line(check_fn, solution):
-    with pytest.raises(CheckFailure) as failure:
-        check_fn(solution)
-    return str(failure.value).splitlines()[0]
-
-
-@pytest.fixture(autouse=True)
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 1.0)
 
 
 @pytest.mark.parametrize("name", CHECKS)

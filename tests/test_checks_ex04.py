@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from buggy_solutions import ex04_feed_forward_and_norm as buggy
-from buggy_solutions import solutions
+from buggy_solutions import first_line, solutions
 
-from tfcourse.checking import CheckFailure, check, core
 from tfcourse.checking import ch04_feed_forward_and_norm as ch04
+from tfcourse.checking import check, core
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.normalization import LayerNorm, SublayerConnection
 
@@ -28,15 +28,6 @@ def check_of(solution):
     return next(c for cls, c in REFERENCES.values() if issubclass(solution, cls))
 
 
-def first_line(check_fn, solution):
-    with pytest.raises(CheckFailure) as failure:
-        check_fn(solution)
-    return str(failure.value).splitlines()[0]
-
-
-@pytest.fixture(autouse=True)
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 1.0)
 
 
 @pytest.mark.parametrize("name", REFERENCES)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 from buggy_solutions import ex05_encoder as buggy
-from buggy_solutions import solutions
+from buggy_solutions import first_line, solutions
 
 from tfcourse import encoder
-from tfcourse.checking import CheckFailure, check, core
 from tfcourse.checking import ch05_encoder as ch05
+from tfcourse.checking import check, core
 
 EXERCISES = Path(__file__).parents[1] / "exercises"
 CHECKS = {
@@ -27,15 +27,6 @@ def item(solution):
     return next(name for name in CHECKS if issubclass(solution, getattr(buggy.given, name)))
 
 
-def first_line(check_fn, solution):
-    with pytest.raises(CheckFailure) as failure:
-        check_fn(solution)
-    return str(failure.value).splitlines()[0]
-
-
-@pytest.fixture(autouse=True)
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 1.0)
 
 
 @pytest.mark.parametrize("name", CHECKS)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from buggy_solutions import ex07_training as buggy
-from buggy_solutions import solutions
+from buggy_solutions import first_line, solutions
 
 from tfcourse import data, training
 from tfcourse.checking import CheckFailure, check, core
@@ -45,15 +45,6 @@ def check_for(solution):
             "step": check_noam_lr, "model": check_train_step}[first]
 
 
-def first_line(check_fn, solution):
-    with pytest.raises(CheckFailure) as failure:
-        check_fn(solution)
-    return str(failure.value).splitlines()[0]
-
-
-@pytest.fixture(autouse=True)
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 3.0)
 
 
 @pytest.mark.parametrize("name", CHECKS)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from buggy_solutions import ex08_decoding as buggy
-from buggy_solutions import solutions
+from buggy_solutions import first_line, solutions
 
 from tfcourse import decoding
-from tfcourse.checking import CheckFailure, check, core
+from tfcourse.checking import check, core
 from tfcourse.checking.ch08_decoding import (
     BEAM_MISTAKES,
     GREEDY_MISTAKES,
@@ -37,15 +37,6 @@ def check_for(solution):
     )
 
 
-def first_line(check_fn, solution):
-    with pytest.raises(CheckFailure) as failure:
-        check_fn(solution)
-    return str(failure.value).splitlines()[0]
-
-
-@pytest.fixture(autouse=True)
-def short_time_limit(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 1.0)
 
 
 @pytest.mark.parametrize("name", CHECKS)

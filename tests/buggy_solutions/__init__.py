@@ -25,3 +25,14 @@ def solutions(module):
         for name, value in vars(module).items()
         if hasattr(value, "expected")
     ]
+
+
+def first_line(check_fn, solution):
+    """The first line of the failure that `check_fn` reports for `solution`."""
+    import pytest
+
+    from tfcourse.checking import CheckFailure
+
+    with pytest.raises(CheckFailure) as failure:
+        check_fn(solution)
+    return str(failure.value).splitlines()[0]

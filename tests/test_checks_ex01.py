@@ -1,13 +1,11 @@
 """Proves the checks of exercise 01: the reference passes, the stub is 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from buggy_solutions import ex01_attention as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse.attention import scaled_dot_product_attention
 from tfcourse.checking import CheckFailure, check, core
@@ -73,13 +71,8 @@ def test_notebook_check_prints_the_same_diagnosis(capsys):
 )
 def test_pytest_output_for_learners(tmp_path, source, expected):
     """Run pytest on the exercise as a learner does and read the FAILED line."""
-    for name in ("test_ex01_attention.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
     stub = (EXERCISES / "ex01_attention.py").read_text()
-    (tmp_path / "ex01_attention.py").write_text(stub if source is None else source)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex01_attention", stub if source is None else source)
     if expected is None:
         assert run.returncode == 0, run.stdout
         return

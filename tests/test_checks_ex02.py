@@ -1,14 +1,12 @@
 """Proves the checks of exercise 02: the reference passes, the stubs are 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from buggy_solutions import ex02_multi_head_attention as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse import multi_head
 from tfcourse.checking import check, core
@@ -97,13 +95,8 @@ REFERENCE = "from tfcourse.multi_head import MultiHeadAttention, merge_heads, sp
 )
 def test_pytest_output_for_learners(tmp_path, source, expected):
     """Run pytest on the exercise as a learner does and read the FAILED lines."""
-    for name in ("test_ex02_multi_head_attention.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
     stub = (EXERCISES / "ex02_multi_head_attention.py").read_text()
-    (tmp_path / "ex02_multi_head_attention.py").write_text(stub if source is None else source)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex02_multi_head_attention", stub if source is None else source)
     failed = {
         line.split("::")[1].split(" ")[0]: line.split(" - ", 1)[1]
         for line in run.stdout.splitlines()

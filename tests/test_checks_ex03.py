@@ -2,14 +2,12 @@
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
 import inspect
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from buggy_solutions import ex03_positional_encoding as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse.checking import ch03_positional_encoding as ch03
 from tfcourse.checking import check, core
@@ -97,12 +95,7 @@ def embed_and_encode(tokens, embedding, positional_encoding):
 def test_pytest_output_for_learners(tmp_path):
     """Run pytest on the exercise as a learner does (two items right, one wrong) and read
     the FAILED line."""
-    for name in ("test_ex03_positional_encoding.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
-    (tmp_path / "ex03_positional_encoding.py").write_text(HALF_SOLVED)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex03_positional_encoding", HALF_SOLVED)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert "1 failed, 2 passed" in run.stdout and len(failed) == 1, run.stdout
     assert failed[0].split(" - ", 1)[1].startswith(

@@ -1,14 +1,12 @@
 """Proves the checks of exercise 04: the references pass, the stubs are 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from buggy_solutions import ex04_feed_forward_and_norm as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse.checking import ch04_feed_forward_and_norm as ch04
 from tfcourse.checking import check, core
@@ -90,12 +88,7 @@ class SublayerConnection(nn.Module):
 def test_pytest_output_for_learners(tmp_path):
     """Run pytest on the exercise as a learner does (two items right, one wrong) and read
     the FAILED line."""
-    for name in ("test_ex04_feed_forward_and_norm.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
-    (tmp_path / "ex04_feed_forward_and_norm.py").write_text(HALF_SOLVED)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex04_feed_forward_and_norm", HALF_SOLVED)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert "1 failed, 2 passed" in run.stdout and len(failed) == 1, run.stdout
     assert failed[0].split(" - ", 1)[1].startswith(

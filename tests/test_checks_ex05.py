@@ -1,14 +1,12 @@
 """Proves the checks of exercise 05: the reference passes, the stubs are 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from buggy_solutions import ex05_encoder as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse import encoder
 from tfcourse.checking import ch05_encoder as ch05
@@ -126,16 +124,11 @@ WRONG = {
 )
 def test_pytest_output_for_learners(tmp_path, bodies, expected):
     """Run pytest on the exercise as a learner does and read the FAILED lines."""
-    for name in ("test_ex05_encoder.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
     parts = (EXERCISES / "ex05_encoder.py").read_text().split("        raise NotImplementedError\n")
     assert len(parts) == 4, "one stub per class: Embeddings, EncoderLayer, Encoder"
     bodies = [bodies[name] for name in ("Embeddings", "EncoderLayer", "Encoder")]
     source = "".join(part + body for part, body in zip(parts, bodies)) + parts[-1]
-    (tmp_path / "ex05_encoder.py").write_text(source)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex05_encoder", source)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == len(expected), run.stdout
     for test, message in expected.items():

@@ -1,13 +1,11 @@
 """Proves the checks of exercise 06: the references pass, the stubs are 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from buggy_solutions import ex06_decoder as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse.checking import CheckFailure, check, core
 from tfcourse.checking.ch06_decoder import (
@@ -84,12 +82,7 @@ HALF_DONE = (  # the reference mask, and a layer that gives cross-attention the 
 def test_pytest_output_for_learners(tmp_path):
     """Run pytest on a half-done exercise as a learner does and read the FAILED line.
     (The stub's message is tested above, in-process.)"""
-    for name in ("test_ex06_decoder.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
-    (tmp_path / "ex06_decoder.py").write_text(HALF_DONE)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
-    )
+    run = run_as_learner(tmp_path, "ex06_decoder", HALF_DONE)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == 1 and " 1 passed" in run.stdout, run.stdout
     assert failed[0].startswith("FAILED test_ex06_decoder.py::test_decoder_layer - "), run.stdout

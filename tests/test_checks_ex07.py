@@ -1,13 +1,11 @@
 """Proves the checks of exercise 07: the reference passes, the stub is 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from buggy_solutions import ex07_training as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse import data, training
 from tfcourse.checking import CheckFailure, check, core
@@ -89,9 +87,7 @@ def test_notebook_check_prints_the_same_diagnosis(capsys):
 def test_pytest_output_for_learners(tmp_path):
     """Run pytest on the exercise as a learner does: the reference's make_batch, loss and
     schedule, and a training step that never zeroes the gradients."""
-    for name in ("test_ex07_training.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
-    (tmp_path / "ex07_training.py").write_text(
+    run = run_as_learner(tmp_path, "ex07_training",
         "import torch\n"
         "from tfcourse.data import PAD, make_batch  # noqa: F401\n"
         "from tfcourse.training import label_smoothing_loss, noam_lr  # noqa: F401\n"
@@ -106,8 +102,6 @@ def test_pytest_output_for_learners(tmp_path):
         "    optimizer.step()\n"
         "    return loss.item()\n"
     )
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path,
-                         capture_output=True, text=True)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == 1, run.stdout
     assert "test_train_step" in failed[0]

@@ -1,13 +1,11 @@
 """Proves the checks of exercise 08: the reference passes, the stub is 'not implemented
 yet', and every buggy solution fails with its diagnosis on the first line."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from buggy_solutions import ex08_decoding as buggy
-from buggy_solutions import first_line, solutions
+from buggy_solutions import first_line, run_as_learner, solutions
 
 from tfcourse import decoding
 from tfcourse.checking import check, core
@@ -74,9 +72,7 @@ def test_notebook_check_prints_the_same_diagnosis(capsys):
 def test_pytest_output_for_learners(tmp_path):
     """Run pytest on the exercise as a learner does: the reference's greedy_decode and
     decode_step, a beam-search step without length normalization."""
-    for name in ("test_ex08_decoding.py", "pytest.ini"):
-        (tmp_path / name).write_text((EXERCISES / name).read_text())
-    (tmp_path / "ex08_decoding.py").write_text(
+    run = run_as_learner(tmp_path, "ex08_decoding",
         "from tfcourse.decoding import decode_step, greedy_decode  # noqa: F401\n"
         "def beam_search_step(scores, log_probs, lengths, alpha=0.6):\n"
         "    candidates = (scores[:, :, None] + log_probs).flatten(1)\n"
@@ -84,8 +80,6 @@ def test_pytest_output_for_learners(tmp_path):
         "    vocab = log_probs.size(-1)\n"
         "    return candidates.gather(1, best), best // vocab, best % vocab\n"
     )
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path,
-                         capture_output=True, text=True)
     failed = [line for line in run.stdout.splitlines() if line.startswith("FAILED ")]
     assert len(failed) == 1, run.stdout
     assert "test_beam_search_step" in failed[0]

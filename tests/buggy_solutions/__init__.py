@@ -36,3 +36,19 @@ def first_line(check_fn, solution):
     with pytest.raises(CheckFailure) as failure:
         check_fn(solution)
     return str(failure.value).splitlines()[0]
+
+
+def run_as_learner(tmp_path, exercise, source):
+    """Run pytest in `tmp_path` on exercise `exercise` (e.g. "ex01_attention") whose file
+    holds `source`, as a learner runs it; return the finished process (stdout, returncode)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exercises = Path(__file__).parents[2] / "exercises"
+    for name in (f"test_{exercise}.py", "pytest.ini"):
+        (tmp_path / name).write_text((exercises / name).read_text())
+    (tmp_path / f"{exercise}.py").write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=tmp_path, capture_output=True, text=True
+    )

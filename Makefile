@@ -33,9 +33,12 @@ $(VENV)/.installed: $(LOCK) pyproject.toml Makefile
 	  > $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
+# JupyterLab's terminals start with the course's environment activated (tools/lab-bashrc).
 lab: $(VENV)/.installed
-	$(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
-	  --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(ARGS)
+	TFCOURSE_VENV="$(CURDIR)/$(VENV)" $(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
+	  --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb \
+	  --ServerApp.terminado_settings='{"shell_command": ["bash", "--init-file", "$(CURDIR)/tools/lab-bashrc"]}' \
+	  $(ARGS)
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(ARGS)

@@ -244,16 +244,13 @@ def test_interrupted_run_resumes_exactly(task, tmp_path, monkeypatch):
 
 
 def test_copy_task_reaches_full_exact_match():
-    task = copy_task(seed=0)
-    model = tiny_model(task)
-    train(model, task, TrainConfig(**training_defaults("copy")), progress=False)
-    assert exact_match(model, task.test, task.vocab) == 1.0
-
-
-def training_defaults(name):
+    """The course's recipe (notebook 07, `tfcourse train --task copy`): model and training."""
     from tfcourse.cli import TASK_DEFAULTS
 
-    return TASK_DEFAULTS[name]["train"]
+    task = copy_task(seed=0)
+    model = tiny_model(task, **TASK_DEFAULTS["copy"]["model"])
+    train(model, task, TrainConfig(**TASK_DEFAULTS["copy"]["train"]), progress=False)
+    assert exact_match(model, task.test, task.vocab) == 1.0
 
 
 def test_exact_match_counts_whole_sequences(task, monkeypatch):

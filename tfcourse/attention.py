@@ -3,6 +3,7 @@
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V            (paper, eq. 1)
 """
 
+import itertools
 import math
 
 import torch
@@ -53,25 +54,32 @@ def _check_inputs(query, key, value, mask):
             "key and value must have the same length k_len (dimension -2), "
             f"got key {tuple(key.shape)} and value {tuple(value.shape)}"
         )
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = _broadcast(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
         raise ValueError(
             "the leading (batch) dimensions of query, key and value do not broadcast: "
             f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        ) from None
+        )
     if mask is None:
         return
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
     scores_shape = (*batch, query.size(-2), key.size(-2))
-    try:
-        fits = torch.broadcast_shapes(mask.shape, scores_shape) == scores_shape
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if _broadcast(mask.shape, scores_shape) != scores_shape:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
             f"(..., q_len, k_len) = {scores_shape}"
         )
+
+
+def _broadcast(*shapes):
+    """The shape that `shapes` broadcast to, or None if they do not. (torch.broadcast_shapes
+    does the same but costs more than the attention itself on small inputs.)"""
+    result = []
+    for sizes in itertools.zip_longest(*(reversed(s) for s in shapes), fillvalue=1):
+        other = {n for n in sizes if n != 1}
+        if len(other) > 1:
+            return None
+        result.append(other.pop() if other else 1)
+    return tuple(reversed(result))

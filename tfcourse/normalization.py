@@ -23,9 +23,11 @@ class LayerNorm(nn.Module):
         d_model = self.weight.size(0)
         if x.size(-1) != d_model:
             raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
-        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = x.var(dim=-1, keepdim=True, correction=0)  # biased: divide by d_model, not d_model-1
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        centered = x - x.mean(dim=-1, keepdim=True)  # (..., d_model)
+        # The biased variance, divided by d_model (not d_model - 1), written as the formula:
+        # on a CPU this is several times faster than x.var(-1, correction=0).
+        var = (centered * centered).mean(dim=-1, keepdim=True)  # (..., 1)
+        return self.weight * centered * torch.rsqrt(var + self.eps) + self.bias  # rsqrt = 1/sqrt
 
     def extra_repr(self):
         return f"{self.weight.size(0)}, eps={self.eps}"

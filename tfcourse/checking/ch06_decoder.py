@@ -243,10 +243,6 @@ def _build(cls, seed, norm_first):
 @checks(LAYER_NAME)
 def check_decoder_layer(cls):
     """Build `cls` with the reference's weights and compare its forward on LAYER_CASES."""
-    # Under call()'s TorchFunctionMode, torch.broadcast_shapes (in the reference attention the
-    # learner's layer calls) first imports sympy, about 1 s: do it before the time limit runs.
-    import torch.fx.experimental.symbolic_shapes  # noqa: F401
-
     for seed, norm_first, args in LAYER_CASES:
         x, memory, src_mask, tgt_mask = args
         inputs = describe(x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)

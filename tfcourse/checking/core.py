@@ -23,8 +23,9 @@ import torch
 import torch.fx.experimental.symbolic_shapes  # noqa: F401  (see below)
 from torch.overrides import TorchFunctionMode
 
-# Under a TorchFunctionMode, torch.broadcast_shapes imports sympy lazily (about 1 s). Imported
-# here, so that the time limit can never interrupt that import halfway and break torch.
+# Under a TorchFunctionMode, torch.broadcast_shapes (which learner code may call) imports sympy
+# lazily (about 1 s). Imported here, so that the time limit can never interrupt that import
+# halfway and break torch.
 
 # Seconds one call of learner code may take before it is reported as an endless loop.
 TIME_LIMIT = float(os.environ.get("TFCOURSE_CHECK_TIME_LIMIT", "10"))

@@ -6,7 +6,9 @@
 
 1. Copy task (vocabulary 11, length 10): wall time until greedy exact match on the
    validation split reaches 100%, tfcourse.Transformer vs torch.nn.Transformer of the same
-   size, both trained by tfcourse.training.train with the same data, schedule and seed.
+   size, both trained by tfcourse.training.train with the course's recipe for the task, the
+   same data and seeds. The time includes the validation rounds (greedy decoding: tfcourse's
+   uses its key/value cache, torch.nn.Transformer has none).
 2. Training throughput in tokens/s (source + target tokens through forward, backward and
    an Adam step), same configuration for both.
 3. Greedy decoding of 256 tokens (16 sources) with and without the key/value cache.
@@ -26,6 +28,7 @@ import warnings
 import torch
 from torch import nn
 
+from tfcourse.cli import TASK_DEFAULTS
 from tfcourse.data import BOS, PAD, copy_task
 from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import Embeddings
@@ -114,23 +117,25 @@ def median_time(fn, repeats):
 
 def copy_task_time(seeds):
     """Seconds (and steps) until 100% greedy exact match on the copy task's validation split,
-    averaged over seeds: the steps needed swing with the initial weights (400 to 1,000 steps
-    for both models over seeds 0-4 here), so a median of few seeds says more about the seeds
-    than about the models."""
+    averaged over seeds. Both models train with the course's copy recipe (TASK_DEFAULTS, as
+    notebook 07 and `tfcourse train --task copy`), validated every 25 steps."""
     task = copy_task(seed=0, n_train=20_000, n_val=200, n_test=200)
-    config = TransformerConfig.tiny(len(task.vocab), dropout=0.0)
+    config = TransformerConfig.tiny(len(task.vocab), **TASK_DEFAULTS["copy"]["model"])
     results = {"tfcourse": [], "torch.nn": []}
     for seed in range(seeds):
-        train_config = TrainConfig(steps=3000, batch_size=64, warmup=200, lr=1.0, eval_every=50,
-                                   eval_size=200, label_smoothing=0.0, amp=False, seed=seed)
+        train_config = TrainConfig(**{**TASK_DEFAULTS["copy"]["train"], "eval_every": 25,
+                                      "eval_size": 200, "seed": seed})
         for kind in results:  # interleaved, so that a busy moment hits both
             model = build(kind, config, seed)
             start = time.perf_counter()
             history = train(model, task, train_config, device="cpu", progress=False, stop_at=1.0)
             seconds = time.perf_counter() - start
             if history["val_accuracy"][-1] < 1.0:
-                raise RuntimeError(f"{kind} did not reach 100% in {train_config.steps} steps")
+                raise RuntimeError(f"{kind} did not reach 100% in {train_config.steps} steps "
+                                   f"(seed {seed})")
             results[kind].append((seconds, history["val_step"][-1]))
+            print(f"  copy task, seed {seed}, {kind}: {seconds:.1f} s, {history['val_step'][-1]} steps",
+                  flush=True)
     return {k: (statistics.mean(s for s, _ in v), statistics.mean(n for _, n in v))
             for k, v in results.items()}
 
@@ -150,7 +155,7 @@ def throughput(repeats, batch=32, seq=32, steps=10):
     runs = {}
     for kind in ("tfcourse", "torch.nn"):
         model = build(kind, config).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)  # as train()
 
         def run(model=model, optimizer=optimizer):
             for _ in range(steps):
@@ -200,6 +205,8 @@ def cpu_name():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat of each, a rough look")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="copy task: seeds to average over (default 5, 1 with --quick)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--only", choices=("copy", "throughput", "cache"), action="append",
                         help="run only this benchmark (may be repeated)")
@@ -217,7 +224,7 @@ def main(argv=None):
 
     rows = []
     if "copy" in parts:
-        seeds = 1 if args.quick else 5
+        seeds = args.seeds or (1 if args.quick else 5)
         copy = copy_task_time(seeds)
         (ours, our_steps), (theirs, their_steps) = copy["tfcourse"], copy["torch.nn"]
         rows.append((f"copy task: seconds to 100% exact match (mean of {seeds} seeds)",

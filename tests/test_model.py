@@ -87,6 +87,19 @@ def test_shared_and_tied_weights():
     assert untied.generator.weight is not untied.tgt_embed.embedding.weight
 
 
+def test_xavier_init_with_query_key_value_as_one_stacked_matrix():
+    """Every matrix is Xavier-uniform; W^Q, W^K, W^V each as a third of [W^Q; W^K; W^V], the
+    3 d_model x d_model matrix nn.MultiheadAttention initializes (its in_proj_weight)."""
+    model = tiny(share_embeddings=False, tie_output=False)
+    d = model.config.d_model
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        fans = 4 * d if name.endswith(("w_q.weight", "w_k.weight", "w_v.weight")) else sum(p.shape)
+        bound = math.sqrt(6 / fans)
+        assert 0.9 * bound < p.abs().max() <= bound, name
+
+
 def test_every_parameter_gets_a_gradient():
     model = tiny(share_embeddings=False).train()
     src, tgt = tokens(2, 5, [5, 3]), tokens(2, 4, [4, 2])

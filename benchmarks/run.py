@@ -1,6 +1,6 @@
 """Benchmarks: tfcourse against torch.nn.Transformer, and the key/value cache.
 
-    python benchmarks/run.py            # all three, about 3 minutes on a 2-core CPU
+    python benchmarks/run.py            # all three, about 7 minutes on a 2-core CPU
     python benchmarks/run.py --quick    # fewer repeats, a rough look
     python benchmarks/run.py --only throughput --only cache
 
@@ -116,28 +116,36 @@ def median_time(fn, repeats):
 
 
 def copy_task_time(seeds):
-    """Seconds (and steps) until 100% greedy exact match on the copy task's validation split,
-    averaged over seeds. Both models train with the course's copy recipe (TASK_DEFAULTS, as
-    notebook 07 and `tfcourse train --task copy`), validated every 25 steps."""
+    """Seconds and steps until 100% greedy exact match on the copy task's validation split.
+    Both models train with the course's copy recipe (TASK_DEFAULTS, as notebook 07 and
+    `tfcourse train --task copy`), validated every 25 steps. A seed where a model is not at
+    100% when the recipe's steps run out is a miss: it is counted, and the means are taken
+    over the seeds where both models got there.
+
+    Returns ({model: (mean seconds, mean steps)}, number of seeds in the means,
+    {model: misses})."""
     task = copy_task(seed=0, n_train=20_000, n_val=200, n_test=200)
     config = TransformerConfig.tiny(len(task.vocab), **TASK_DEFAULTS["copy"]["model"])
-    results = {"tfcourse": [], "torch.nn": []}
+    runs = {"tfcourse": {}, "torch.nn": {}}
     for seed in range(seeds):
         train_config = TrainConfig(**{**TASK_DEFAULTS["copy"]["train"], "eval_every": 25,
                                       "eval_size": 200, "seed": seed})
-        for kind in results:  # interleaved, so that a busy moment hits both
+        for kind, results in runs.items():  # interleaved, so that a busy moment hits both
             model = build(kind, config, seed)
             start = time.perf_counter()
             history = train(model, task, train_config, device="cpu", progress=False, stop_at=1.0)
             seconds = time.perf_counter() - start
-            if history["val_accuracy"][-1] < 1.0:
-                raise RuntimeError(f"{kind} did not reach 100% in {train_config.steps} steps "
-                                   f"(seed {seed})")
-            results[kind].append((seconds, history["val_step"][-1]))
-            print(f"  copy task, seed {seed}, {kind}: {seconds:.1f} s, {history['val_step'][-1]} steps",
-                  flush=True)
-    return {k: (statistics.mean(s for s, _ in v), statistics.mean(n for _, n in v))
-            for k, v in results.items()}
+            steps, accuracy = history["val_step"][-1], history["val_accuracy"][-1]
+            results[seed] = (seconds, steps) if accuracy == 1.0 else None
+            print(f"  copy task, seed {seed}, {kind}: {seconds:.1f} s, {steps} steps"
+                  + ("" if accuracy == 1.0 else f", missed: {accuracy:.1%} at the end"), flush=True)
+    both = [seed for seed in range(seeds) if all(results[seed] for results in runs.values())]
+    if not both:
+        raise RuntimeError("no seed took both models to 100%")
+    means = {kind: tuple(statistics.mean(results[seed][i] for seed in both) for i in (0, 1))
+             for kind, results in runs.items()}
+    misses = {kind: sum(r is None for r in results.values()) for kind, results in runs.items()}
+    return means, len(both), misses
 
 
 def throughput(repeats, batch=32, seq=32, steps=10):
@@ -206,7 +214,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat of each, a rough look")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="copy task: seeds to average over (default 5, 1 with --quick)")
+                        help="copy task: seeds to average over (default 20, 2 with --quick)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--only", choices=("copy", "throughput", "cache"), action="append",
                         help="run only this benchmark (may be repeated)")
@@ -224,12 +232,14 @@ def main(argv=None):
 
     rows = []
     if "copy" in parts:
-        seeds = args.seeds or (1 if args.quick else 5)
-        copy = copy_task_time(seeds)
-        (ours, our_steps), (theirs, their_steps) = copy["tfcourse"], copy["torch.nn"]
-        rows.append((f"copy task: seconds to 100% exact match (mean of {seeds} seeds)",
-                     f"{ours:.1f} s ({our_steps:.0f} steps)", f"{theirs:.1f} s ({their_steps:.0f} steps)",
-                     ours / theirs, "<= 1.0"))
+        # Steps to 100% vary by about +-10% with the seed for both models: 20 seeds take the
+        # mean to about +-2%.
+        seeds = args.seeds or (2 if args.quick else 20)
+        means, n, misses = copy_task_time(seeds)
+        cells = [f"{seconds:.1f} s ({steps:.0f} steps)" + (f", {misses[kind]} missed" if misses[kind] else "")
+                 for kind, (seconds, steps) in means.items()]
+        rows.append((f"copy task: seconds to 100% exact match (mean of {n} seeds)", *cells,
+                     means["tfcourse"][0] / means["torch.nn"][0], "<= 1.0"))
         print(*rows[-1][:3], flush=True)
     if "throughput" in parts:
         tokens = throughput(repeats)

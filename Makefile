@@ -47,7 +47,7 @@ notebooks: $(VENV)/.installed
 	$(BIN)/python tools/execute_notebooks.py $(NB)
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check tfcourse tests exercises tools
+	$(BIN)/ruff check tfcourse tests exercises tools benchmarks
 
 lock:
 	rm -rf /tmp/tfcourse-lock && $(PYTHON) -m venv /tmp/tfcourse-lock

@@ -14,8 +14,6 @@ from tfcourse.checking.ch01_attention import MISTAKES, check_scaled_dot_product_
 EXERCISES = Path(__file__).parents[1] / "exercises"
 
 
-
-
 def test_reference_passes():
     check_scaled_dot_product_attention(scaled_dot_product_attention)
 

@@ -34,8 +34,6 @@ def item(solution):
     return "split_heads" if solution.__name__.startswith("split_") else "merge_heads"
 
 
-
-
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name):
     CHECKS[name](getattr(multi_head, name))

@@ -34,8 +34,6 @@ def item(solution):
     return "sinusoidal_encoding" if "max_len" in params else "embed_and_encode"
 
 
-
-
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name):
     CHECKS[name](REFERENCES[name])

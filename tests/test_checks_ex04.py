@@ -26,8 +26,6 @@ def check_of(solution):
     return next(c for cls, c in REFERENCES.values() if issubclass(solution, cls))
 
 
-
-
 @pytest.mark.parametrize("name", REFERENCES)
 def test_reference_passes(name):
     cls, check_fn = REFERENCES[name]

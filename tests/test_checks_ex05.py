@@ -25,8 +25,6 @@ def item(solution):
     return next(name for name in CHECKS if issubclass(solution, getattr(buggy.given, name)))
 
 
-
-
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name):
     CHECKS[name][0](getattr(encoder, name))

@@ -20,11 +20,9 @@ from tfcourse.masks import causal_mask
 EXERCISES = Path(__file__).parents[1] / "exercises"
 
 
-
 def check_for(solution):
     """Classes are decoder layers, functions are causal masks."""
     return check_decoder_layer if isinstance(solution, type) else check_causal_mask
-
 
 
 def test_references_pass():

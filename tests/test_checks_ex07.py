@@ -43,8 +43,6 @@ def check_for(solution):
             "step": check_noam_lr, "model": check_train_step}[first]
 
 
-
-
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name):
     CHECKS[name](REFERENCES[name])

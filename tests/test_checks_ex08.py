@@ -35,8 +35,6 @@ def check_for(solution):
     )
 
 
-
-
 @pytest.mark.parametrize("name", CHECKS)
 def test_reference_passes(name):
     CHECKS[name](getattr(decoding, name))

@@ -10,12 +10,13 @@ NB          ?=
 # JupyterLab refuses to run as root unless told to.
 ROOT_FLAG   := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: help lab test notebooks lint lock clean
+.PHONY: help lab test notebooks rounding lint lock clean
 
 help:
 	@echo "make lab        set up .venv, open the course in JupyterLab (ARGS=\"--no-browser --port 8890\")"
 	@echo "make test       set up .venv, run every test (ARGS=\"-k attention\" to select)"
 	@echo "make notebooks  re-execute notebooks in place, stored outputs refreshed (NB=01_attention for one)"
+	@echo "make rounding   nbval under conditions that change float rounding (NB=04_feed_forward_and_norm)"
 	@echo "make lint       ruff over the package, tests and exercises"
 	@echo "make lock       re-resolve requirements/lock.txt from pyproject.toml (maintainers)"
 	@echo "make clean      remove .venv and caches"
@@ -45,6 +46,9 @@ test: $(VENV)/.installed
 
 notebooks: $(VENV)/.installed
 	$(BIN)/python tools/execute_notebooks.py $(NB)
+
+rounding: $(VENV)/.installed
+	$(BIN)/python tools/nbval_rounding.py $(NB)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check tfcourse tests exercises tools benchmarks

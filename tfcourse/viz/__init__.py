@@ -1,0 +1,1 @@
+"""Pictures of what the Transformer computes (see the submodules)."""

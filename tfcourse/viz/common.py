@@ -1,5 +1,7 @@
 """Helpers that every picture shares."""
 
+import warnings
+
 import numpy as np
 import seaborn as sns
 import torch
@@ -24,3 +26,11 @@ def as_array(x, name):
         return np.asarray(x)
     except Exception as error:
         raise TypeError(f"{name} must be a tensor or an array, got {type(x).__name__}") from error
+
+
+def heatmap(data, **kwargs):
+    """seaborn.heatmap, without the PendingDeprecationWarning that seaborn 0.13 triggers in
+    matplotlib 3.11 (its own call of cmap.set_bad): nothing a learner can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The set_bad function", PendingDeprecationWarning)
+        return sns.heatmap(data, **kwargs)

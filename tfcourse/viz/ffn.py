@@ -10,10 +10,9 @@ they are exactly the model's.
 
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 import torch
 
-from tfcourse.viz.common import as_array, show_token
+from tfcourse.viz.common import as_array, heatmap, show_token
 
 
 def draw_ffn(call, tokens, *, example=0, title=None):
@@ -42,7 +41,7 @@ def draw_ffn(call, tokens, *, example=0, title=None):
         (y, f"output FFN(x)  ({d_model})", "RdBu_r", -scale, scale),
     ]
     for ax, (m, name, cmap, vmin, vmax) in zip(axes, panels):
-        sns.heatmap(m, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, center=0 if cmap == "RdBu_r" else None,
+        heatmap(m, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, center=0 if cmap == "RdBu_r" else None,
                     cbar=False, xticklabels=False, yticklabels=labels)
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("unit", fontsize=8)
@@ -111,7 +110,7 @@ def draw_units(means, labels, *, n_units=16, ax=None, title=None):
     table = m[:, units] / m[:, units].max(0).values.clamp(min=1e-8)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.34 * len(units) + 2.2, 0.3 * len(labels) + 1.2))
-    sns.heatmap(table.numpy(), ax=ax, cmap="rocket_r", vmin=0, vmax=1,
+    heatmap(table.numpy(), ax=ax, cmap="rocket_r", vmin=0, vmax=1,
                 xticklabels=[str(u) for u in units.tolist()],
                 yticklabels=[show_token(g) for g in labels],
                 cbar_kws={"label": "mean activation / the unit's largest"})

@@ -3,9 +3,8 @@ colour bar (seaborn draws each panel)."""
 
 import matplotlib.pyplot as plt
 import numpy as np
-import seaborn as sns
 
-from tfcourse.viz.common import as_array, show_token
+from tfcourse.viz.common import as_array, heatmap, show_token
 
 
 def draw_heatmap(matrix, rows=None, cols=None, *, ax=None, vmin=0.0, vmax=None, cmap="magma_r",
@@ -21,7 +20,7 @@ def draw_heatmap(matrix, rows=None, cols=None, *, ax=None, vmin=0.0, vmax=None, 
             raise ValueError(f"{name} must have {n} labels (matrix {m.shape}), got {len(labels)}")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.3 * m.shape[1] + 1.8, 0.3 * m.shape[0] + 1.0))
-    sns.heatmap(m, ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, center=center, cbar=cbar,
+    heatmap(m, ax=ax, vmin=vmin, vmax=vmax, cmap=cmap, center=center, cbar=cbar,
                 cbar_ax=cbar_ax, square=False, annot=annot, fmt=".2f",
                 xticklabels=[show_token(t) for t in cols] if cols is not None else "auto",
                 yticklabels=[show_token(t) for t in rows] if rows is not None else "auto")

@@ -121,7 +121,7 @@ def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=Non
 def links_figsize(q_len, k_len, cross):
     """A size (inches) in which every token label has room."""
     if cross:
-        return max(4.0, 0.32 * max(q_len, k_len) + 1.6), 2.2
+        return max(4.0, 0.32 * max(q_len, k_len) + 1.6), 2.6
     return 2.6, max(2.0, 0.26 * max(q_len, k_len) + 0.6)
 
 

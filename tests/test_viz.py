@@ -435,12 +435,15 @@ def test_explorer_controls_redraw_the_figure_in_place_and_report_bad_input(dates
     c["text"].value = "Jan 3, 1999"
     assert len(updates) == 5 and len({u.data for u in updates}) == 5
     assert explorer.example == "Jan 3, 1999" and c["example"].options[-1] == "Jan 3, 1999"
-    assert (explorer.layer, explorer.head) == (5, 3) and c["token"].value is None
+    assert (explorer.layer, explorer.head, explorer.token) == (5, 3, None)
+    assert c["token"].value == -1 and c["token"].label == "none"
+    c["head"].value = -1
+    assert explorer.head is None and c["head"].label == "all" and len(updates) == 6
     c["text"].value = ""  # cleared: nothing happens
-    assert len(updates) == 5 and c["status"].value == ""
+    assert len(updates) == 6 and c["status"].value == ""
     monkeypatch.setattr(explorer, "attend", lambda text: 1 / 0)
     c["text"].value = "x"
-    assert "ZeroDivisionError" in c["status"].value and len(updates) == 5
+    assert "ZeroDivisionError" in c["status"].value and len(updates) == 6
     assert isinstance(explorer._controls, ipywidgets.VBox)
 
 

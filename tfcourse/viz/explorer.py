@@ -19,6 +19,7 @@ from tfcourse.viz.heatmaps import draw_heatmap
 from tfcourse.viz.links import draw_links, links_figsize
 from tfcourse.viz.record import record
 
+NONE = -1  # the controls' value for "all heads" and "no token" (a widget's None means "no choice")
 KIND_NAMES = {"self": "self-attention", "masked self": "masked self-attention",
               "cross": "cross-attention"}
 
@@ -236,8 +237,8 @@ class AttentionExplorer:
         on("example", lambda v: self.select(example=v))
         on("text", lambda v: v and self.select(example=v))
         on("layer", lambda v: self.select(layer=v))
-        on("head", lambda v: self.select(head=v))
-        on("token", lambda v: self.select(token=v))
+        on("head", lambda v: self.select(head=None if v == NONE else v))
+        on("token", lambda v: self.select(token=None if v == NONE else v))
         return w.VBox([w.HBox([c["example"], c["text"]]),
                        w.HBox([c["layer"], c["head"], c["token"]]), c["status"]])
 
@@ -253,10 +254,10 @@ class AttentionExplorer:
             c["example"].value = self.example
             c["layer"].options = [(m.label, i) for i, m in enumerate(self.maps)]
             c["layer"].value = self.layer
-            c["head"].options = [("all", None)] + [(str(h), h) for h in range(amap.weights.size(0))]
-            c["head"].value = self.head
-            c["token"].options = [("none", None)] + [
+            c["head"].options = [("all", NONE)] + [(str(h), h) for h in range(amap.weights.size(0))]
+            c["head"].value = NONE if self.head is None else self.head
+            c["token"].options = [("none", NONE)] + [
                 (f"{i}: {q}", i) for i, q in enumerate(amap.queries)]
-            c["token"].value = self.token
+            c["token"].value = NONE if self.token is None else self.token
         finally:
             self._syncing = False

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import torch
 
+from tfcourse.data import BOS, EOS, UNK
+from tfcourse.decoding import greedy_decode
+from tfcourse.masks import padding_mask, target_mask
 from tfcourse.viz.common import as_array, head_colors
 from tfcourse.viz.heatmaps import draw_heatmap
 from tfcourse.viz.links import draw_links, links_figsize
@@ -60,12 +63,8 @@ def seq2seq_attention(model, vocab, text, max_len=32):
     self-attention and cross-attention). Decoder queries are labelled with the token each
     position writes; the decoder's own keys with the token it was given (BOS, then the output).
     """
-    from tfcourse.data import BOS, EOS, UNK
-    from tfcourse.decoding import greedy_decode
-    from tfcourse.masks import padding_mask, target_mask
-
     if not text:
-        raise ValueError("text is empty: type a date, e.g. 'November 21, 2026'")
+        raise ValueError("text is empty: type something for the model to read")
     pad = model.config.pad_id
     device = next(model.parameters()).device
     src = torch.tensor([vocab.encode(text)], device=device)
@@ -76,8 +75,8 @@ def seq2seq_attention(model, vocab, text, max_len=32):
     with record(model) as rec:
         model(src, tgt, src_mask, target_mask(tgt, pad))
 
-    def labels(ids, ends="⏎"):
-        return [ends if i == EOS else "?" if i == UNK else "BOS" if i == BOS else vocab.itos[i]
+    def labels(ids):
+        return ["⏎" if i == EOS else "?" if i == UNK else "BOS" if i == BOS else vocab.itos[i]
                 for i in ids.tolist()]
 
     source, written, given = labels(src[0]), labels(out), labels(tgt[0])
@@ -85,10 +84,9 @@ def seq2seq_attention(model, vocab, text, max_len=32):
     for call in rec.attention:
         queries, keys = (source, source) if call.name.startswith("encoder") else (
             (written, source) if call.kind == "cross" else (written, given))
-        mask = None if call.mask is None else call.mask[0, 0]
+        mask = None if call.mask is None else call.mask[0, 0].cpu()  # the same for every head
         maps.append(AttentionMap(layer_label(call.name, call.kind), call.kind,
-                                 call.weights[0].cpu(), queries, keys,
-                                 None if mask is None else mask.cpu()))
+                                 call.weights[0].cpu(), queries, keys, mask))
     return vocab.decode(out), maps
 
 
@@ -140,9 +138,9 @@ class AttentionExplorer:
         explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026", ...])
         explorer  # the last line of a cell: shows the controls and the figure
 
-    attend: a function text -> (title, [AttentionMap, ...]) (e.g. seq2seq_attention with the
-    model given). The figure is an image output that stays in a saved notebook; the controls
-    need a running kernel.
+    attend: a function text -> (the model's output text, [AttentionMap, ...]), e.g.
+    seq2seq_attention with the model given. The figure is an image output that stays in a
+    saved notebook; the controls need a running kernel.
     """
 
     def __init__(self, attend, examples, *, layer=0, head=None, token=None):

@@ -503,3 +503,24 @@ def test_stored_notebooks_hold_no_widget_a_saved_notebook_cannot_show(path):
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert not views, f"re-execute it: make notebooks NB={path.relative_to(ROOT)}"
     assert "widgets" not in nb["metadata"]
+
+
+def test_explorer_without_ipywidgets_shows_the_figure_and_select_redraws_it(dates, monkeypatch, capsys):
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False, display_id=None: shown.append(obj) or Handle())
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
+    model, vocab = dates
+    explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026"])
+    monkeypatch.setattr(explorer, "_image", lambda: (explorer.layer, explorer.head))
+    explorer._ipython_display_()
+    explorer.select(layer=3, head=1)
+    assert shown == [(0, None), (3, 1)]
+    assert "pip install ipywidgets" in capsys.readouterr().out

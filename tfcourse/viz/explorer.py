@@ -178,8 +178,9 @@ class AttentionExplorer:
             token = self.token if layer == self.layer else None
         self._check(layer, head, token)
         self.layer, self.head, self.token = layer, head, token
-        if self._handle is not None:
+        if self._controls is not None:
             self._sync_controls()
+        if self._handle is not None:
             self._handle.update(self._image())
 
     def _check(self, layer, head, token):
@@ -199,11 +200,15 @@ class AttentionExplorer:
     def _ipython_display_(self):
         from IPython.display import display
 
-        self._controls = self._make_controls()
-        bundle = self._controls._repr_mimebundle_()
-        bundle["text/plain"] = ("[Attention explorer: choose the example, the layer, the head and a "
-                                "token, or type your own input, once this cell has run]")
-        display(bundle, raw=True)
+        try:
+            self._controls = self._make_controls()
+        except ImportError:  # tfcourse installed without its [lab] extra: the figure alone
+            print("(pip install ipywidgets for the explorer's controls; select(...) works without)")
+        else:
+            bundle = self._controls._repr_mimebundle_()
+            bundle["text/plain"] = ("[Attention explorer: choose the example, the layer, the head "
+                                    "and a token, or type your own input, once this cell has run]")
+            display(bundle, raw=True)
         self._handle = display(self._image(), display_id=True)
 
     def _make_controls(self):

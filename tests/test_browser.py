@@ -2,7 +2,7 @@
 by Playwright (Debian's chromium package; no browser is downloaded). A stored notebook shows
 its figures and no broken widget with nothing fetched from the network; run top to bottom it
 shows no error; changing the explorer's head redraws its figure. Screenshots are kept in
-build/browser/ (the path is printed)."""
+build/browser/ (the path is printed; failed.png shows the page when the test failed)."""
 
 import json
 import re
@@ -23,18 +23,16 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--n
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium to test in a real browser: apt-get install chromium")
 
-PROMPTS_DONE = """() => {
-    const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
-        .map(p => p.textContent);
-    return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p));
-}"""
+PROMPTS = "[...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent)"
+RUNNING = f"() => {PROMPTS}.some(p => p.includes('*'))"  # a queued or running cell shows [*]
+DONE = f"() => {PROMPTS}.every(p => /\\[\\d+\\]/.test(p))"
 ERRORS = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
     .filter(o => o.dataset.mimeType === 'application/vnd.jupyter.stderr'
                  || /Traceback|Error displaying widget|Loading widget/.test(o.textContent))
     .map(o => o.textContent.slice(0, 300))"""
 
 
-def wait_for_kernel(base, timeout=60):
+def wait_for_kernel(base, timeout=120):
     """Until the notebook's kernel has started and is idle (the page's own indicator says
     "idle" before the kernel exists too)."""
     deadline = time.monotonic() + timeout
@@ -48,6 +46,36 @@ def wait_for_kernel(base, timeout=60):
 
 def first_image(page):
     return page.evaluate("() => document.querySelector('.jp-OutputArea-output img')?.src")
+
+
+def open_run_and_change(page, base, cells):
+    """The stored notebook, then Run All, then another head in the explorer."""
+    page.goto(f"{base}/lab/tree/{TARGET}?reset&token={TOKEN}")
+    page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length == {cells}")
+    wait_for_kernel(base)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
+
+    # as stored: the figures show, no widget placeholder, no frozen progress bar
+    text = page.inner_text(".jp-Notebook")
+    assert first_image(page), "the stored figures do not show"
+    assert page.evaluate(ERRORS) == []
+    assert not re.search(r"\b0%\|", text), "a progress bar is stored at 0%"
+    page.screenshot(path=SCREENSHOTS / "1_stored.png")
+
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+    page.wait_for_function(RUNNING, timeout=10_000)
+    page.wait_for_function(DONE, timeout=180_000)
+    page.wait_for_selector(".widget-toggle-button")
+    assert page.evaluate(ERRORS) == [], "a cell shows an error"
+    before = first_image(page)
+    page.locator(".widget-toggle-button", has_text="1").first.click()
+    page.wait_for_function(
+        "(before) => document.querySelector('.jp-OutputArea-output img')?.src !== before",
+        arg=before, timeout=30_000)
+    assert page.evaluate(ERRORS) == []
+    page.locator(".widget-toggle-button", has_text="1").first.scroll_into_view_if_needed()
+    page.screenshot(path=SCREENSHOTS / "2_head_changed.png")
 
 
 def test_a_notebook_renders_offline_runs_and_its_widgets_respond(tmp_path, capsys):
@@ -67,32 +95,11 @@ def test_a_notebook_renders_offline_runs_and_its_widgets_respond(tmp_path, capsy
 
         page.route(lambda url: not url.startswith(base), refuse)
         page.set_default_timeout(60_000)
-        page.goto(f"{base}/lab/tree/{TARGET}?reset&token={TOKEN}")
-        cells = len(json.loads(stored)["cells"])
-        page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length == {cells}")
-        wait_for_kernel(base)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
-
-        # as stored: the figures show, no widget placeholder, no frozen progress bar
-        text = page.inner_text(".jp-Notebook")
-        assert first_image(page), "the stored figures do not show"
-        assert page.evaluate(ERRORS) == []
-        assert not re.search(r"\b0%\|", text), "a progress bar is stored at 0%"
-        page.screenshot(path=SCREENSHOTS / "1_stored.png")
-
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-        page.wait_for_function(PROMPTS_DONE, timeout=120_000)
-        page.wait_for_selector(".widget-toggle-button")
-        assert page.evaluate(ERRORS) == [], "a cell shows an error"
-        before = first_image(page)
-        page.locator(".widget-toggle-button", has_text="1").first.click()
-        page.wait_for_function(
-            "(before) => document.querySelector('.jp-OutputArea-output img')?.src !== before",
-            arg=before, timeout=30_000)
-        assert page.evaluate(ERRORS) == []
-        page.locator(".widget-toggle-button", has_text="1").first.scroll_into_view_if_needed()
-        page.screenshot(path=SCREENSHOTS / "2_head_changed.png")
+        try:
+            open_run_and_change(page, base, len(json.loads(stored)["cells"]))
+        except Exception:
+            page.screenshot(path=SCREENSHOTS / "failed.png")
+            raise
         browser.close()
     assert outside == [], f"fetched from outside: {outside}"
     assert notebook.read_bytes() == stored, f"{TARGET} was written by the browser session"

@@ -32,7 +32,7 @@ def draw_ffn(call, tokens, *, example=0, title=None):
     labels = [show_token(t) for t in tokens]
     fig, axes = plt.subplots(
         1, 4, figsize=(11, 0.24 * n + 1.9), sharey=True, layout="constrained",
-        gridspec_kw={"width_ratios": [d_model, d_ff, d_model, 0.5 * d_model]},
+        gridspec_kw={"width_ratios": [d_model, d_ff, d_model, 0.7 * d_model]},
     )
     scale = float(max(np.abs(x).max(), np.abs(y).max()))
     panels = [
@@ -60,7 +60,7 @@ def draw_ffn(call, tokens, *, example=0, title=None):
     rows = np.arange(n) + 0.5
     axes[3].barh(rows - 0.18, norms[1], height=0.36, color="0.7")
     axes[3].barh(rows + 0.18, norms[0], height=0.36, color="C0")
-    axes[3].set_title("norm of the update ‖FFN(x)‖ (blue)\nand of the residual (grey)", fontsize=8)
+    axes[3].set_title("‖FFN(x)‖ (blue)\n‖residual‖ (grey)", fontsize=8)
     axes[3].tick_params(labelsize=7)
     axes[3].invert_yaxis()  # as the heatmaps: first token on top
     axes[3].set_ylim(n, 0)

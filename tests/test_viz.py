@@ -166,11 +166,30 @@ def test_record_works_on_a_learners_modules_and_names_what_it_cannot_use():
             pass
 
 
+def learner_encoder_layer(norm_first, activation):
+    """A correct solution of exercise 05's EncoderLayer (its own norm1, norm2, dropout)."""
+    ex05 = exercise("ex05_encoder")
+
+    class EncoderLayer(ex05.EncoderLayer):
+        def forward(self, x, mask=None):
+            if self.norm_first:
+                h = self.norm1(x)
+                x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+                return x + self.dropout(self.feed_forward(self.norm2(x)))
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+            return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+    torch.manual_seed(0)
+    return EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first, activation=activation)
+
+
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-@pytest.mark.parametrize("learner", [False, True], ids=["reference", "exercise solution"])
-def test_ffn_hidden_activations_are_the_models_and_the_residual_is_the_stream(norm_first, learner):
-    layer, reference = learner_layer(norm_first, activation="gelu" if norm_first else "relu")
-    model = layer if learner else reference
+@pytest.mark.parametrize("who", ["reference", "exercises 02 and 04", "exercise 05"])
+def test_ffn_hidden_activations_are_the_models_and_the_residual_is_the_stream(norm_first, who):
+    activation = "gelu" if norm_first else "relu"
+    layer, reference = learner_layer(norm_first, activation)
+    model = {"reference": reference, "exercises 02 and 04": layer,
+             "exercise 05": learner_encoder_layer(norm_first, activation)}[who]
     x = torch.randn(2, 5, 16)
     with record(model) as rec:
         out = model(x)

@@ -18,7 +18,9 @@ from lab import ROOT, TOKEN, running_lab
 TARGET = "tests/fixtures/attention_explorer.ipynb"
 SCREENSHOTS = ROOT / "build" / "browser"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+# Offline: no host but this machine's resolves.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium to test in a real browser: apt-get install chromium")
@@ -32,15 +34,16 @@ ERRORS = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
     .map(o => o.textContent.slice(0, 300))"""
 
 
-def wait_for_kernel(base, timeout=120):
+def wait_for_kernel(page, base, timeout=120):
     """Until the notebook's kernel has started and is idle (the page's own indicator says
-    "idle" before the kernel exists too)."""
+    "idle" before the kernel exists too). Waits with the page's clock: a time.sleep would
+    hold up Playwright's event loop, and with it the page."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={TOKEN}"))
         if sessions and all(s["kernel"]["execution_state"] == "idle" for s in sessions):
             return
-        time.sleep(0.25)
+        page.wait_for_timeout(250)
     raise TimeoutError(f"the kernel did not start in {timeout} s: {sessions}")
 
 
@@ -52,7 +55,7 @@ def open_run_and_change(page, base, cells):
     """The stored notebook, then Run All, then another head in the explorer."""
     page.goto(f"{base}/lab/tree/{TARGET}?reset&token={TOKEN}")
     page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length == {cells}")
-    wait_for_kernel(base)
+    wait_for_kernel(page, base)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
 
     # as stored: the figures show, no widget placeholder, no frozen progress bar
@@ -87,13 +90,8 @@ def test_a_notebook_renders_offline_runs_and_its_widgets_respond(tmp_path, capsy
     with running_lab(tmp_path) as base, sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        outside = []  # offline: anything not served by this JupyterLab is refused and noted
-
-        def refuse(route):
-            outside.append(route.request.url)
-            route.abort()
-
-        page.route(lambda url: not url.startswith(base), refuse)
+        outside = []  # what the page asked of anything but this JupyterLab (refused: ARGS)
+        page.on("request", lambda r: r.url.startswith((base, "data:", "blob:")) or outside.append(r.url))
         page.set_default_timeout(60_000)
         try:
             open_run_and_change(page, base, len(json.loads(stored)["cells"]))

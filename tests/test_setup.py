@@ -2,18 +2,12 @@
 JupyterLab serves the course."""
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 import tomllib
+from lab import TOKEN, running_lab
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).parents[1]
@@ -70,44 +64,14 @@ def test_ci_runs_the_readme_test_command():
     assert re.search(r"^make test$", (ROOT / ".ci/run").read_text(), re.M)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_jupyterlab_serves_the_notebooks(tmp_path):
     """`make lab` as a learner runs it (headless), then the contents API lists the course."""
-    port, token = free_port(), "tfcourse-test-token"
-    args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token={token}"
-    in_make_venv = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
-    command = (
-        ["make", "-s", "lab", f"ARGS={args}"]
-        if in_make_venv
-        else [sys.executable, "-m", "jupyterlab", "--allow-root", *args.split()]
-    )
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path)}
-    server = subprocess.Popen(
-        command, cwd=ROOT, env=env, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "lab.log", "w"),
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/api/contents/notebooks?token={token}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                listing = json.load(urllib.request.urlopen(url, timeout=5))
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-2000:])
-                time.sleep(0.5)
+    with running_lab(tmp_path) as base:
+        url = f"{base}/api/contents/notebooks?token={TOKEN}"
+        listing = json.load(urllib.request.urlopen(url, timeout=5))
         names = {item["name"] for item in listing["content"]}
         assert {"00_start_here.ipynb", "01_attention.ipynb"} <= names
         root = json.load(urllib.request.urlopen(url.replace("/notebooks?", "?"), timeout=5))
         assert {"exercises", "notebooks", "tfcourse"} <= {item["name"] for item in root["content"]}
-        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=5)
+        page = urllib.request.urlopen(f"{base}/lab?token={TOKEN}", timeout=5)
         assert page.status == 200
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)

@@ -1,0 +1,545 @@
+"""The visual layer: what it records equals what the model computes (for the reference classes
+and for a learner's exercise solutions), and the figures show it: line widths follow the
+weights, no line reaches a masked position, the FFN heatmap holds the model's activations.
+Figures are inspected as objects (artists, arrays), not as pixels."""
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.collections import LineCollection, QuadMesh
+from matplotlib.colors import to_rgba
+from matplotlib.patches import Circle, FancyBboxPatch
+from matplotlib.text import Annotation
+from torch.nn import functional as F
+
+import tfcourse
+from tfcourse.data import BOS, EOS
+from tfcourse.decoding import greedy_decode
+from tfcourse.encoder import EncoderLayer
+from tfcourse.masks import causal_mask, padding_mask, target_mask
+from tfcourse.model import Transformer, TransformerConfig
+from tfcourse.training import load_checkpoint
+from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
+from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
+from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
+from tfcourse.viz.heatmaps import draw_heatmaps
+from tfcourse.viz.links import GREY, MAX_WIDTH, draw_heads, draw_links
+from tfcourse.viz.record import record
+
+matplotlib.use("Agg")
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def dates():
+    model, vocab, _ = load_checkpoint(Path(tfcourse.__file__).parent / "checkpoints" / "dates.pt")
+    return model, vocab
+
+
+def exercise(name):
+    """An exercise file as a module (as a learner's file is imported by the checks)."""
+    spec = importlib.util.spec_from_file_location(f"_viz_test_{name}", ROOT / "exercises" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def learner_classes():
+    """Correct solutions of exercises 02 and 04, written as a learner would, into the
+    exercises' own classes (the attribute names are the exercises')."""
+    ex02, ex04 = exercise("ex02_multi_head_attention"), exercise("ex04_feed_forward_and_norm")
+
+    class MultiHeadAttention(ex02.MultiHeadAttention):
+        def forward(self, query, key, value, mask=None, need_weights=False):
+            b = query.size(0)
+
+            def split(x):
+                return x.view(b, -1, self.n_heads, self.d_head).transpose(1, 2)
+
+            q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = scores.softmax(dim=-1)
+            out = (weights @ v).transpose(1, 2).reshape(b, -1, self.n_heads * self.d_head)
+            return self.w_o(out), weights if need_weights else None
+
+    class PositionWiseFeedForward(ex04.PositionWiseFeedForward):
+        def forward(self, x):
+            return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+    return MultiHeadAttention, PositionWiseFeedForward
+
+
+def learner_layer(norm_first, activation="relu"):
+    """The reference EncoderLayer with its attention and FFN replaced by the learner's classes
+    holding the same weights; and the reference layer."""
+    torch.manual_seed(0)
+    reference = EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first, activation=activation)
+    mha, ffn = learner_classes()
+    layer = EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first, activation=activation)
+    layer.load_state_dict(reference.state_dict())
+    layer.self_attn = mha(16, 4)
+    layer.self_attn.load_state_dict(reference.self_attn.state_dict())
+    layer.feed_forward = ffn(16, 32, activation=activation)
+    layer.feed_forward.load_state_dict(reference.feed_forward.state_dict())
+    return layer, reference
+
+
+# ----------------------------------------------------------------------------- recording
+
+
+def test_record_gives_every_attention_call_with_its_kind_and_the_models_weights():
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.tiny(12, n_layers=2)).eval()
+    src = torch.tensor([[5, 6, 7, 8, 0], [4, 5, 6, 7, 8]])
+    tgt = torch.tensor([[1, 9, 10, 0], [1, 4, 4, 4]])
+    src_mask, tgt_mask = padding_mask(src, 0), target_mask(tgt, 0)
+    with record(model) as rec:
+        logits = model(src, tgt, src_mask, tgt_mask)
+    assert [(c.name, c.kind) for c in rec.attention] == [
+        ("encoder.layers.0.self_attn", "self"), ("encoder.layers.1.self_attn", "self"),
+        ("decoder.layers.0.self_attn", "masked self"), ("decoder.layers.0.cross_attn", "cross"),
+        ("decoder.layers.1.self_attn", "masked self"), ("decoder.layers.1.cross_attn", "cross"),
+    ]
+    # the weights are the ones the layer computes (asked for directly)
+    x = model.positional(model.src_embed(src))
+    _, direct = model.encoder.layers[0].self_attn(x, x, x, src_mask, need_weights=True)
+    torch.testing.assert_close(rec.attention[0].weights, direct)
+    assert rec.attention[0].mask.shape == (2, 4, 5, 5)
+    assert not rec.attention[3].mask[0, :, :, 4].any()  # padded source position
+    torch.testing.assert_close(logits, model(src, tgt, src_mask, tgt_mask))  # output unchanged
+
+
+def test_record_leaves_the_model_as_it_was():
+    model = Transformer(TransformerConfig.tiny(12, n_layers=1, dropout=0.3))
+    model.train()
+    model.decoder.eval()
+    src, tgt = torch.tensor([[4, 5, 6]]), torch.tensor([[1, 4]])
+    with record(model) as rec:
+        assert not any(m.training for m in model.modules())  # no dropout while recording
+        model(src, tgt, None, causal_mask(2))
+    assert model.training and model.encoder.training and not model.decoder.training
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    weights = rec.attention[0].weights
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+    # a caller that did not ask for the weights still gets None
+    attn = model.encoder.layers[0].self_attn
+    with record(attn):
+        x = torch.randn(1, 3, 64)
+        assert attn(x, x, x)[1] is None
+
+
+def test_record_works_on_a_learners_modules_and_names_what_it_cannot_use():
+    layer, reference = learner_layer(norm_first=False)
+    x, mask = torch.randn(2, 6, 16), padding_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2]), 0)
+    with record(layer) as mine, record(reference) as theirs:
+        layer(x, mask), reference(x, mask)
+    torch.testing.assert_close(mine.attention[0].weights, theirs.attention[0].weights)
+    torch.testing.assert_close(mine.ffn[0].hidden, theirs.ffn[0].hidden)
+
+    class NoWeights(torch.nn.Module):
+        def forward(self, query, key, value, mask=None, need_weights=False):
+            return query, None
+
+    NoWeights.__name__ = "MultiHeadAttention"
+    module = NoWeights()
+    with pytest.raises(TypeError, match="returned weights = None with need_weights=True"):
+        with record(module):
+            module(x, x, x)
+    with pytest.raises(ValueError, match="nothing to record"):
+        with record(torch.nn.Linear(2, 2)):
+            pass
+
+
+def learner_encoder_layer(norm_first, activation):
+    """A correct solution of exercise 05's EncoderLayer (its own norm1, norm2, dropout)."""
+    ex05 = exercise("ex05_encoder")
+
+    class EncoderLayer(ex05.EncoderLayer):
+        def forward(self, x, mask=None):
+            if self.norm_first:
+                h = self.norm1(x)
+                x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+                return x + self.dropout(self.feed_forward(self.norm2(x)))
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+            return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+    torch.manual_seed(0)
+    return EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first, activation=activation)
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+@pytest.mark.parametrize("who", ["reference", "exercises 02 and 04", "exercise 05"])
+def test_ffn_hidden_activations_are_the_models_and_the_residual_is_the_stream(norm_first, who):
+    activation = "gelu" if norm_first else "relu"
+    layer, reference = learner_layer(norm_first, activation)
+    model = {"reference": reference, "exercises 02 and 04": layer,
+             "exercise 05": learner_encoder_layer(norm_first, activation)}[who]
+    x = torch.randn(2, 5, 16)
+    with record(model) as rec:
+        out = model(x)
+    (call,) = rec.ffn
+    ffn = model.feed_forward
+    act = F.gelu if norm_first else F.relu
+    torch.testing.assert_close(call.hidden, act(ffn.linear1(call.input)))
+    torch.testing.assert_close(call.output, ffn(call.input))
+    # the update is added to the residual stream: pre-norm, the layer's output is their sum
+    if norm_first:
+        torch.testing.assert_close(out, call.residual + call.output)
+        assert not torch.allclose(call.residual, call.input)
+    else:
+        assert call.residual is call.input or torch.equal(call.residual, call.input)
+    # and the figure shows exactly these activations
+    fig = draw_ffn(call, list("abcde"), example=1)
+    meshes = [a.collections[0] for a in fig.axes[:3]]
+    shown = [np.asarray(m.get_array()).reshape(5, -1) for m in meshes]
+    for values, tensor in zip(shown, (call.input, call.hidden, call.output)):
+        np.testing.assert_allclose(values, tensor[1].numpy(), rtol=1e-6)
+    inactive = [t.get_text() for t in fig.axes[1].texts if t.get_text().endswith("%")]
+    assert inactive == [f"{s:.0%}" for s in (call.hidden[1] <= 0).float().mean(-1).tolist()]
+    bars = [p.get_width() for p in fig.axes[3].patches]
+    np.testing.assert_allclose(bars[:5], call.residual[1].norm(dim=-1).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(bars[5:], call.output[1].norm(dim=-1).numpy(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- links
+
+
+def links_of(ax):
+    """{(query label, key label, collection gid): (width, rgba)} read back from the figure:
+    each line's ends are matched with the tokens' annotations."""
+    where = {}
+    for a in ax.texts:
+        if isinstance(a, Annotation) and a.get_gid():
+            where[tuple(np.round(a.xy, 6))] = a.get_gid()
+    found = {}
+    for c in ax.collections:
+        if not isinstance(c, LineCollection):
+            continue
+        widths, colors = c.get_linewidths(), c.get_colors()
+        for k, seg in enumerate(c.get_segments()):
+            ends = tuple(where[tuple(np.round(p, 6))] for p in seg)
+            found[(*ends, c.get_gid())] = (widths[k % len(widths)], tuple(colors[k % len(colors)]))
+    return found
+
+
+@pytest.mark.parametrize("cross", [False, True], ids=["self", "cross"])
+def test_line_width_and_opacity_follow_the_weight(cross):
+    w = torch.tensor([[0.6, 0.3, 0.1, 0.0], [0.05, 0.15, 0.3, 0.5], [0.25, 0.25, 0.25, 0.25]])
+    ax = draw_links(w, list("abc"), list("wxyz"), cross=cross, threshold=0.02)
+    links = links_of(ax)
+    assert len(links) == 11  # the one zero weight gets no line
+    for (q, k, gid), (width, rgba) in links.items():
+        weight = w[int(q.split()[1]), int(k.split()[1])].item()
+        assert width == pytest.approx(MAX_WIDTH * weight)
+        assert rgba[3] == pytest.approx(0.15 + 0.85 * weight)
+        assert gid == "head 0"
+    ordered = sorted(links.values())
+    assert [a for _, (*_, a) in ordered] == sorted(a for _, (*_, a) in ordered)
+
+
+def test_no_line_to_a_masked_or_negligible_position():
+    w = torch.full((4, 4), 0.25)  # a wrong module could give masked keys weight: still no line
+    mask = causal_mask(4)
+    links = links_of(draw_links(w, list("abcd"), mask=mask))
+    pairs = {(int(q.split()[1]), int(k.split()[1])) for q, k, _ in links}
+    assert pairs == {(i, j) for i in range(4) for j in range(i + 1)}
+    links = links_of(draw_links(torch.tensor([[0.995, 0.005]]), ["q"], ["a", "b"], threshold=0.01))
+    assert [k for _, k, _ in links] == ["key 0"]
+
+
+def test_masked_self_attention_of_a_real_model_never_links_the_future_or_padding(dates):
+    model, vocab = dates
+    _, maps = seq2seq_attention(model, vocab, "Sunday, March 2, 1958")
+    masked = [m for m in maps if m.kind == "masked self"]
+    assert len(masked) == len(model.decoder.layers)
+    for m in masked:
+        fig = draw_heads(m.weights, m.queries, m.keys, mask=m.mask)
+        for ax in fig.axes:
+            for q, k, _ in links_of(ax):
+                assert int(k.split()[1]) <= int(q.split()[1]), f"{m.label}: {q} -> {k}"
+    # padding: a batch of two lengths, the shorter one's padded keys get no line
+    src = torch.tensor([vocab.encode("3 mai 2027") + [0] * 6, vocab.encode("March 3, 2027 ab")])
+    with record(model.encoder) as rec:
+        model.encoder(model.positional(model.src_embed(src)), padding_mask(src, 0))
+    call = rec.attention[0]
+    ax = draw_links(call.weights[0], list(range(16)), mask=call.mask[0, 0])
+    keys = {int(k.split()[1]) for _, k, _ in links_of(ax)}
+    assert max(keys) == 9 and len(keys) > 5
+
+
+def test_a_chosen_token_keeps_its_colour_and_the_others_turn_grey():
+    w = torch.softmax(torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
+    ax = draw_links(w, list("abcde"), token=2, threshold=0.0)
+    links = links_of(ax)
+    for (q, _, gid), (_, rgba) in links.items():
+        if q == "query 2":
+            assert gid.endswith("highlighted") and rgba[:3] != pytest.approx(GREY)
+        else:
+            assert not gid.endswith("highlighted") and rgba[:3] == pytest.approx(GREY)
+    assert len(links) == 2 * 25  # both heads, every pair
+    label = next(a for a in ax.texts if a.get_gid() == "query 2")
+    assert label.get_fontweight() == "bold"
+
+
+def test_heads_side_by_side_one_colour_each_and_all_heads_overlaid():
+    w = torch.softmax(torch.randn(3, 4, 6), -1)
+    fig = draw_heads(w, list("abcd"), list("uvwxyz"), cross=True)
+    assert [a.get_title() for a in fig.axes] == ["head 0", "head 1", "head 2", "all heads"]
+    colors = [tuple(a.collections[0].get_colors()[0][:3]) for a in fig.axes[:3]]
+    assert len(set(colors)) == 3
+    overlay = {c.get_gid(): tuple(c.get_colors()[0][:3]) for c in fig.axes[3].collections
+               if len(c.get_segments())}
+    assert [overlay[f"head {h}"] for h in range(3)] == colors
+
+
+def test_drawing_rejects_labels_that_do_not_match_the_weights():
+    with pytest.raises(ValueError, match="queries must have 3 labels"):
+        draw_links(torch.rand(3, 4), list("ab"), list("wxyz"))
+    with pytest.raises(ValueError, match=r"token must be a query position in \[0, 3\)"):
+        draw_links(torch.rand(3, 3), list("abc"), token=3)
+    with pytest.raises(ValueError, match="weights must have shape"):
+        draw_links(torch.rand(2, 2, 3, 3), list("abc"))
+
+
+# ----------------------------------------------------------------------------- heatmaps
+
+
+def test_compared_heatmaps_share_one_colour_scale_and_one_colour_bar():
+    ms = [torch.rand(3, 4) * s for s in (1, 2, 3)]
+    fig = draw_heatmaps(ms, list("abc"), list("wxyz"), titles=["x", "y", "z"])
+    meshes = [c for a in fig.axes if a.get_label() != "<colorbar>" for c in a.collections
+              if isinstance(c, QuadMesh)]
+    assert len(meshes) == 3 and len({m.get_clim() for m in meshes}) == 1
+    assert meshes[0].get_clim()[1] == pytest.approx(max(m.max().item() for m in ms))
+    assert sum(a.get_label() == "<colorbar>" for a in fig.axes) == 1
+    for mesh, m in zip(meshes, ms):
+        np.testing.assert_allclose(np.asarray(mesh.get_array()).reshape(3, 4), m.numpy(), rtol=1e-6)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list("abc")
+
+
+# ----------------------------------------------------------------------------- FFN units
+
+
+def test_unit_means_average_each_group_and_selective_units_find_the_specialists():
+    hidden = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 2.0], [0.0, 5.0, 2.0]])
+    labels, means = unit_means(hidden, ["digit", "digit", "letter"])
+    assert labels == ["digit", "letter"]
+    torch.testing.assert_close(means, torch.tensor([[2.0, 0.0, 2.0], [0.0, 5.0, 2.0]]))
+    assert selective_units(means, 2).tolist() == [0, 1]  # unit 2 fires for everything
+    ax = draw_units(means, labels, n_units=2)
+    np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(2, 2),
+                               [[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match=r"hidden must have shape \(n_tokens=2, d_ff\)"):
+        unit_means(hidden, ["a", "b"])
+
+
+# ----------------------------------------------------------------------------- figure 1
+
+
+def test_figure_1_labels_every_part_with_its_chapter_and_highlights_one_chapter():
+    ax = draw_transformer()
+    badges = [(t.get_gid(), t.get_text()) for t in ax.texts if (t.get_gid() or "").startswith("badge")]
+    assert ("badge Masked Multi-Head Attention", "02·06") in badges
+    assert ("badge Feed Forward", "04") in badges and ("badge Encoder", "05") in badges
+    assert ("badge Multi-Head Attention", "01·02") in badges  # the encoder's
+    shown = {int(c) for _, text in badges for c in text.split("·")}
+    assert shown == set(range(1, 9))  # every chapter that builds a part of the model
+    assert not any(p.get_edgecolor() == to_rgba(HIGHLIGHT) for p in ax.patches)
+    for chapter in CHAPTERS:
+        ax = draw_transformer(chapter, ax=plt.subplots(figsize=(7, 7.7))[1])
+        red = {p.get_gid() for p in ax.patches if p.get_edgecolor() == to_rgba(HIGHLIGHT)}
+        red |= {t.get_text() for t in ax.texts if t.get_color() == HIGHLIGHT}
+        assert red, f"chapter {chapter} highlights nothing"
+        assert chapter != 4 or red == {"box Add & Norm", "box Feed Forward"}
+        assert chapter != 3 or {p.get_gid() for p in ax.patches if isinstance(p, Circle)
+                                and p.get_edgecolor() == to_rgba(HIGHLIGHT)} == {
+            "positional encoding 2.6", "positional encoding 8.2"}
+        assert chapter != 9 or red == {"frame Encoder", "frame Decoder"}
+        assert f"you are here: {chapter:02d}" in ax.get_title()
+    fig = you_are_here(2)
+    assert fig.get_figwidth() < 4 and sum(isinstance(p, FancyBboxPatch) for p in fig.axes[0].patches) > 10
+    with pytest.raises(ValueError, match="chapter must be None or one of"):
+        draw_transformer(11)
+
+
+# ----------------------------------------------------------------------------- the explorer
+
+
+def test_seq2seq_attention_is_what_the_model_does_with_its_own_output(dates):
+    model, vocab = dates
+    text = "samedi 21 novembre 2026"
+    output, maps = seq2seq_attention(model, vocab, text)
+    src = torch.tensor([vocab.encode(text)])
+    greedy = greedy_decode(model, src, padding_mask(src, 0), 32, BOS, EOS)
+    assert output == vocab.decode(greedy[0]) == "2026-11-21"
+    labels = [m.label for m in maps]
+    assert labels[0] == "encoder layer 0 · self-attention"
+    assert labels[-1] == f"decoder layer {len(model.decoder.layers) - 1} · cross-attention"
+    cross = maps[-1]
+    assert cross.keys == list(text) and cross.queries == [*output, "⏎"]
+    assert maps[2].keys == ["BOS", *output] and maps[2].kind == "masked self"
+    # the model writes the year while looking at the year: the weight is on "2026"
+    year = cross.weights.mean(0)[:4].sum(0)
+    assert year[-4:].sum() > 0.5 * year.sum()
+
+
+def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
+    model, vocab = dates
+    explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026"], layer=5)
+    fig = explorer.figure()
+    assert "November 21, 2026" in fig.texts[0].get_text() and "cross-attention" in fig.texts[0].get_text()
+    explorer.select(head=2, token=1)
+    links = links_of(explorer.figure().axes[0])
+    assert {q for q, _, gid in links if gid.endswith("highlighted")} == {"query 1"}
+    explorer.select(example="3 mai 2027")  # a new example keeps the layer and head
+    assert explorer.examples == ["November 21, 2026", "3 mai 2027"] and explorer.output == "2027-05-03"
+    assert (explorer.layer, explorer.head, explorer.token) == (5, 2, None)
+    with pytest.raises(ValueError, match=r"head must be None \(all heads\) or in \[0, 4\)"):
+        explorer.select(head=4)
+    with pytest.raises(ValueError, match="text is empty"):
+        explorer.select(example="")
+    assert explorer.example == "3 mai 2027"
+    with pytest.raises(ValueError, match="head must be None"):
+        draw_attention(explorer.maps[0], head=9)
+    assert layer_label("blocks.3.attn", "masked self") == "blocks layer 3 · masked self-attention"
+
+
+def test_explorer_controls_redraw_the_figure_in_place_and_report_bad_input(dates, monkeypatch):
+    """The widgets as a kernel runs them: display() gives the controls (with a text for
+    notebooks opened without a kernel) and an image with a display id, which each change
+    updates."""
+    ipywidgets = pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown, updates = [], []
+
+    class Handle:
+        def update(self, obj):
+            updates.append(obj)
+
+    def display(obj, raw=False, display_id=None):
+        shown.append(obj)
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    model, vocab = dates
+    explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026", "3 mai 2027"])
+    explorer._ipython_display_()
+    bundle, image = shown
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("[Attention explorer: choose")
+    assert image.data[:8] == b"\x89PNG\r\n\x1a\n"
+    # from here on, an update carries the choice it shows instead of a drawing of it
+    monkeypatch.setattr(explorer, "_image", lambda: (explorer.example, explorer.layer,
+                                                     explorer.head, explorer.token))
+    c = explorer._widgets
+    assert c["layer"].options[5] == ("decoder layer 1 · cross-attention", 5)
+    assert (c["head"].label, c["token"].label) == ("all", "none")
+    c["head"].value = 3
+    c["layer"].value = 5
+    c["token"].value = 2
+    c["example"].value = "3 mai 2027"  # the layer and head stay, the token goes
+    c["text"].value = "Jan 3, 1999"
+    c["head"].value = -1
+    assert updates == [
+        ("November 21, 2026", 0, 3, None), ("November 21, 2026", 5, 3, None),
+        ("November 21, 2026", 5, 3, 2), ("3 mai 2027", 5, 3, None),
+        ("Jan 3, 1999", 5, 3, None), ("Jan 3, 1999", 5, None, None)]
+    assert c["example"].options[-1] == c["example"].value == "Jan 3, 1999"
+    assert (c["head"].label, c["token"].label) == ("all", "none")
+    c["text"].value = ""  # cleared: nothing happens
+    assert len(updates) == 6 and c["status"].value == ""
+    monkeypatch.setattr(explorer, "attend", lambda text: 1 / 0)
+    c["text"].value = "x"
+    assert "ZeroDivisionError" in c["status"].value and len(updates) == 6
+    assert isinstance(explorer._controls, ipywidgets.VBox)
+
+
+# ----------------------------------------------------------------------------- stored notebooks
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "tools/execute_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("execute_notebooks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_notebooks_stores_a_progress_bar_as_its_last_line():
+    tool = load_tool()
+    state = {
+        "box": {"state": {"_model_name": "HBoxModel",
+                          "children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]}},
+        "l": {"state": {"_model_name": "HTMLModel", "value": "copy:\u2007100%"}},
+        "p": {"state": {"_model_name": "FloatProgressModel", "value": 400.0, "max": 400.0}},
+        "r": {"state": {"_model_name": "HTMLModel", "value": "\u2007400/400\u2007[00:11&lt;00:00]"}},
+        "other": {"state": {"_model_name": "VBoxModel", "children": []}},
+    }
+    view = "application/vnd.jupyter.widget-view+json"
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
+    cell = nbformat.v4.new_code_cell("train()")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", {view: {"model_id": "box"}, "text/plain": "copy: 0%"}),
+        nbformat.v4.new_output("display_data", {view: {"model_id": "other"}, "text/plain": "mine"}),
+    ]
+    nb.cells = [cell]
+    tool.freeze_widgets(nb)
+    assert [o["data"] for o in nb.cells[0].outputs] == [
+        {"text/plain": "copy: 100%|██████████| 400/400 [00:11<00:00]"}, {"text/plain": "mine"}]
+    assert "widgets" not in nb.metadata
+
+
+STORED = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "tests").glob("**/*.ipynb"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.stem)
+def test_stored_notebooks_hold_no_widget_a_saved_notebook_cannot_show(path):
+    """JupyterLab shows a stored widget as "Error displaying widget: model not found", or (in a
+    notebook it does not trust yet) as its first text, "0%| | 0/400": `make notebooks` stores
+    what each widget showed last instead."""
+    nb = json.loads(path.read_text())
+    views = [o for c in nb["cells"] for o in c.get("outputs", [])
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not views, f"re-execute it: make notebooks NB={path.relative_to(ROOT)}"
+    assert "widgets" not in nb["metadata"]
+
+
+def test_explorer_without_ipywidgets_shows_the_figure_and_select_redraws_it(dates, monkeypatch, capsys):
+    import IPython.display
+
+    shown = []
+
+    class Handle:
+        def update(self, obj):
+            shown.append(obj)
+
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, raw=False, display_id=None: shown.append(obj) or Handle())
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
+    model, vocab = dates
+    explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026"])
+    monkeypatch.setattr(explorer, "_image", lambda: (explorer.layer, explorer.head))
+    explorer._ipython_display_()
+    explorer.select(layer=3, head=1)
+    assert shown == [(0, None), (3, 1)]
+    assert "pip install ipywidgets" in capsys.readouterr().out

@@ -1,0 +1,171 @@
+"""Attention drawn as links: a line from each query token to each key token it reads, whose
+width and opacity grow with the attention weight.
+
+Self-attention puts the queries in a column on the left and the keys in a column on the
+right; cross-attention puts the keys (the source) in a row above the queries (the target).
+A masked pair (a future or padded key) is never drawn, and neither is a weight below
+`threshold`: the picture shows where the weight goes, not a haze of near-zero lines.
+"""
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_rgb
+
+from tfcourse.viz.common import as_array, head_colors, show_token
+
+MAX_WIDTH = 6.0  # points, for a weight of 1
+GREY = (0.62, 0.62, 0.62)
+
+
+def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None, mask=None,
+               threshold=0.02, colors=None, max_width=MAX_WIDTH, title=None):
+    """Draw attention weights as links between tokens.
+
+    weights: (q_len, k_len) for one head, or (heads, q_len, k_len): the heads overlaid, one
+             colour each (the "all heads" view). A tensor or an array.
+    queries: q_len token labels; keys: k_len labels (default: the queries, self-attention).
+    cross:   keys (the source) in a row above the queries (the target), instead of columns.
+    token:   index of a query whose links stand out, in colour; the others turn grey.
+    mask:    bool, broadcastable to (q_len, k_len), True = may attend: a masked pair gets
+             no line whatever its weight. Pairs whose weight is below `threshold` get none.
+    colors:  one colour per head (default: head_colors).
+
+    A line's width is max_width * weight (points), its opacity 0.15 + 0.85 * weight.
+    Returns the Axes (a new figure's when ax is None).
+    """
+    w = as_array(weights, "weights")
+    if w.ndim == 2:
+        w = w[None]
+    if w.ndim != 3:
+        raise ValueError(f"weights must have shape (q_len, k_len) or (heads, q_len, k_len), "
+                         f"got {w.shape}")
+    heads, q_len, k_len = w.shape
+    keys = queries if keys is None else keys
+    for name, labels, n in (("queries", queries, q_len), ("keys", keys, k_len)):
+        if len(labels) != n:
+            raise ValueError(f"{name} must have {n} labels (weights have shape {w.shape}), "
+                             f"got {len(labels)}")
+    allowed = np.ones((q_len, k_len), dtype=bool)
+    if mask is not None:
+        allowed = np.broadcast_to(as_array(mask, "mask").astype(bool), (q_len, k_len))
+    if token is not None and not 0 <= token < q_len:
+        raise ValueError(f"token must be a query position in [0, {q_len}), got {token}")
+    colors = head_colors(heads) if colors is None else colors
+    if len(colors) < heads:
+        raise ValueError(f"colors must have one colour per head ({heads}), got {len(colors)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=links_figsize(q_len, k_len, cross))
+
+    q_pos, k_pos = _positions(q_len, k_len, cross)
+    highlighted = []
+    for h in range(heads):
+        for part in ("others", "highlighted"):
+            rows = [i for i in range(q_len) if (i == token) == (part == "highlighted")]
+            pairs = [(i, j) for i in rows for j in range(k_len)
+                     if allowed[i, j] and w[h, i, j] >= threshold]
+            grey = token is not None and part == "others"
+            lines = LineCollection(
+                [(q_pos[i], k_pos[j]) for i, j in pairs],
+                linewidths=[max_width * w[h, i, j] for i, j in pairs],
+                colors=[(*(GREY if grey else to_rgb(colors[h])),
+                          (0.15 + 0.85 * w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
+                capstyle="round", gid=f"head {h}" + (" highlighted" if part == "highlighted" else ""),
+            )
+            if part == "highlighted":
+                highlighted.append(lines)
+            else:
+                ax.add_collection(lines)
+    for lines in highlighted:  # on top of every head's other lines
+        ax.add_collection(lines)
+
+    _label(ax, queries, q_pos, "query", cross, token)
+    _label(ax, keys, k_pos, "key", cross, None)
+    _frame(ax, q_pos, k_pos, cross)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=None,
+               threshold=0.02, title=None, overlay=True):
+    """One panel of links per head, side by side (stacked for cross-attention), each in its
+    colour, and (overlay=True) an "all heads" panel with every head at once.
+
+    weights: (heads, q_len, k_len). Other arguments as in draw_links. Returns the Figure.
+    """
+    w = as_array(weights, "weights")
+    if w.ndim != 3:
+        raise ValueError(f"weights must have shape (heads, q_len, k_len), got {w.shape}")
+    heads, q_len, k_len = w.shape
+    panels = heads + (1 if overlay and heads > 1 else 0)
+    width, height = links_figsize(q_len, k_len, cross)
+    if cross:
+        fig, axes = plt.subplots(panels, 1, figsize=(width, height * panels), squeeze=False)
+    else:
+        fig, axes = plt.subplots(1, panels, figsize=(width * panels, height), squeeze=False)
+    colors = head_colors(heads)
+    for h, ax in enumerate(axes.flat[:heads]):
+        draw_links(w[h], queries, keys, ax=ax, cross=cross, token=token, mask=mask,
+                   threshold=threshold, colors=[colors[h]], title=f"head {h}")
+        ax.title.set_color(colors[h])
+    if panels > heads:
+        draw_links(w, queries, keys, ax=axes.flat[-1], cross=cross, token=token, mask=mask,
+                   threshold=threshold, colors=colors, title="all heads")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def links_figsize(q_len, k_len, cross):
+    """A size (inches) in which every token label has room."""
+    if cross:
+        return max(4.0, 0.32 * max(q_len, k_len) + 1.6), 2.6
+    return 2.6, max(2.0, 0.26 * max(q_len, k_len) + 0.6)
+
+
+def _positions(q_len, k_len, cross):
+    """Where each query and key token sits: (x, y) per token."""
+    if not cross:
+        return [(0.0, -float(i)) for i in range(q_len)], [(1.0, -float(j)) for j in range(k_len)]
+    span = max(q_len, k_len) - 1
+
+    def row(n, y):
+        if n == 1:
+            return [(span / 2, y)]
+        return [(span * i / (n - 1), y) for i in range(n)]
+
+    return row(q_len, 0.0), row(k_len, 1.0)
+
+
+def _label(ax, tokens, positions, role, cross, token):
+    """Each token as an annotation whose xy is exactly its lines' end."""
+    if cross:
+        offset, ha, va = ((0, 5), "center", "bottom") if role == "key" else ((0, -5), "center", "top")
+    else:
+        offset, ha, va = ((-5, 0), "right", "center") if role == "query" else ((5, 0), "left", "center")
+    for i, (label, xy) in enumerate(zip(tokens, positions)):
+        chosen = i == token
+        ax.annotate(show_token(label), xy=xy, xytext=offset, textcoords="offset points", ha=ha,
+                    va=va, fontsize=9, fontweight="bold" if chosen else "normal",
+                    bbox=dict(boxstyle="round,pad=0.15", fc="#ffe08a", ec="none") if chosen else None,
+                    gid=f"{role} {i}")
+
+
+def _frame(ax, q_pos, k_pos, cross):
+    xs = [x for x, _ in q_pos + k_pos]
+    ys = [y for _, y in q_pos + k_pos]
+    if cross:
+        ax.set_xlim(min(xs) - 0.8, max(xs) + 0.8)
+        ax.set_ylim(-0.55, 1.55)
+        ax.text(min(xs) - 0.9, 1.0, "keys\n(source)", ha="right", va="center", fontsize=8,
+                color="0.4")
+        ax.text(min(xs) - 0.9, 0.0, "queries\n(target)", ha="right", va="center", fontsize=8,
+                color="0.4")
+    else:
+        ax.set_xlim(-0.45, 1.45)
+        ax.set_ylim(min(ys) - 0.7, 1.1)
+        ax.text(0.0, 0.75, "query", ha="right", va="bottom", fontsize=8, color="0.4")
+        ax.text(1.0, 0.75, "key", ha="left", va="bottom", fontsize=8, color="0.4")
+    ax.axis("off")

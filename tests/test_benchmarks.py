@@ -5,11 +5,11 @@ import importlib.util
 from pathlib import Path
 
 import torch
-from parity import load_torch_weights, run_torch
 
 from tfcourse.decoding import greedy_decode
 from tfcourse.masks import padding_mask, target_mask
 from tfcourse.model import TransformerConfig
+from tfcourse.parity import load_torch_weights, run_torch
 
 PAD, BOS, EOS = 0, 1, 2
 _spec = importlib.util.spec_from_file_location(

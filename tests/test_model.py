@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
-from parity import load_torch_weights, run_torch
 from torch import nn
 
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig, count_parameters
+from tfcourse.parity import load_torch_weights, run_torch
 
 PAD = 0
 

@@ -161,8 +161,9 @@ def _running_options(parser):
     parser.add_argument("--device", default="auto",
                         help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps")
     parser.add_argument("--threads", type=_threads, default="auto",
-                        help="CPU threads for torch; auto (default): as many as there are "
-                        "idle cores, at least 1 (a busy core slows every thread down)")
+                        help="CPU threads for torch; auto (default): OMP_NUM_THREADS if set, "
+                        "else as many as there are idle cores, at least 1 (a thread on a busy "
+                        "core slows all the others down)")
 
 
 def _device(name):
@@ -179,12 +180,17 @@ def _device(name):
 
 
 def _set_threads(value):
-    """torch's intra-op threads: `value`, or the idle cores for "auto". Returns a note."""
-    cores = os.cpu_count() or 1
-    threads = free_cpu_cores() if value == "auto" else value
-    torch.set_num_threads(threads)
-    busy = f", {cores - threads} of {cores} cores busy" if value == "auto" and threads < cores else ""
-    return f"{threads} thread{'s' if threads > 1 else ''}{busy}"
+    """torch's intra-op threads: `value`; for "auto" OMP_NUM_THREADS if it is set, else the
+    idle cores. Returns a note for the user."""
+    cores, note = os.cpu_count() or 1, ""
+    if value != "auto":
+        torch.set_num_threads(value)
+    elif not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(free_cpu_cores())
+        if torch.get_num_threads() < cores:
+            note = f" ({cores - torch.get_num_threads()} of {cores} cores busy)"
+    threads = torch.get_num_threads()
+    return f"{threads} thread{'s' if threads > 1 else ''}{note}"
 
 
 def _check_writable(path):

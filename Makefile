@@ -35,8 +35,10 @@ $(VENV)/.installed: $(LOCK) pyproject.toml Makefile
 	@touch $@
 
 # JupyterLab's terminals start with the course's environment activated (tools/lab-bashrc).
+# Its kernels' OpenMP threads sleep while they wait instead of spinning on a core that another
+# program needs (README, "A busy computer").
 lab: $(VENV)/.installed
-	TFCOURSE_VENV="$(CURDIR)/$(VENV)" $(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
+	TFCOURSE_VENV="$(CURDIR)/$(VENV)" OMP_WAIT_POLICY=PASSIVE $(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
 	  --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb \
 	  --ServerApp.terminado_settings='{"shell_command": ["bash", "--init-file", "$(CURDIR)/tools/lab-bashrc"]}' \
 	  $(ARGS)

@@ -1,47 +1,59 @@
-"""Benchmarks: tfcourse against torch.nn.Transformer, and the key/value cache.
+"""Benchmarks: tfcourse against torch.nn, and the key/value cache, each row a ratio.
 
-    python benchmarks/run.py            # all three, about 7 minutes on a 2-core CPU
-    python benchmarks/run.py --quick    # fewer repeats, a rough look
-    python benchmarks/run.py --only throughput --only cache
+    python benchmarks/run.py            # every row, about 7 minutes on a 2-core CPU
+    python benchmarks/run.py --quick    # fewer seeds and repeats, a rough look
+    python benchmarks/run.py --only throughput --only cache --seeds 5 --threads 1
 
-1. Copy task (vocabulary 11, length 10): wall time until greedy exact match on the
-   validation split reaches 100%, tfcourse.Transformer vs torch.nn.Transformer of the same
-   size, both trained by tfcourse.training.train with the course's recipe for the task, the
-   same data and seeds. The time includes the validation rounds (greedy decoding: tfcourse's
-   uses its key/value cache, torch.nn.Transformer has none).
-2. Training throughput in tokens/s (source + target tokens through forward, backward and
-   an Adam step), same configuration for both.
-3. Greedy decoding of 256 tokens (16 sources) with and without the key/value cache.
+1. copy: the copy task (vocabulary 11, length 10), wall time until greedy exact match on
+   the validation split reaches 100%, tfcourse.Transformer vs torch.nn.Transformer of the
+   same size, both trained by tfcourse.training.train with the course's recipe
+   (tfcourse.recipes), the same data and seeds, validated every 25 steps. The time includes
+   the validation rounds (greedy decoding: tfcourse's uses its key/value cache,
+   torch.nn.Transformer has none).
+2. throughput: training tokens/s (source + target tokens through forward, backward and an
+   Adam step), same configuration for both.
+3. cache: greedy decoding of 256 tokens (16 sources) with and without the key/value cache.
 
-Timings are medians of interleaved repeats; other work on the machine shows in the
-figures, so the load average is printed with them.
+How a row is measured, so that a busy machine cannot fake a result: for each seed (or
+repeat) the two sides run back to back, and the row reports the median of the per-seed
+ratios. Around each pair the CPU time that other programs used is measured (/proc/stat);
+a pair during which they kept busy a core this run needed is marked, and a row with
+marked pairs says so. A row is a Benchmark in BENCHMARKS: adding one is adding an entry.
 """
 
-import argparse
 import os
-import platform
-import statistics
-import sys
-import time
-import warnings
 
-import torch
-from torch import nn
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see tfcourse.cli; before torch loads
 
-from tfcourse.cli import TASK_DEFAULTS
-from tfcourse.data import BOS, PAD, copy_task
-from tfcourse.decoding import greedy_decode
-from tfcourse.encoder import Embeddings
-from tfcourse.masks import causal_mask, padding_mask, target_mask
-from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.positional import PositionalEncoding
-from tfcourse.training import TrainConfig, train
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tfcourse.data import BOS, PAD, copy_task  # noqa: E402
+from tfcourse.decoding import greedy_decode  # noqa: E402
+from tfcourse.encoder import Embeddings  # noqa: E402
+from tfcourse.masks import causal_mask, padding_mask, target_mask  # noqa: E402
+from tfcourse.model import Transformer, TransformerConfig  # noqa: E402
+from tfcourse.positional import PositionalEncoding  # noqa: E402
+from tfcourse.recipes import RECIPES  # noqa: E402
+from tfcourse.training import free_cpu_cores, train  # noqa: E402
+
+# ------------------------------------------------------------------ the torch.nn model
 
 
 class TorchTransformer(nn.Module):
     """torch.nn.Transformer with tfcourse's embeddings, positions and output layer, and the
     interface tfcourse.training and tfcourse.decoding use (encode, decode, generator,
-    init_cache, config). Post-norm without the final LayerNorms, as the paper and tfcourse."""
+    init_cache, config). Post-norm without the final LayerNorms, as the paper and tfcourse;
+    initialized as tfcourse.Transformer is."""
 
     def __init__(self, config):
         super().__init__()
@@ -56,8 +68,8 @@ class TorchTransformer(nn.Module):
         if not c.norm_first:
             self.transformer.encoder.norm = self.transformer.decoder.norm = nn.Identity()
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
-        for p in self.parameters():
-            if p.dim() > 1:
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "_embed." not in name:  # in_proj_weight: one Xavier matrix
                 nn.init.xavier_uniform_(p)
         if c.tie_output:
             self.generator.weight = self.tgt_embed.embedding.weight
@@ -106,53 +118,62 @@ def build(kind, config, seed=0):
     return (Transformer if kind == "tfcourse" else TorchTransformer)(config)
 
 
-def median_time(fn, repeats):
-    times = []
-    for _ in range(repeats):
+# ------------------------------------------------------------------ the rows
+
+
+@dataclass
+class Benchmark:
+    """One row. measure(seed) -> (a, b) for one pair, run back to back (None: this seed
+    gave no result, e.g. a model that never reached 100%); the row's ratio is the median
+    over seeds of ratio(a, b). `columns` name the two sides, show(value) formats one side's
+    median."""
+
+    name: str
+    title: str
+    columns: tuple
+    measure: object
+    show: object
+    ratio: object
+    goal: str
+    seeds: int = 5  # pairs in a full run (--seeds overrides)
+    quick: int = 1  # pairs with --quick
+
+
+@functools.cache
+def _copy_task():
+    return copy_task(seed=0, n_train=20_000, n_val=200, n_test=200)
+
+
+def copy_pair(seed):
+    """Seconds (and steps) until 100% greedy exact match on the copy task's validation
+    split, tfcourse then torch.nn, both trained with the course's copy recipe."""
+    recipe, task = RECIPES["copy"], _copy_task()
+    config = recipe.config(task, **recipe.model)
+    train_config = recipe.train_config(seed, eval_every=25, eval_size=200)
+    results = []
+    for kind in ("tfcourse", "torch.nn"):
+        model = build(kind, config, seed)
         start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        history = train(model, task, train_config, device="cpu", progress=False, stop_at=1.0)
+        seconds = time.perf_counter() - start
+        reached = history["val_metric"][-1] == 1.0
+        results.append((seconds, history["val_step"][-1]) if reached else None)
+        print(f"    {kind}: {seconds:.1f} s, {history['val_step'][-1]} steps"
+              + ("" if reached else ", missed 100%"), flush=True)
+    return results
 
 
-def copy_task_time(seeds):
-    """Seconds and steps until 100% greedy exact match on the copy task's validation split.
-    Both models train with the course's copy recipe (TASK_DEFAULTS, as notebook 07 and
-    `tfcourse train --task copy`), validated every 25 steps. A seed where a model is not at
-    100% when the recipe's steps run out is a miss: it is counted, and the means are taken
-    over the seeds where both models got there.
-
-    Returns ({model: (mean seconds, mean steps)}, number of seeds in the means,
-    {model: misses})."""
-    task = copy_task(seed=0, n_train=20_000, n_val=200, n_test=200)
-    config = TransformerConfig.tiny(len(task.vocab), **TASK_DEFAULTS["copy"]["model"])
-    runs = {"tfcourse": {}, "torch.nn": {}}
-    for seed in range(seeds):
-        train_config = TrainConfig(**{**TASK_DEFAULTS["copy"]["train"], "eval_every": 25,
-                                      "eval_size": 200, "seed": seed})
-        for kind, results in runs.items():  # interleaved, so that a busy moment hits both
-            model = build(kind, config, seed)
-            start = time.perf_counter()
-            history = train(model, task, train_config, device="cpu", progress=False, stop_at=1.0)
-            seconds = time.perf_counter() - start
-            steps, accuracy = history["val_step"][-1], history["val_accuracy"][-1]
-            results[seed] = (seconds, steps) if accuracy == 1.0 else None
-            print(f"  copy task, seed {seed}, {kind}: {seconds:.1f} s, {steps} steps"
-                  + ("" if accuracy == 1.0 else f", missed: {accuracy:.1%} at the end"), flush=True)
-    both = [seed for seed in range(seeds) if all(results[seed] for results in runs.values())]
-    if not both:
-        raise RuntimeError("no seed took both models to 100%")
-    means = {kind: tuple(statistics.mean(results[seed][i] for seed in both) for i in (0, 1))
-             for kind, results in runs.items()}
-    misses = {kind: sum(r is None for r in results.values()) for kind, results in runs.items()}
-    return means, len(both), misses
+def _time(fn):
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
-def throughput(repeats, batch=32, seq=32, steps=10):
+def throughput_pair(seed, batch=32, seq=32, steps=10):
     """Training tokens per second (source + target) of both models, same configuration."""
     config = TransformerConfig(32, 32, d_model=256, n_heads=8, d_ff=1024, n_layers=2,
                                dropout=0.1, max_len=512)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 32, (batch, seq), generator=g)
     tgt = torch.randint(4, 32, (batch, seq + 1), generator=g)
     src[: batch // 4, -seq // 4:] = PAD  # some padding, as in real batches
@@ -160,9 +181,10 @@ def throughput(repeats, batch=32, seq=32, steps=10):
     tgt[:, 0] = BOS
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
     src_mask, tgt_mask = padding_mask(src, PAD), target_mask(tgt_in, PAD)
-    runs = {}
+    tokens = steps * (src.numel() + tgt_in.numel())
+    results = []
     for kind in ("tfcourse", "torch.nn"):
-        model = build(kind, config).train()
+        model = build(kind, config, seed).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, fused=True)  # as train()
 
         def run(model=model, optimizer=optimizer):
@@ -175,31 +197,99 @@ def throughput(repeats, batch=32, seq=32, steps=10):
                 optimizer.zero_grad(set_to_none=True)
 
         run()  # warm-up
-        runs[kind] = run
-    times = {kind: [] for kind in runs}
-    for _ in range(repeats):
-        for kind, run in runs.items():
-            times[kind].append(median_time(run, 1))
-    tokens = steps * (src.numel() + tgt_in.numel())
-    return {kind: tokens / statistics.median(t) for kind, t in times.items()}
+        results.append(tokens / _time(run))
+    return results
 
 
-def kv_cache_speedup(repeats, n_tokens=256, batch=16):
-    """Seconds to decode n_tokens greedily for `batch` sources, with and without the cache."""
-    config = TransformerConfig.tiny(32, d_model=128, n_heads=4, d_ff=512, n_layers=2,
-                                    dropout=0.0)
-    model = build("tfcourse", config).eval()
-    src = torch.randint(4, 32, (batch, 32), generator=torch.Generator().manual_seed(0))
+_CACHE_MODEL = {}
+
+
+def cache_pair(seed, n_tokens=256, batch=16):
+    """Seconds to decode n_tokens greedily for `batch` sources, with then without the cache."""
+    if not _CACHE_MODEL:
+        config = TransformerConfig.tiny(32, d_model=128, n_heads=4, d_ff=512, n_layers=2,
+                                        dropout=0.0)
+        _CACHE_MODEL["model"] = build("tfcourse", config).eval()
+    model = _CACHE_MODEL["model"]
+    src = torch.randint(4, 32, (batch, 32), generator=torch.Generator().manual_seed(seed))
     src_mask = padding_mask(src, PAD)
-    # eos_id=-1 is never produced: every run decodes all n_tokens
-    runs = {use: (lambda use=use: greedy_decode(model, src, src_mask, n_tokens, BOS, -1,
-                                                use_cache=use)) for use in (True, False)}
-    assert torch.equal(runs[True](), runs[False]()) and runs[True]().size(1) == n_tokens  # + warm-up
-    times = {use: [] for use in runs}
-    for _ in range(repeats):
-        for use, run in runs.items():
-            times[use].append(median_time(run, 1))
-    return {use: statistics.median(t) for use, t in times.items()}
+    outputs, seconds = [], []
+    for use_cache in (True, False):
+        # eos_id=-1 is never produced: every run decodes all n_tokens
+        def run(use_cache=use_cache):
+            outputs.append(greedy_decode(model, src, src_mask, n_tokens, BOS, -1,
+                                         use_cache=use_cache))
+        run()  # warm-up
+        seconds.append(_time(run))
+    assert torch.equal(outputs[0], outputs[-1]) and outputs[0].size(1) == n_tokens
+    return seconds
+
+
+BENCHMARKS = [
+    Benchmark("copy", "copy task: seconds to 100% exact match", ("tfcourse", "torch.nn"),
+              copy_pair, lambda r: f"{r[0]:.1f} s ({r[1]:.0f} steps)",
+              lambda a, b: a[0] / b[0], "<= 1.0", seeds=20, quick=2),
+    Benchmark("throughput", "training throughput, tokens/s", ("tfcourse", "torch.nn"),
+              throughput_pair, lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 0.9"),
+    Benchmark("cache", "greedy decoding, 16 x 256 tokens (tfcourse)", ("cached", "uncached"),
+              cache_pair, lambda s: f"{s:.2f} s", lambda a, b: b / a, "speed-up"),
+]
+
+
+# ------------------------------------------------------------------ running them
+
+
+def _cpu_ticks():
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - ticks[3] - ticks[4]) / hz, sum(ticks) / hz
+
+
+def others_busy(fn, *args):
+    """fn(*args), and how many cores other programs kept busy meanwhile (on average; None
+    where /proc/stat is missing): the machine's busy CPU time minus this process's."""
+    try:
+        busy0, _ = _cpu_ticks()
+    except OSError:
+        busy0 = None
+    start, own0 = time.perf_counter(), time.process_time()
+    result = fn(*args)
+    wall, own = time.perf_counter() - start, time.process_time() - own0
+    if busy0 is None:
+        return result, None
+    return result, max(0.0, (_cpu_ticks()[0] - busy0 - own) / wall)
+
+
+def run_row(bench, seeds, spare_cores):
+    """The pairs of one row; returns (row cells, marked pairs, pairs with a result)."""
+    pairs, marked = [], 0
+    for seed in range(seeds):
+        print(f"  {bench.name}, seed {seed}:", flush=True)
+        result, busy = others_busy(bench.measure, seed)
+        disturbed = busy is not None and busy > spare_cores + 0.25
+        marked += disturbed
+        if None in result:
+            print("    no result for this seed (not counted)")
+            continue
+        ratio = bench.ratio(*result)
+        pairs.append((*result, ratio))
+        load = "" if busy is None else f"; other programs used {busy:.2f} cores"
+        print(f"    ratio {ratio:.3f}{load}{' (DISTURBED)' if disturbed else ''}", flush=True)
+    if not pairs:
+        raise RuntimeError(f"{bench.name}: no seed gave a result")
+    a, b = (_median([p[i] for p in pairs]) for i in (0, 1))
+    cells = (f"{bench.title} (median of {len(pairs)} pairs)", bench.show(a), bench.show(b),
+             statistics.median(p[2] for p in pairs), bench.goal)
+    return cells, marked, seeds
+
+
+def _median(values):
+    """The median of numbers, or of tuples of numbers element by element."""
+    if isinstance(values[0], tuple):
+        return tuple(statistics.median(column) for column in zip(*values))
+    return statistics.median(values)
 
 
 def cpu_name():
@@ -211,54 +301,48 @@ def cpu_name():
 
 
 def main(argv=None):
+    names = [b.name for b in BENCHMARKS]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one repeat of each, a rough look")
+    parser.add_argument("--quick", action="store_true", help="fewer seeds, a rough look")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="copy task: seeds to average over (default 20, 2 with --quick)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--only", choices=("copy", "throughput", "cache"), action="append",
-                        help="run only this benchmark (may be repeated)")
+                        help="pairs per row (default: each row's own, e.g. 20 for copy)")
+    parser.add_argument("--threads", default="auto",
+                        help="torch threads; auto (default): the cores other programs leave idle")
+    parser.add_argument("--only", choices=names, action="append",
+                        help="run only this row (may be repeated)")
     args = parser.parse_args(argv)
-    parts = args.only or ("copy", "throughput", "cache")
     warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    repeats = 1 if args.quick else 3
-    print(f"machine : {cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}")
+    cores = os.cpu_count() or 1
+    torch.set_num_threads(free_cpu_cores() if args.threads == "auto" else int(args.threads))
+    threads = torch.get_num_threads()
+    print(f"machine : {cpu_name()}, {cores} cores, {platform.system()} {platform.release()}")
     print(f"versions: python {platform.python_version()}, torch {torch.__version__}")
-    print(f"threads : torch {torch.get_num_threads()} (intra-op), {torch.get_num_interop_threads()} "
-          f"(inter-op); load average before {os.getloadavg()[0]:.1f}")
-    print(f"repeats : {repeats} (medians of timings)\n", flush=True)
+    print(f"threads : torch {threads} ({args.threads}); load average before "
+          f"{os.getloadavg()[0]:.1f}\n", flush=True)
 
-    rows = []
-    if "copy" in parts:
-        # Steps to 100% vary by about +-10% with the seed for both models: 20 seeds take the
-        # mean to about +-2%.
-        seeds = args.seeds or (2 if args.quick else 20)
-        means, n, misses = copy_task_time(seeds)
-        cells = [f"{seconds:.1f} s ({steps:.0f} steps)" + (f", {misses[kind]} missed" if misses[kind] else "")
-                 for kind, (seconds, steps) in means.items()]
-        rows.append((f"copy task: seconds to 100% exact match (mean of {n} seeds)", *cells,
-                     means["tfcourse"][0] / means["torch.nn"][0], "<= 1.0"))
-        print(*rows[-1][:3], flush=True)
-    if "throughput" in parts:
-        tokens = throughput(repeats)
-        rows.append(("training throughput, tokens/s", f"{tokens['tfcourse']:,.0f}",
-                     f"{tokens['torch.nn']:,.0f}", tokens["tfcourse"] / tokens["torch.nn"], ">= 0.9"))
-        print(*rows[-1][:3], flush=True)
-    if "cache" in parts:
-        seconds = kv_cache_speedup(repeats)
-        rows.append(("greedy decoding, 16 x 256 tokens (tfcourse)", f"{seconds[True]:.2f} s cached",
-                     f"{seconds[False]:.2f} s uncached", seconds[False] / seconds[True], "speed-up"))
+    rows, notes = [], []
+    for bench in BENCHMARKS:
+        if args.only and bench.name not in args.only:
+            continue
+        seeds = args.seeds or (bench.quick if args.quick else bench.seeds)
+        cells, marked, n = run_row(bench, seeds, spare_cores=cores - threads)
+        rows.append(cells)
+        if marked:
+            notes.append(f"{bench.name}: {marked} of {n} pairs ran while other programs kept "
+                         f"busy a core this run needed: UNRELIABLE, run it again on a quiet "
+                         f"machine (or with --threads 1)")
+        print(f"  {cells[0]}: {cells[1]} vs {cells[2]}, ratio {cells[3]:.2f}\n", flush=True)
 
-    print(f"\nload average after: {os.getloadavg()[0]:.1f}\n")
-    table = [("benchmark", "tfcourse", "torch.nn / other", "ratio", "goal")]
+    print(f"load average after: {os.getloadavg()[0]:.1f}\n")
+    table = [("benchmark", "tfcourse / first", "torch.nn / second", "ratio", "goal")]
     table += [(*row[:3], f"{row[3]:.2f}", row[4]) for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     for i, row in enumerate(table):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
         if i == 0:
             print("| " + " | ".join("-" * w for w in widths) + " |")
+    for note in notes:
+        print(f"\n{note}")
     return 0
 
 

@@ -6,17 +6,32 @@ import pytest
 import torch
 
 import tfcourse.cli as cli
-import tfcourse.training as training
-from tfcourse.cli import build_parser, main
+from tfcourse.cli import DATES_CHECKPOINT, build_parser, main
+from tfcourse.data import Task
+from tfcourse.recipes import RECIPES
 
 QUICK = ["--steps", "30", "--batch-size", "16", "--eval-every", "0", "--no-progress",
-         "--examples", "2"]
+         "--examples", "2", "--threads", "1"]
 
 
 def one_line_error(capsys):
     err = capsys.readouterr().err
     assert err.strip() and "\n" not in err.strip(), err  # one line, no traceback
     return err
+
+
+def interrupt_at(monkeypatch, call, method="make_batch"):
+    """Ctrl-C at the call-th call of Task.<method> (make_batch: once per step and once per
+    validation round; evaluate: once per validation round)."""
+    calls, real = [], getattr(Task, method)
+
+    def interrupted(self, *args):
+        calls.append(1)
+        if len(calls) == call:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(Task, method, interrupted)
 
 
 @pytest.mark.parametrize("command", ["train", "decode"])
@@ -34,12 +49,19 @@ def test_help_explains_every_option(command, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "--task", "nope"], "invalid choice: 'nope'"),
-    (["train", "--task", "copy", "--steps", "-3"], "must be positive"),
+    (["train", "--task", "copy", "--steps", "-3"], "--steps: must be in (0, inf), got -3"),
+    (["train", "--task", "copy", "--steps", "2.5"], "--steps: invalid int value: '2.5'"),
     (["train", "--task", "copy", "--lr", "x"], "invalid float value: 'x'"),
+    (["train", "--task", "copy", "--lr", "inf"], "--lr: must be in (0, inf), got inf"),
+    (["train", "--task", "copy", "--lr", "nan"], "--lr: must be in (0, inf), got nan"),
+    (["train", "--task", "copy", "--dropout", "nan"], "--dropout: must be in [0, 1], got nan"),
+    (["train", "--task", "copy", "--label-smoothing", "1"], "--label-smoothing: must be in [0, 1)"),
+    (["train", "--task", "copy", "--examples", "-1"], "--examples: must be in [0, inf), got -1"),
+    (["train", "--task", "copy", "--threads", "0"], "--threads: must be in (0, inf), got 0"),
     (["train"], "--task"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_bad_arguments_give_one_line(argv, message, capsys):
+def test_bad_arguments_give_one_line_at_once(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     assert exit_.value.code == 2
@@ -52,6 +74,9 @@ def test_bad_checkpoints_give_one_line(tmp_path, capsys):
     (tmp_path / "junk.pt").write_bytes(b"\x00garbage")
     assert main(["decode", "--checkpoint", str(tmp_path / "junk.pt"), "abc"]) == 1
     assert "not a readable tfcourse checkpoint" in one_line_error(capsys)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    assert main(["decode", "--checkpoint", str(tmp_path / "empty.pt"), "abc"]) == 1
+    assert "is empty (0 bytes)" in one_line_error(capsys)
     assert main(["train", "--task", "copy", "--out", str(tmp_path / "none.pt"), "--resume"]) == 1
     assert "no checkpoint to resume" in one_line_error(capsys)
     assert main(["train", "--task", "copy", "--device", "tpu", *QUICK]) == 1
@@ -71,46 +96,131 @@ def test_train_and_decode(tmp_path, capsys):
     assert main(["decode", "--checkpoint", str(out), "abcdefgabc", "gfedcbagfe"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(" -> ")[0] for line in lines] == ["abcdefgabc", "gfedcbagfe"]
+    assert all(line.endswith(")") and "(p = " in line for line in lines)
     assert main(["train", "--task", "copy", "--out", str(out), "--resume", "--steps", "40"]) == 1
     assert "finished run of 30 steps" in one_line_error(capsys)
 
 
-def test_interrupted_run_resumes(tmp_path, capsys, monkeypatch):
+def test_an_existing_checkpoint_is_never_overwritten_unasked(tmp_path, capsys):
     out = tmp_path / "copy.pt"
-    calls, real_make_batch = [], training.make_batch
+    out.write_bytes(b"a learner's earlier run")
+    assert main(["train", "--task", "copy", "--out", str(out), *QUICK]) == 1
+    assert "exists: carry on with --resume, replace it with --overwrite" in one_line_error(capsys)
+    assert out.read_bytes() == b"a learner's earlier run"
+    assert main(["train", "--task", "copy", "--out", str(out), "--overwrite", *QUICK]) == 0
+    assert torch.load(out, weights_only=True)["step"] == 30
 
-    def interrupt(pairs, vocab):
-        calls.append(1)
-        if len(calls) == 25:  # Ctrl-C during step 25
-            raise KeyboardInterrupt
-        return real_make_batch(pairs, vocab)
 
-    monkeypatch.setattr(training, "make_batch", interrupt)
-    assert main(["train", "--task", "copy", "--out", str(out), *QUICK]) == 130
-    assert "--resume" in capsys.readouterr().err
+def test_interrupted_run_resumes_with_the_same_command(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "copy.pt"
+    command = ["train", "--task", "copy", "--seed", "0", "--out", str(out), *QUICK]
+    interrupt_at(monkeypatch, 25)  # Ctrl-C during step 25
+    assert main(command) == 130
+    assert ("the last finished step (24) is saved in" in capsys.readouterr().err)
     assert torch.load(out, weights_only=True)["step"] == 24
-    monkeypatch.setattr(training, "make_batch", real_make_batch)
+    monkeypatch.undo()
 
-    # it goes on with its own settings; only --steps may change
-    assert main(["train", "--task", "copy", "--out", str(out), "--resume", "--lr", "2"]) == 1
-    assert "drop --lr" in one_line_error(capsys)
+    # The options that match the checkpoint are accepted; one that differs is named.
+    assert main([*command, "--resume", "--lr", "2"]) == 1
+    assert "--lr 2.0 differs from the checkpoint's --lr 0.008" in one_line_error(capsys)
+    assert main([*command, "--resume", "--d-model", "32"]) == 1
+    assert "--d-model 32 differs from the checkpoint's --d-model 64" in one_line_error(capsys)
     assert main(["train", "--task", "reverse", "--out", str(out), "--resume"]) == 1
     assert "trained on --task copy" in one_line_error(capsys)
-    assert main(["train", "--task", "copy", "--out", str(out), "--resume", "--steps", "32",
-                 "--no-progress", "--examples", "0"]) == 0
+    assert main([*command, "--resume", "--steps", "32", "--examples", "0"]) == 0
     assert "step 32: test exact match" in capsys.readouterr().out
     state = torch.load(out, weights_only=True)
     assert state["step"] == 32 and state["history"]["step"] == list(range(1, 33))
     assert state["train_config"]["batch_size"] == 16
 
 
-def test_interrupt_before_the_first_step(tmp_path, capsys, monkeypatch):
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+def test_interrupt_before_a_step_finishes_saves_nothing(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "c.pt"
+    interrupt_at(monkeypatch, 1)
+    assert main(["train", "--task", "copy", "--out", str(out), *QUICK]) == 130
+    err = capsys.readouterr().err
+    assert "no step finished: nothing saved" in err and "--resume" not in err
+    assert not out.exists()
+    monkeypatch.undo()
 
-    monkeypatch.setattr(cli, "train", interrupted)
-    assert main(["train", "--task", "copy", "--out", str(tmp_path / "c.pt"), *QUICK]) == 130
-    assert "--resume" not in capsys.readouterr().err  # nothing saved, nothing to resume
+    assert main(["train", "--task", "copy", "--out", str(out), "--steps", "10", *QUICK[2:]]) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    interrupt_at(monkeypatch, 1)
+    assert main(["train", "--task", "copy", "--out", str(out), "--overwrite", *QUICK]) == 130
+    assert "nothing saved" in capsys.readouterr().err and out.read_bytes() == before
+
+
+def test_a_diverging_run_exits_with_one_line(tmp_path, capsys):
+    out = tmp_path / "c.pt"
+    assert main(["train", "--task", "copy", "--out", str(out), "--lr", "1e38",
+                 "--schedule", "cosine", *QUICK]) == 1
+    assert "training diverged" in one_line_error(capsys)
+
+
+def test_unwritable_out_fails_before_training(tmp_path, capsys, monkeypatch):
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained anyway"))
+    assert main(["train", "--task", "copy", "--out", str(tmp_path / "file" / "c.pt"), *QUICK]) == 1
+    assert "cannot write the checkpoint" in one_line_error(capsys)
+
+
+def test_a_full_disk_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    def disk_full(obj, f, *args, **kwargs):
+        with open(f, "wb") as out:
+            out.write(b"PK\x03\x04 half")
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    out = tmp_path / "c.pt"
+    assert main(["train", "--task", "copy", "--out", str(out), *QUICK]) == 1
+    assert "cannot write the checkpoint" in one_line_error(capsys)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def shipped(monkeypatch):
+    """The shipped dates checkpoint, loaded once."""
+    model, vocab, state = cli.load_checkpoint(DATES_CHECKPOINT)
+    monkeypatch.setattr(cli, "load_checkpoint", lambda *a, **k: (model, vocab, state))
+
+
+def test_decode_says_what_it_cannot_know(shipped, capsys):
+    long = "1" * 5000
+    texts = ["May 3, 1999", "", "May 3, 1999 🎉", long, "March 3, 2026"]
+    assert main(["decode", *texts]) == 1  # some inputs were refused
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split(" -> ")[0] for line in lines] == [texts[0], texts[2], texts[4]]
+    assert lines[0].startswith("May 3, 1999 -> 1999-05-03  (p = ")
+    assert "not in the model's vocabulary, read as unknown: '🎉'" in lines[1]
+    assert "input 2 refused: an empty input" in err
+    assert "input 4 refused: 5,000 characters, more than the 512 the model reads" in err
+
+
+def test_decode_points_out_outputs_that_cannot_be_right(shipped, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "predict", lambda model, texts, *a, **k: ["2021-02-31", "2021-02-28"])
+    assert main(["decode", "31 febrero 2021", "28 febrero 2021"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("; not a valid date)") and lines[1].endswith(")")
+    assert "valid" not in lines[1]
+    check = RECIPES["dates"].check_output
+    assert check("2026-11-21") is None and check("2026-13-01") == "not a valid date"
+    assert check("1908-6-2") == "not a date in ISO form (YYYY-MM-DD)"
+
+
+def test_decode_refuses_a_checkpoint_of_another_kind(tmp_path, capsys, monkeypatch):
+    from model_kinds import KINDS, TinyLM
+
+    import tfcourse.training as training
+
+    monkeypatch.setattr(training, "_MODELS", {**training._MODELS, "lm": TinyLM})
+    task = KINDS["lm"][2]()
+    training.save_checkpoint(tmp_path / "lm.pt", TinyLM(KINDS["lm"][1](task)), task,
+                             training.TrainConfig(), step=1)
+    assert main(["decode", "--checkpoint", str(tmp_path / "lm.pt"), "abc"]) == 1
+    assert "holds a lm model (task 'toy-lm'); decode needs an encoder-decoder" in \
+        one_line_error(capsys)
 
 
 def test_console_script_and_module():
@@ -119,3 +229,18 @@ def test_console_script_and_module():
     assert result.returncode == 0 and "train" in result.stdout and "decode" in result.stdout
     script = os.path.join(os.path.dirname(sys.executable), "tfcourse")
     assert os.path.exists(script), "run: pip install --no-deps --no-build-isolation -e ."
+
+
+def test_threads_follow_the_idle_cores_unless_told(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setattr(cli, "free_cpu_cores", lambda: 1)
+        monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
+        assert cli._set_threads("auto") == "1 thread (3 of 4 cores busy)"
+        assert torch.get_num_threads() == 1
+        assert cli._set_threads(2) == "2 threads" and torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
+        assert cli._set_threads("auto") == "2 threads"
+    finally:
+        torch.set_num_threads(before)

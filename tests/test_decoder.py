@@ -1,10 +1,10 @@
 import pytest
 import torch
-from parity import load_torch_weights, run_torch
 from torch import nn
 
 from tfcourse.decoder import Decoder, DecoderLayer
 from tfcourse.masks import causal_mask, padding_mask
+from tfcourse.parity import load_torch_weights, run_torch
 
 D_MODEL, HEADS, D_FF = 16, 4, 32
 VARIANTS = [(False, "relu"), (True, "relu"), (False, "gelu"), (True, "gelu")]

@@ -17,7 +17,7 @@ from tfcourse.model import Transformer, TransformerConfig
 PAD, BOS, EOS = 0, 1, 3
 
 
-def model(norm_first=False, seed=7):
+def model(norm_first=False, seed=14):
     """A random model whose greedy outputs vary (untied output layer, a sharp generator, and a
     seed where they do: test_cached_and_uncached_decoding_give_the_same_tokens checks it)."""
     torch.manual_seed(seed)

@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
-from parity import load_torch_weights, run_torch
 from torch import nn
 
 from tfcourse.encoder import Embeddings, Encoder, EncoderLayer
 from tfcourse.masks import padding_mask
+from tfcourse.parity import load_torch_weights, run_torch
 
 D_MODEL, HEADS, D_FF = 16, 4, 32
 VARIANTS = [(False, "relu"), (True, "relu"), (False, "gelu"), (True, "gelu")]

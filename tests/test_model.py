@@ -2,11 +2,11 @@ import math
 
 import pytest
 import torch
-from parity import load_torch_weights, run_torch
 from torch import nn
 
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig, count_parameters
+from tfcourse.parity import load_torch_weights, run_torch
 
 PAD = 0
 
@@ -77,8 +77,6 @@ def test_shared_and_tied_weights():
     model = tiny()
     assert model.src_embed is model.tgt_embed
     assert model.generator.weight is model.tgt_embed.embedding.weight
-    bound = math.sqrt(6 / sum(model.generator.weight.shape))  # Xavier-uniform, not N(0, 1)
-    assert model.generator.weight.abs().max() <= bound
     model.generator.weight.data.zero_()  # one tensor: the embedding follows
     assert (model.src_embed.embedding.weight == 0).all()
 
@@ -87,13 +85,31 @@ def test_shared_and_tied_weights():
     assert untied.generator.weight is not untied.tgt_embed.embedding.weight
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_embeddings_start_on_the_scale_of_the_positional_encoding(tied):
+    """N(0, 1/d_model) tables: after the x sqrt(d_model) scaling, entries ~N(0, 1) and rows of
+    norm ~sqrt(d_model), next to the positional encoding's sqrt(d_model / 2) (notebooks 03, 05).
+    The tied output layer is the same table."""
+    torch.manual_seed(0)
+    d = 256
+    model = Transformer(TransformerConfig(100, 100, d_model=d, n_heads=4, d_ff=64, n_layers=1,
+                                          share_embeddings=tied, tie_output=tied))
+    for embed in (model.src_embed, model.tgt_embed):
+        assert embed.embedding.weight.std().item() == pytest.approx(d**-0.5, rel=0.03)
+        rows = embed(torch.arange(100)[None])[0].norm(dim=-1)  # (100,)
+        assert rows.mean().item() == pytest.approx(d**0.5, rel=0.03)
+    pe = model.positional.pe[:100].norm(dim=-1)
+    torch.testing.assert_close(pe, torch.full_like(pe, (d / 2) ** 0.5))
+
+
 def test_xavier_init_with_query_key_value_as_one_stacked_matrix():
-    """Every matrix is Xavier-uniform; W^Q, W^K, W^V each as a third of [W^Q; W^K; W^V], the
-    3 d_model x d_model matrix nn.MultiheadAttention initializes (its in_proj_weight)."""
+    """Every matrix but the embeddings is Xavier-uniform; W^Q, W^K, W^V each as a third of
+    [W^Q; W^K; W^V], the 3 d_model x d_model matrix nn.MultiheadAttention initializes (its
+    in_proj_weight)."""
     model = tiny(share_embeddings=False, tie_output=False)
     d = model.config.d_model
     for name, p in model.named_parameters():
-        if p.dim() < 2:
+        if p.dim() < 2 or "_embed." in name:
             continue
         fans = 4 * d if name.endswith(("w_q.weight", "w_k.weight", "w_v.weight")) else sum(p.shape)
         bound = math.sqrt(6 / fans)
@@ -112,6 +128,30 @@ def test_every_parameter_gets_a_gradient():
 def test_share_embeddings_needs_one_vocabulary():
     with pytest.raises(ValueError, match=r"src_vocab_size=100 and tgt_vocab_size=90"):
         TransformerConfig(100, 90, share_embeddings=True)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (dict(n_heads=0), "n_heads must be an integer >= 1, got 0"),
+    (dict(n_heads=-2), "n_heads must be an integer >= 1, got -2"),
+    (dict(n_heads=4.0), "n_heads must be an integer >= 1, got 4.0"),
+    (dict(n_heads=3), "divisible by n_heads=3"),
+    (dict(d_model=63, n_heads=7), "d_model=63 must be even"),
+    (dict(n_layers=-1), "n_layers must be an integer >= 1, got -1"),
+    (dict(d_ff=0), "d_ff must be an integer >= 1"),
+    (dict(dropout=float("nan")), "dropout must be a probability in \\[0, 1\\], got nan"),
+    (dict(dropout=1.5), "dropout must be a probability"),
+    (dict(activation="tanh"), "activation must be 'relu' or 'gelu'"),
+    (dict(pad_id=13), "pad_id=13 is not an id"),
+])
+def test_config_rejects_bad_values_by_name(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TransformerConfig.tiny(13, **overrides)
+
+
+def test_numpy_integers_are_integers():
+    np = pytest.importorskip("numpy")
+    config = TransformerConfig.tiny(np.int64(13), n_heads=np.int64(4))
+    assert config.n_heads == 4 and type(config.n_heads) is int
 
 
 def test_presets_follow_table_3():

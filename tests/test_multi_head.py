@@ -1,10 +1,10 @@
 import pytest
 import torch
-from parity import load_torch_weights
 from torch import nn
 
 from tfcourse.masks import causal_mask, padding_mask
 from tfcourse.multi_head import MultiHeadAttention, merge_heads, split_heads
+from tfcourse.parity import load_torch_weights
 
 D_MODEL, HEADS = 16, 4
 

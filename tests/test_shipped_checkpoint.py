@@ -6,9 +6,10 @@ import os
 import pytest
 import torch
 
-from tfcourse.cli import DATES_CHECKPOINT, TASK_DEFAULTS, main
+from tfcourse.cli import DATES_CHECKPOINT, main
 from tfcourse.data import dates_task
-from tfcourse.training import TrainConfig, exact_match, load_checkpoint, predict
+from tfcourse.recipes import RECIPES
+from tfcourse.training import exact_match, load_checkpoint, predict
 
 GOAL = 0.98  # held-out exact match (issue 4)
 
@@ -21,10 +22,11 @@ def task():
 def test_shipped_checkpoint_is_small_and_plain():
     assert os.path.getsize(DATES_CHECKPOINT) < 2 * 2**20
     state = torch.load(DATES_CHECKPOINT, weights_only=True)
-    # made by `tfcourse train --task dates --seed 0`: the task's defaults, nothing else
-    expected = TrainConfig(**{**TASK_DEFAULTS["dates"]["train"], "seed": 0})
+    # made by `tfcourse train --task dates --seed 0`: the task's recipe, nothing else
+    expected = RECIPES["dates"].train_config(seed=0)
     assert state["train_config"] == {**expected.__dict__, "amp": state["train_config"]["amp"]}
-    assert state["task"] == "dates" and state["step"] == expected.steps
+    assert state["task"] == "dates" and state["kind"] == "seq2seq"
+    assert state["step"] == expected.steps
 
 
 def test_shipped_checkpoint_accuracy(task):

@@ -44,6 +44,14 @@ def _check_inputs(query, key, value, mask):
             raise ValueError(f"{name} must have shape (..., seq_len, features), got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if query.dtype != key.dtype or key.dtype != value.dtype:
+        raise TypeError(
+            "query, key and value must have one dtype, "
+            f"got {query.dtype}, {key.dtype} and {value.dtype}"
+        )
+    if query.size(-1) == 0:
+        raise ValueError(f"d_k must be at least 1 (it divides the scores by sqrt(d_k)), got "
+                         f"query {tuple(query.shape)}")
     if query.size(-1) != key.size(-1):
         raise ValueError(
             "query and key must have the same last dimension d_k, "

@@ -1,4 +1,4 @@
-"""The tfcourse command: train a Transformer on a task, decode with a checkpoint.
+"""The tfcourse command: train a model on a task, decode with a checkpoint.
 
     tfcourse train --task copy                   # about 11 s on a 2-core CPU: 100% exact match
     tfcourse train --task dates --out dates.pt   # written-out dates -> ISO 8601
@@ -9,44 +9,39 @@ The shipped checkpoint tfcourse/checkpoints/dates.pt was made by
 
     tfcourse train --task dates --seed 0 --out tfcourse/checkpoints/dates.pt
 
-(every other setting is the dates default in TASK_DEFAULTS): 800 steps, 30 s on a 2-core
+(every other setting is the dates recipe in tfcourse/recipes.py): 800 steps, 30 s on a 2-core
 CPU, 99.90% exact match on the 2000 held-out test dates. tests/test_shipped_checkpoint.py
 repeats that command from scratch and checks the accuracy.
 """
 
-import argparse
 import os
-import random
-import sys
-from dataclasses import fields
 
-import torch
+# OpenMP threads that wait for work sleep instead of spinning: a spinning thread takes a
+# core that another program (or the other threads of this one) needs. Set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from tfcourse.data import TASKS, make_task
-from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.training import (
+import argparse  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import fields  # noqa: E402
+
+import torch  # noqa: E402
+
+from tfcourse.model import Transformer  # noqa: E402
+from tfcourse.recipes import RECIPES, recipe  # noqa: E402
+from tfcourse.training import (  # noqa: E402
+    Interrupted,
     TrainConfig,
     default_device,
-    exact_match,
+    free_cpu_cores,
     load_checkpoint,
+    output_probabilities,
     predict,
     train,
 )
 
 DATES_CHECKPOINT = os.path.join(os.path.dirname(__file__), "checkpoints", "dates.pt")
-
-# Per task: TransformerConfig.tiny overrides and TrainConfig values, the defaults of `train`.
-# Found by measuring on a 2-core CPU: without dropout (the data are plentiful) and with a
-# cosine schedule that ends at 0, these tasks reach their accuracy in the fewest steps.
-_FAST = dict(batch_size=64, schedule="cosine")
-TASK_DEFAULTS = {
-    "copy": {"model": dict(dropout=0.0),
-             "train": dict(steps=400, lr=0.008, warmup=50, eval_every=100, **_FAST)},
-    "reverse": {"model": dict(dropout=0.0),
-                "train": dict(steps=500, lr=0.008, warmup=50, eval_every=100, **_FAST)},
-    "dates": {"model": dict(dropout=0.0),
-              "train": dict(steps=800, lr=0.005, warmup=100, eval_every=200, **_FAST)},
-}
 MODEL_OPTIONS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout")
 
 
@@ -55,15 +50,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive(kind):
+def _number(kind, low, high=math.inf, low_open=False, high_open=True):
+    """An argparse type: a finite number of `kind` in the interval low..high."""
+
     def parse(text):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (above and below and math.isfinite(value)):
+            left, right = "(" if low_open else "[", ")" if high_open else "]"
+            raise argparse.ArgumentTypeError(f"must be in {left}{low}, {high}{right}, got {text}")
         return value
 
     parse.__name__ = kind.__name__
     return parse
+
+
+_POSITIVE_INT = _number(int, 0, low_open=True)
+_COUNT = _number(int, 0)
+
+
+def _threads(text):
+    return text if text == "auto" else _POSITIVE_INT(text)
 
 
 def build_parser():
@@ -74,69 +85,85 @@ def build_parser():
 
     tr = commands.add_parser(
         "train", help="train a model on a task, save a checkpoint, print test accuracy",
-        description="Train a Transformer on a task; show a progress bar; save a checkpoint "
-        "(also every --eval-every steps and on Ctrl-C, so that --resume can carry on); print "
-        "the exact-match accuracy on the held-out test split and some examples. Options left "
-        "out take the task's defaults (TASK_DEFAULTS in tfcourse/cli.py).",
-        epilog="defaults:\n" + "\n".join(
+        description="Train a model on a task; show a progress bar; save a checkpoint (also "
+        "every --eval-every steps and on Ctrl-C, so that --resume can carry on); print the "
+        "task's metric on the held-out test split and some examples. Options left out take "
+        "the task's recipe (tfcourse/recipes.py).",
+        epilog="recipes:\n" + "\n".join(
             f"  {name}: " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                     for k, v in {**d["train"], **d["model"]}.items())
-            for name, d in TASK_DEFAULTS.items()),
+                                     for k, v in {**r.train, **r.model}.items())
+            for name, r in RECIPES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    tr.add_argument("--task", required=True, choices=sorted(TASKS),
-                    help="copy: copy 10 symbols; reverse: reverse 1-10 symbols; dates: "
-                    "written-out dates in 8 languages -> ISO 8601")
-    tr.add_argument("--seed", type=int,
+    tr.add_argument("--task", required=True, choices=sorted(RECIPES),
+                    help="; ".join(f"{name}: {r.about}" for name, r in RECIPES.items()))
+    tr.add_argument("--seed", type=_COUNT,
                     help="seeds the data, the initial weights and the batches (default 0)")
     tr.add_argument("--out", help="checkpoint file to write (default: TASK.pt)")
     tr.add_argument("--resume", action="store_true",
-                    help="carry on from the checkpoint in --out with its saved settings "
-                    "(only --steps may change)")
+                    help="carry on from the checkpoint in --out with its saved settings: "
+                    "options that are given must match them, except --steps")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="replace an existing --out with a new run (without it, an existing "
+                    "checkpoint is never overwritten)")
     group = tr.add_argument_group("training (defaults depend on the task)")
-    group.add_argument("--steps", type=_positive(int), help="optimizer steps")
-    group.add_argument("--batch-size", type=_positive(int),
+    group.add_argument("--steps", type=_POSITIVE_INT, help="optimizer steps")
+    group.add_argument("--batch-size", type=_POSITIVE_INT,
                        help="examples per micro-batch (per process under torchrun)")
-    group.add_argument("--accum-steps", type=_positive(int),
+    group.add_argument("--accum-steps", type=_POSITIVE_INT,
                        help="micro-batches per optimizer step (gradient accumulation)")
     group.add_argument("--schedule", choices=("noam", "cosine"),
                        help="learning-rate schedule: noam (the paper's) or cosine, both warm up")
-    group.add_argument("--lr", type=_positive(float),
+    group.add_argument("--lr", type=_number(float, 0, low_open=True),
                        help="noam: factor in front of the paper's formula; cosine: peak rate")
-    group.add_argument("--warmup", type=_positive(int), help="warmup steps")
-    group.add_argument("--label-smoothing", type=float, help="epsilon of label smoothing")
-    group.add_argument("--clip", type=float, help="max gradient norm, 0 for no clipping")
-    group.add_argument("--eval-every", type=int,
+    group.add_argument("--warmup", type=_POSITIVE_INT, help="warmup steps")
+    group.add_argument("--label-smoothing", type=_number(float, 0, 1),
+                       help="epsilon of label smoothing, in [0, 1)")
+    group.add_argument("--clip", type=_number(float, 0),
+                       help="max gradient norm, 0 for no clipping")
+    group.add_argument("--eval-every", type=_COUNT,
                        help="validate and save every so many steps (0: only at the end)")
-    group = tr.add_argument_group("model (TransformerConfig.tiny unless given)")
-    group.add_argument("--d-model", type=_positive(int), help="width of the model")
-    group.add_argument("--n-heads", type=_positive(int), help="attention heads")
-    group.add_argument("--d-ff", type=_positive(int), help="inner width of the feed-forward")
-    group.add_argument("--n-layers", type=_positive(int), help="layers in encoder and decoder")
-    group.add_argument("--dropout", type=float, help="dropout probability")
-    group = tr.add_argument_group("running")
-    group.add_argument("--device", default="auto",
-                       help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps")
+    group = tr.add_argument_group("model (the recipe's, e.g. TransformerConfig.tiny, unless given)")
+    group.add_argument("--d-model", type=_POSITIVE_INT, help="width of the model")
+    group.add_argument("--n-heads", type=_POSITIVE_INT, help="attention heads")
+    group.add_argument("--d-ff", type=_POSITIVE_INT, help="inner width of the feed-forward")
+    group.add_argument("--n-layers", type=_POSITIVE_INT, help="layers in encoder and decoder")
+    group.add_argument("--dropout", type=_number(float, 0, 1, high_open=False),
+                       help="dropout probability, in [0, 1]")
+    group = tr.add_argument_group("running (may differ when resuming)")
+    _running_options(group)
     group.add_argument("--no-amp", action="store_true", help="no mixed precision on cuda")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
-    group.add_argument("--examples", type=int, default=5,
+    group.add_argument("--examples", type=_COUNT, default=5,
                        help="test examples to print after training (default 5)")
 
     de = commands.add_parser(
         "decode", help="turn inputs into outputs with a trained checkpoint",
         description="Decode each TEXT (or each line of standard input when no TEXT is "
-        "given) with a checkpoint; print 'TEXT -> OUTPUT' per line.",
+        "given) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT (p = ...)' per "
+        "line, p being the model's probability of its whole output. Characters the model "
+        "has never seen, and outputs that cannot be right, are pointed out; an empty or "
+        "over-long input is refused (exit status 1) and the others are decoded.",
     )
     de.add_argument("text", nargs="*", metavar="TEXT", help="inputs, e.g. 'May 3, 1999'")
     de.add_argument("--checkpoint", default=DATES_CHECKPOINT,
                     help="a checkpoint written by `tfcourse train` (default: the shipped "
                     "dates model)")
-    de.add_argument("--beam", type=_positive(int), default=1,
+    de.add_argument("--beam", type=_POSITIVE_INT, default=1,
                     help="beam size; 1 (default) is greedy decoding")
-    de.add_argument("--max-len", type=_positive(int), default=64,
+    de.add_argument("--max-len", type=_POSITIVE_INT, default=64,
                     help="at most so many output tokens (default 64)")
-    de.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    _running_options(de)
     return parser
+
+
+def _running_options(parser):
+    parser.add_argument("--device", default="auto",
+                        help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps")
+    parser.add_argument("--threads", type=_threads, default="auto",
+                        help="CPU threads for torch; auto (default): OMP_NUM_THREADS if set, "
+                        "else as many as there are idle cores, at least 1 (a thread on a busy "
+                        "core slows all the others down)")
 
 
 def _device(name):
@@ -152,78 +179,147 @@ def _device(name):
     return device
 
 
+def _set_threads(value):
+    """torch's intra-op threads: `value`; for "auto" OMP_NUM_THREADS if it is set, else the
+    idle cores. Returns a note for the user."""
+    cores, note = os.cpu_count() or 1, ""
+    if value != "auto":
+        torch.set_num_threads(value)
+    elif not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(free_cpu_cores())
+        if torch.get_num_threads() < cores:
+            note = f" ({cores - torch.get_num_threads()} of {cores} cores busy)"
+    threads = torch.get_num_threads()
+    return f"{threads} thread{'s' if threads > 1 else ''}{note}"
+
+
+def _check_writable(path):
+    """Fail now, not after the first round of training, when `path` cannot be written."""
+    probe = f"{path}.tmp{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise OSError(f"cannot write the checkpoint {path}: {error.strerror or error}") from None
+
+
+def _resumed_settings(args, state, given_train, given_model):
+    """The saved TrainConfig and model config, after checking that the options given agree."""
+    saved_train, saved_model = state["train_config"], state["model_config"]
+    if state["task"] != args.task:
+        raise ValueError(f"{args.out} was trained on --task {state['task']}, not {args.task}")
+    for name, value in [*given_train.items(), *given_model.items()]:
+        saved = saved_train.get(name, saved_model.get(name))
+        if name != "steps" and value != saved:
+            option = "--" + name.replace("_", "-")
+            raise ValueError(f"{option} {value} differs from the checkpoint's {option} {saved}: "
+                             "--resume goes on with the saved settings (only --steps may "
+                             f"change); drop {option} or train a new run")
+    return TrainConfig(**{**saved_train, **given_train})
+
+
 def _train(args):
     rank = int(os.environ.get("RANK", 0))
-    out = args.out
-    defaults = TASK_DEFAULTS[args.task]
+    r = recipe(args.task)
     given_train = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
                    if getattr(args, f.name, None) is not None}
     given_model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.resume:
-        if not os.path.exists(out):
-            raise FileNotFoundError(f"no checkpoint to resume at {out}")
-        changed = sorted(set(given_train) - {"steps"} | set(given_model))
-        if changed:
-            raise ValueError(f"--resume keeps the saved settings; drop --{changed[0]}"
-                             .replace("_", "-"))
-        _, _, state = load_checkpoint(out)
-        if state["task"] != args.task:
-            raise ValueError(f"{out} was trained on --task {state['task']}, not {args.task}")
-        config = TrainConfig(**{**state["train_config"], **given_train})
-        model_config = TransformerConfig(**state["model_config"])
+        if not os.path.exists(args.out):
+            raise FileNotFoundError(f"no checkpoint to resume at {args.out}")
+        model, _, state = load_checkpoint(args.out)
+        config = _resumed_settings(args, state, given_train, given_model)
+        task = r.make_task(seed=config.seed)
     else:
-        config = TrainConfig(**{**defaults["train"], **given_train})
-        model_config = None
+        if os.path.exists(args.out) and not args.overwrite:
+            raise ValueError(f"{args.out} exists: carry on with --resume, replace it with "
+                             "--overwrite, or choose another --out")
+        config = r.train_config(**{"seed": 0, **given_train})
+        task = r.make_task(seed=config.seed)
+        model = r.build_model(task, config.seed, **given_model)
     config.amp = not args.no_amp
-    task = make_task(args.task, seed=config.seed)
-    if model_config is None:
-        overrides = {**defaults["model"], **given_model}
-        model_config = TransformerConfig.tiny(len(task.vocab), **overrides)
-    torch.manual_seed(config.seed)
-    model = Transformer(model_config)
+    _check_writable(args.out)
     device = _device(args.device)
+    threads = _set_threads(args.threads)
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, "
-              f"{len(task.test)} test examples; {n_params:,} parameters; device {device}")
-    history = train(model, task, config, device=device, checkpoint=out, resume=args.resume,
-                    progress=not args.no_progress)
+              f"{len(task.test)} test examples; {n_params:,} parameters; device {device}, "
+              f"{threads}", flush=True)
+    history = train(model, task, config, device=device, checkpoint=args.out,
+                    resume=args.resume, progress=not args.no_progress)
     if rank != 0:
         return 0
-    accuracy = exact_match(model, task.test, task.vocab)
-    print(f"step {history['step'][-1] if history['step'] else 0}: "
-          f"test exact match {accuracy:.2%} ({len(task.test)} examples); checkpoint {out}")
+    step = history["step"][-1] if history["step"] else 0
+    print(f"step {step}: test {task.metric} {task.evaluate(model, task.test):.4f} "
+          f"({len(task.test)} examples); checkpoint {args.out}")
     examples = random.Random(0).sample(task.test, min(args.examples, len(task.test)))
-    outputs = predict(model, [s for s, _ in examples], task.vocab)
-    for (source, target), output in zip(examples, outputs, strict=True):
-        mark = "ok" if output == target else f"WRONG, expected {target}"
-        print(f"  {source} -> {output}  ({mark})")
+    for line in task.show(model, examples) if examples else []:
+        print(f"  {line}")
     return 0
 
 
 def _decode(args):
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise ValueError("no input: give TEXT arguments or lines on standard input")
     device = _device(args.device)
-    model, vocab, _ = load_checkpoint(args.checkpoint, device=device)
-    outputs = predict(model, texts, vocab, max_len=args.max_len, beam=args.beam)
-    for text, output in zip(texts, outputs, strict=True):
-        print(f"{text} -> {output}")
-    return 0
+    _set_threads(args.threads)
+    model, vocab, state = load_checkpoint(args.checkpoint, device=device)
+    if model.kind != Transformer.kind:
+        raise ValueError(f"{args.checkpoint} holds a {model.kind} model (task "
+                         f"{state.get('task')!r}); decode needs an encoder-decoder (seq2seq) one")
+    check_output = RECIPES[state["task"]].check_output if state["task"] in RECIPES else None
+    refused = {}
+    for i, text in enumerate(texts):
+        if not text.strip():
+            refused[i] = "an empty input: nothing to decode"
+        elif len(text) > model.config.max_len:
+            refused[i] = (f"{len(text):,} characters, more than the {model.config.max_len} "
+                          "the model reads")
+    accepted = [t for i, t in enumerate(texts) if i not in refused]
+    outputs = predict(model, accepted, vocab, max_len=args.max_len, beam=args.beam)
+    probabilities = output_probabilities(model, list(zip(accepted, outputs)), vocab)
+    results = iter(zip(outputs, probabilities))
+    for i, text in enumerate(texts):
+        if i in refused:
+            print(f"tfcourse decode: input {i + 1} refused: {refused[i]}", file=sys.stderr)
+            continue
+        output, p = next(results)
+        notes = [f"p = {p:.2f}"]
+        unknown = sorted({c for c in text if c not in vocab.stoi})
+        if unknown:
+            shown = "".join(unknown[:10])
+            notes.append(f"not in the model's vocabulary, read as unknown: {shown!r}")
+        problem = check_output(output) if check_output else None
+        if problem:
+            notes.append(problem)
+        print(f"{text} -> {output}  ({'; '.join(notes)})")
+    return 1 if refused else 0
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "decode":
-            return _decode(args)
+    if args.command == "train":
         args.out = args.out or f"{args.task}.pt"
-        return _train(args)
-    except KeyboardInterrupt:
-        if args.command == "train" and os.path.exists(args.out):
-            print(f"\ninterrupted: the last finished step is saved in {args.out}; carry on "
-                  "with the same command and --resume", file=sys.stderr)
+    try:
+        return _decode(args) if args.command == "decode" else _train(args)
+    except Interrupted as stop:
+        if stop.saved:
+            message = (f"the last finished step ({stop.step}) is saved in {args.out}; carry on "
+                       "with the same command and --resume")
+        elif args.resume:
+            message = f"no step finished; {args.out} is unchanged (step {stop.step})"
+        else:
+            message = "no step finished: nothing saved"
+        print(f"\ninterrupted: {message}", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError) as error:
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, FloatingPointError) as error:
         print(f"tfcourse {args.command}: error: {error}", file=sys.stderr)
         return 1
 

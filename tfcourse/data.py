@@ -75,12 +75,15 @@ class Vocab:
 
 @dataclass
 class Batch:
-    """A padded batch for teacher forcing.
+    """A padded batch of (source, target) pairs for teacher forcing: the seq2seq batch.
 
     src     (batch, src_len)      source ids
     tgt_in  (batch, tgt_len)      decoder input: BOS y_1 ... y_n      (shifted right)
     tgt_out (batch, tgt_len)      what to predict: y_1 ... y_n EOS
     src_mask (batch, 1, 1, src_len), tgt_mask (batch, 1, tgt_len, tgt_len), True = may attend
+
+    Every batch type has what the training loop uses (tfcourse.training): loss_inputs(model),
+    n_targets, pad_id and to(device).
     """
 
     src: torch.Tensor
@@ -88,12 +91,18 @@ class Batch:
     tgt_out: torch.Tensor
     src_mask: torch.Tensor
     tgt_mask: torch.Tensor
+    pad_id = PAD  # the target id that does not count in the loss (a class attribute)
 
     def to(self, device):
         return Batch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
+    def loss_inputs(self, model):
+        """(logits (batch, tgt_len, vocab), targets (batch, tgt_len)): the model reads the
+        source and the shifted target; tgt_out is what it must predict."""
+        return model(self.src, self.tgt_in, self.src_mask, self.tgt_mask), self.tgt_out
+
     @property
-    def n_tokens(self):
+    def n_targets(self):
         """Target tokens that count in the loss (not padding)."""
         return int((self.tgt_out != PAD).sum())
 
@@ -125,13 +134,35 @@ def make_batch(pairs, vocab):
 
 @dataclass
 class Task:
-    """A task: its vocabulary (shared by source and target) and three disjoint splits."""
+    """A seq2seq task: its vocabulary (shared by source and target) and three disjoint splits
+    of (source, target) pairs. It makes its batches and says how it is judged, as every task
+    does for the training loop (the interface is in tfcourse.training's docstring)."""
 
     name: str
     vocab: Vocab
     train: list
     val: list
     test: list
+    metric = "exact match"  # class attributes: what evaluate() measures, and its direction
+    higher_is_better = True
+
+    def make_batch(self, examples):
+        """(source, target) pairs -> Batch (teacher forcing)."""
+        return make_batch(examples, self.vocab)
+
+    def evaluate(self, model, examples):
+        """Exact match: the fraction of examples whose whole greedy output is right."""
+        from tfcourse.training import exact_match  # tfcourse.training imports this module
+
+        return exact_match(model, examples, self.vocab)
+
+    def show(self, model, examples):
+        """One line per example: what the model makes of it, and whether that is right."""
+        from tfcourse.training import predict
+
+        outputs = predict(model, [s for s, _ in examples], self.vocab)
+        return [f"{source} -> {output}  ({'ok' if output == target else f'WRONG, expected {target}'})"
+                for (source, target), output in zip(examples, outputs, strict=True)]
 
 
 def _unique_strings(rng, n, symbols, min_len, max_len):
@@ -222,13 +253,3 @@ def dates_task(seed=0, n_train=100_000, n_val=500, n_test=2000, first_year=1900,
     texts = [t for d in year for t in format_dates(d, locales, styles).values()]
     vocab = Vocab.from_texts([*texts, "0123456789-"])
     return Task("dates", vocab, train, val, test)
-
-
-TASKS = {"copy": copy_task, "reverse": reverse_task, "dates": dates_task}
-
-
-def make_task(name, seed=0, **kwargs):
-    """The task called ``name`` (one of TASKS), generated from ``seed``."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}, choose one of {', '.join(TASKS)}")
-    return TASKS[name](seed=seed, **kwargs)

@@ -7,6 +7,7 @@
 
 from torch import nn
 
+from tfcourse._validate import integer
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.multi_head import KVCache, MultiHeadAttention
 from tfcourse.normalization import LayerNorm, SublayerConnection
@@ -51,7 +52,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation)
-            for _ in range(n_layers)
+            for _ in range(integer("n_layers", n_layers))
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 

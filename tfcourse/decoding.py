@@ -12,6 +12,10 @@ key/value cache (Transformer.init_cache) it projects the one new token, appends 
 and values to those of the earlier steps, and reuses the memory's keys and values.
 Every output holds the generated tokens y_1 ... y_n (not BOS): EOS included where a
 sequence stopped, then padding; decoding stops when every sequence has stopped.
+
+Greedy decoding and sampling are one loop, generate(step, tokens, ...), given a step
+function (the next token's log-probabilities) and a rule to choose (argmax, or a draw):
+a decoder-only language model generates with the same loop from its prompt.
 """
 
 import math
@@ -42,23 +46,64 @@ def decode_step(model, tokens, memory, src_mask, cache=None):
 
 
 @torch.no_grad()
-def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, use_cache=True):
-    """The most probable next token at every step. src (batch, src_len) ids, src_mask
-    e.g. padding_mask(src) -> (batch, n <= max_len) ids: y_1 ... EOS, then padding."""
-    _check(model, src, src_mask, max_len, bos_id)
-    pad = model.config.pad_id
-    memory = model.encode(src, src_mask)  # (batch, src_len, d_model), once
-    cache = model.init_cache() if use_cache else None
-    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+def generate(step, tokens, max_len, eos_id, pad_id, choose):
+    """Add up to max_len tokens to ``tokens`` (batch, t), one at a time: the loop of greedy
+    decoding, sampling, and a language model's generation.
+
+    step(tokens) -> (batch, vocab) log-probabilities of the next token after all of tokens
+                    (a model with a key/value cache feeds it only the newest one)
+    choose(log_probs) -> (batch,) the next tokens: greedy (argmax) or sampler(...)
+    A sequence that has said eos_id only gets pad_id afterwards; the loop ends when every
+    sequence has stopped. Returns (batch, t + n), n <= max_len: the given tokens, then the
+    new ones.
+    """
+    done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
     for _ in range(max_len):
-        next_token = decode_step(model, tokens, memory, src_mask, cache).argmax(-1)  # (batch,)
-        next_token = next_token.masked_fill(done, pad)  # a stopped sequence only pads
+        next_token = choose(step(tokens)).masked_fill(done, pad_id)  # (batch,)
         tokens = torch.cat((tokens, next_token[:, None]), dim=1)
         done |= next_token == eos_id
         if done.all():
             break
-    return tokens[:, 1:]  # (batch, n)
+    return tokens
+
+
+def greedy(log_probs):
+    """The most probable token: (batch, vocab) -> (batch,)."""
+    return log_probs.argmax(-1)
+
+
+def sampler(temperature=1.0, top_k=None, top_p=None, generator=None):
+    """A rule for generate(): draw each token from softmax(log_probs / temperature),
+    restricted to the top_k tokens and/or the top_p nucleus (filter_logits). A fixed
+    torch.Generator repeats the draws; top_k=1 is greedy."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be None or in (0, 1], got {top_p}")
+
+    def choose(log_probs):
+        logits = filter_logits(log_probs / temperature, top_k, top_p)
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+
+    return choose
+
+
+def _start(src, bos_id):
+    return torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+
+
+@torch.no_grad()
+def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, use_cache=True):
+    """The most probable next token at every step. src (batch, src_len) ids, src_mask
+    e.g. padding_mask(src) -> (batch, n <= max_len) ids: y_1 ... EOS, then padding."""
+    _check(model, src, src_mask, max_len, bos_id)
+    memory = model.encode(src, src_mask)  # (batch, src_len, d_model), once
+    cache = model.init_cache() if use_cache else None
+    tokens = generate(lambda tokens: decode_step(model, tokens, memory, src_mask, cache),
+                      _start(src, bos_id), max_len, eos_id, model.config.pad_id, greedy)
+    return tokens[:, 1:]  # (batch, n): without BOS
 
 
 def length_penalty(length, alpha):
@@ -146,28 +191,13 @@ def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, temperature=1.0
     and/or the top_p nucleus. A fixed torch.Generator repeats the draws; top_k=1 is greedy.
     Returns (batch, n <= max_len) ids, y_1 ... EOS then padding."""
     _check(model, src, src_mask, max_len, bos_id)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be None or in (0, 1], got {top_p}")
+    choose = sampler(temperature, top_k, top_p, generator)
     if generator is not None and generator.device != src.device:
         raise ValueError(f"generator is on {generator.device}, src on {src.device}: use one device")
-    pad = model.config.pad_id
     memory = model.encode(src, src_mask)
     cache = model.init_cache() if use_cache else None
-    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-    for _ in range(max_len):
-        logits = filter_logits(decode_step(model, tokens, memory, src_mask, cache) / temperature,
-                               top_k, top_p)
-        next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
-        next_token = next_token.masked_fill(done, pad)
-        tokens = torch.cat((tokens, next_token[:, None]), dim=1)
-        done |= next_token == eos_id
-        if done.all():
-            break
+    tokens = generate(lambda tokens: decode_step(model, tokens, memory, src_mask, cache),
+                      _start(src, bos_id), max_len, eos_id, model.config.pad_id, choose)
     return tokens[:, 1:]
 
 

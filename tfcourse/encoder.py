@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from tfcourse._validate import integer
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.multi_head import MultiHeadAttention
 from tfcourse.normalization import LayerNorm, SublayerConnection
@@ -16,11 +17,19 @@ from tfcourse.normalization import LayerNorm, SublayerConnection
 
 class Embeddings(nn.Module):
     """Token ids (batch, seq) -> vectors (batch, seq, d_model), scaled by sqrt(d_model)
-    (paper, section 3.4)."""
+    (paper, section 3.4).
+
+    The table starts as N(0, 1/d_model), as in the paper's shared-embedding setups (fairseq),
+    so that after the scaling the entries are ~N(0, 1) and a row has norm ~sqrt(d_model),
+    comparable with the positional encoding's sqrt(d_model / 2). (nn.Embedding's own N(0, 1)
+    would give rows of norm ~d_model, drowning the positions.) The same table can be the
+    output layer's weight (tied), where its scale keeps the first logits small.
+    """
 
     def __init__(self, vocab_size, d_model):
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.embedding = nn.Embedding(integer("vocab_size", vocab_size), integer("d_model", d_model))
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
     def forward(self, tokens):
         vocab_size, d_model = self.embedding.weight.shape
@@ -65,7 +74,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation)
-            for _ in range(n_layers)
+            for _ in range(integer("n_layers", n_layers))
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 

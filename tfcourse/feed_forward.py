@@ -8,6 +8,8 @@ The same two linear maps at every position: d_model -> d_ff -> d_model.
 from torch import nn
 from torch.nn import functional as F
 
+from tfcourse._validate import integer, probability, same_dtype
+
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 
 
@@ -18,13 +20,14 @@ class PositionWiseFeedForward(nn.Module):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {activation!r}")
-        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear1 = nn.Linear(integer("d_model", d_model), integer("d_ff", d_ff))
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
         self.activation = _ACTIVATIONS[activation]
 
     def forward(self, x):
         d_model = self.linear1.in_features
+        same_dtype("x", x, self.linear1.weight)
         if x.size(-1) != d_model:
             raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (..., d_model)

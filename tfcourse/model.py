@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from tfcourse._validate import integer, probability
 from tfcourse.decoder import Decoder, DecoderCache
 from tfcourse.encoder import Embeddings, Encoder
 from tfcourse.positional import PositionalEncoding
@@ -30,6 +31,18 @@ class TransformerConfig:
     pad_id: int = 0
 
     def __post_init__(self):
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
+                     "n_layers", "max_len"):
+            setattr(self, name, integer(name, getattr(self, name)))
+        if self.d_model % self.n_heads != 0 or self.d_model % 2 != 0:
+            raise ValueError(f"d_model={self.d_model} must be even (the positional encoding's "
+                             f"sin/cos pairs) and divisible by n_heads={self.n_heads}")
+        self.dropout = probability("dropout", self.dropout)
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
+        if not 0 <= integer("pad_id", self.pad_id, 0) < min(self.src_vocab_size,
+                                                             self.tgt_vocab_size):
+            raise ValueError(f"pad_id={self.pad_id} is not an id of both vocabularies")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary, got "
@@ -72,7 +85,13 @@ _QKV_GAIN = 0.5**0.5
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer. forward(src, tgt, ...) gives logits
-    (batch, tgt_len, tgt_vocab_size): apply log_softmax / cross_entropy outside."""
+    (batch, tgt_len, tgt_vocab_size): apply log_softmax / cross_entropy outside.
+
+    Weights: the embedding tables as Embeddings makes them, N(0, 1/d_model) (with tie_output
+    the output layer is the target table); every other matrix Xavier-uniform."""
+
+    kind = "seq2seq"  # what checkpoints record (tfcourse.training)
+    config_class = TransformerConfig
 
     def __init__(self, config):
         super().__init__()
@@ -87,7 +106,7 @@ class Transformer(nn.Module):
         self.decoder = Decoder(*stack)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         for name, p in self.named_parameters():  # a shared tensor comes once
-            if p.dim() > 1:  # Xavier, as the Annotated Transformer, except W^Q, W^K, W^V:
+            if p.dim() > 1 and "_embed." not in name:  # Xavier; W^Q, W^K, W^V as one stack
                 nn.init.xavier_uniform_(p, gain=_QKV_GAIN if name.endswith(_QKV) else 1.0)
         if c.tie_output:  # after the init, so that both names hold the same tensor
             self.generator.weight = self.tgt_embed.embedding.weight

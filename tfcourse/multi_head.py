@@ -10,6 +10,7 @@ is split into h slices of d_head = d_model / h features.
 import torch
 from torch import nn
 
+from tfcourse._validate import integer, probability, same_dtype
 from tfcourse.attention import scaled_dot_product_attention
 
 
@@ -18,6 +19,7 @@ def split_heads(x, n_heads):
     if x.dim() != 3:
         raise ValueError(f"x must have shape (batch, seq, d_model), got {tuple(x.shape)}")
     batch, seq, d_model = x.shape
+    n_heads = integer("n_heads", n_heads)
     if d_model % n_heads != 0:
         raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
@@ -70,6 +72,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
         super().__init__()
+        d_model, n_heads = integer("d_model", d_model), integer("n_heads", n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.n_heads = n_heads
@@ -78,7 +81,7 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, d_model, bias=bias)
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)  # on the attention weights, as torch does
+        self.dropout = nn.Dropout(probability("dropout", dropout))  # on the weights, as torch
 
     def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
         """query (batch, q_len, d_model), key and value (batch, k_len, d_model); mask bool,
@@ -111,6 +114,7 @@ class MultiHeadAttention(nn.Module):
     def _check_inputs(self, query, key, value):
         d_model = self.w_q.in_features
         for name, x in (("query", query), ("key", key), ("value", value)):
+            same_dtype(name, x, self.w_q.weight)
             if x.dim() != 3 or x.size(-1) != d_model:
                 raise ValueError(
                     f"{name} must have shape (batch, seq, d_model={d_model}), got {tuple(x.shape)}"

@@ -8,6 +8,8 @@
 import torch
 from torch import nn
 
+from tfcourse._validate import integer, positive, probability
+
 
 class LayerNorm(nn.Module):
     """Normalizes each position's d_model features; same parameters as torch.nn.LayerNorm
@@ -15,8 +17,8 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps = positive("eps", eps)
+        self.weight = nn.Parameter(torch.ones(integer("d_model", d_model)))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x):
@@ -41,7 +43,7 @@ class SublayerConnection(nn.Module):
         super().__init__()
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def forward(self, x, sublayer):
         if self.norm_first:

@@ -7,10 +7,13 @@
 import torch
 from torch import nn
 
+from tfcourse._validate import integer, probability
+
 
 def sinusoidal_encoding(max_len, d_model):
     """The paper's table of encodings, (max_len, d_model): even features sin, odd features cos."""
-    if d_model % 2 != 0:
+    max_len = integer("max_len", max_len)
+    if integer("d_model", d_model) % 2 != 0:
         raise ValueError(f"d_model must be even (sin/cos pairs), got d_model={d_model}")
     # float64, so that even pos ~ 5000 gives the formula's values to float32 precision.
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
@@ -41,7 +44,7 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x, start=0):
@@ -55,8 +58,8 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.embedding = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
+        self.embedding = nn.Embedding(integer("max_len", max_len), integer("d_model", d_model))
 
     def forward(self, x, start=0):
         _check_positions(x, start, self.embedding.embedding_dim, self.embedding.num_embeddings)

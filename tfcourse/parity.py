@@ -1,0 +1,92 @@
+"""Parity with torch.nn: the weight mapping between tfcourse's modules and PyTorch's, both
+ways, and PyTorch's modules run on their plain path, so that the two compute the same thing.
+
+    tfcourse                               torch.nn
+    w_q, w_k, w_v  (three d x d Linear)    in_proj_weight, in_proj_bias  ([W^Q; W^K; W^V])
+    w_o                                    out_proj
+    cross_attn                             multihead_attn
+    feed_forward.linear1, .linear2         linear1, linear2
+    sublayers.{0,1,2}.norm                 norm1, norm2, norm3
+    norm (the stack's final LayerNorm)     norm
+
+It applies at every level: MultiHeadAttention <-> nn.MultiheadAttention, EncoderLayer <->
+nn.TransformerEncoderLayer, Encoder <-> nn.TransformerEncoder, and the same for the decoder.
+"""
+
+import re
+
+import torch
+
+# torch.nn name -> tfcourse name, applied in order to every state_dict key, and back.
+_TO_OURS = (
+    (r"\bnorm([123])\b", lambda m: f"sublayers.{int(m[1]) - 1}.norm"),
+    (r"\b(linear[12])\b", r"feed_forward.\1"),
+    (r"\bmultihead_attn\b", "cross_attn"),
+    (r"\bout_proj\b", "w_o"),
+)
+_TO_TORCH = (
+    (r"\bsublayers\.([012])\.norm\b", lambda m: f"norm{int(m[1]) + 1}"),
+    (r"\bfeed_forward\.(linear[12])\b", r"\1"),
+    (r"\bcross_attn\b", "multihead_attn"),
+    (r"\bw_o\b", "out_proj"),
+)
+
+
+def _rename(name, rules):
+    for pattern, replacement in rules:
+        name = re.sub(pattern, replacement, name)
+    return name
+
+
+def from_torch_state_dict(state):
+    """A torch.nn state_dict -> the same tensors under tfcourse's names.
+    in_proj_{weight,bias} = [W^Q; W^K; W^V] is cut into w_q, w_k, w_v."""
+    ours = {}
+    for name, tensor in state.items():
+        name = _rename(name, _TO_OURS)
+        if "in_proj_" in name:
+            for role, chunk in zip("qkv", tensor.chunk(3), strict=True):
+                ours[name.replace("in_proj_", f"w_{role}.")] = chunk
+        else:
+            ours[name] = tensor
+    return ours
+
+
+def to_torch_state_dict(state):
+    """A tfcourse state_dict -> the same tensors under torch.nn's names: the inverse of
+    from_torch_state_dict (w_q, w_k, w_v stacked into in_proj_{weight,bias})."""
+    theirs, stacks = {}, {}
+    for name, tensor in state.items():
+        match = re.fullmatch(r"(.*)\bw_([qkv])\.(weight|bias)", name)
+        if match:
+            prefix, role, kind = match.groups()
+            stacks.setdefault(f"{_rename(prefix, _TO_TORCH)}in_proj_{kind}", {})[role] = tensor
+        else:
+            theirs[_rename(name, _TO_TORCH)] = tensor
+    for name, parts in stacks.items():
+        theirs[name] = torch.cat([parts[role] for role in "qkv"])
+    return theirs
+
+
+def load_torch_weights(ours, theirs):
+    """Copy every tensor of the torch.nn module `theirs` into the tfcourse module `ours`,
+    strictly: a tensor missing on either side is an error."""
+    ours.load_state_dict(from_torch_state_dict(theirs.state_dict()))
+
+
+def copy_weights_to_torch(ours, theirs):
+    """Copy every tensor of the tfcourse module `ours` into the torch.nn module `theirs`,
+    strictly: the reverse of load_torch_weights."""
+    theirs.load_state_dict(to_torch_state_dict(ours.state_dict()))
+
+
+def run_torch(module, *args, **kwargs):
+    """module(*args, **kwargs) with torch's MHA fastpath off. In eval mode without grad the
+    fastpath fuses kernels, and TransformerEncoder with a padding mask returns zeros at
+    padded positions; tfcourse is compared with the plain computation."""
+    enabled = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        return module(*args, **kwargs)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(enabled)

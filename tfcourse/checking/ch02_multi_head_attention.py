@@ -177,6 +177,17 @@ def _with_query_length(mha, query, key, value, mask=None, need_weights=True):
                     split=_split_by_query_length(query))
 
 
+def _one_head(scale, squeeze):
+    """Attention over all d_model features at once; its weights (batch, q_len, k_len) when
+    `squeeze`, else (batch, 1, q_len, k_len)."""
+
+    def compute(mha, q, k, v, mask=None, need_weights=True):
+        out, weights = _forward(mha, q, k, v, mask, need_weights, heads=1, scale=scale)
+        return out, (weights[:, 0] if squeeze and weights is not None else weights)
+
+    return compute
+
+
 def _roles_repeated():
     """Every assignment of projections to (query, key, value) that uses one of them twice."""
     return tuple("".join(r) for r in product("qkv", repeat=3) if len(set(r)) < 3)
@@ -280,7 +291,8 @@ MISTAKES = (
         "project, then split d_model into n_heads heads of d_head features, each attending on "
         "its own: weights (batch, heads, q_len, k_len). One attention over all d_model features "
         "is a single head.",
-        tuple(_variant(heads=1, scale=s) for s in (None, lambda d, mha: mha.d_head)),
+        tuple(_one_head(scale, squeeze) for scale in (None, lambda d, mha: mha.d_head)
+              for squeeze in (False, True)),
     ),
     Mistake(
         "mask_inverted", "Mask polarity inverted",

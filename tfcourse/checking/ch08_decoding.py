@@ -71,12 +71,14 @@ class _Positions:
 
 
 def small_transformer(seed=0):
-    """A random Transformer, 2 + 2 layers, eval mode (no dropout): the same on every call."""
-    torch.manual_seed(seed)
+    """A random Transformer, 2 + 2 layers, eval mode (no dropout): the same on every call (the
+    caller's random state left alone)."""
     config = TransformerConfig.tiny(VOCAB, d_model=16, n_heads=2, d_ff=32, dropout=0.0,
                                     share_embeddings=False, tie_output=False, max_len=64)
-    model = Transformer(config).eval()
-    nn.init.normal_(model.generator.weight, std=1.0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Transformer(config).eval()
+        nn.init.normal_(model.generator.weight, std=1.0)
     return model
 
 
@@ -151,16 +153,11 @@ GREEDY_MISTAKES = (
         (_greedy_with(keep_eos=False),),
     ),
     Mistake(
-        "first_position", "Next token taken from the first position",
-        "the decoder returns one vector per position fed: the next token comes from the LAST "
-        "one, h[:, -1].",
-        (_greedy_with(position=0),),
-    ),
-    Mistake(
-        "last_token_only", "Only the last token fed to the decoder",
+        "wrong_position", "Next token not taken from the last position of the whole prefix",
         "without a cache the decoder must see the whole prefix, BOS y_1 ... y_t, at every step "
-        "(it has no memory of the earlier steps).",
-        (_greedy_with(feed="last"),),
+        "(it has no memory of the earlier steps), and the next token comes from its LAST "
+        "position: h[:, -1].",
+        (_greedy_with(position=0), _greedy_with(feed="last")),
     ),
     Mistake(
         "max_len_off_by_one", "One token too many or too few",
@@ -209,7 +206,7 @@ GREEDY = Item(
         _greedy_case(ScriptedModel, [3, 5, 1, 4], 9, 0),
         _greedy_case(ScriptedModel, [2, 8, 4], 6, 1),
         _greedy_case(ScriptedModel, [3], 7, 2),
-        _greedy_case(small_transformer, [7, 3], 5, 3),
+        _greedy_case(small_transformer, [7, 1], 8, 4),  # src_mask and the causal mask matter
     ],
     GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
     formula="At each step take the argmax of the last position's logits and append it.",
@@ -274,8 +271,7 @@ BEAM_MISTAKES = (
     Mistake(
         "penalty_formula", "Length penalty formula wrong",
         "lp = ((5 + length) / 6) ** alpha: the whole fraction is raised to alpha.",
-        tuple(_beam_with(penalty=p) for p in (lambda n, a: (5 + n) ** a / 6,
-                                               lambda n, a: (5 + n) / 6 * a,
+        tuple(_beam_with(penalty=p) for p in (lambda n, a: (5 + n) / 6 * a,
                                                lambda n, a: ((5 + n) / 6) ** -a,
                                                lambda n, a: n ** a)),
     ),

@@ -685,6 +685,7 @@ class Item:
     run: object = None
     after: tuple = ()
     renames: tuple = ()
+    _results: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         declared = [*self.mistakes, *(m for case in self.cases for m in case.mistakes or ())]
@@ -763,10 +764,30 @@ class Item:
             module.load_state_dict(case.state)
         return module.train(case.train)
 
+    def _remembered(self, case, key, compute):
+        """compute(), or what it gave (or raised) before for `case`: the reference's and the
+        mistakes' results are the same on every check, and computing them is most of a
+        check's time."""
+        if not any(c is case for c in self.cases):  # a probe: made for one check only
+            return compute()
+        memo = (id(case), key)
+        if memo not in self._results:
+            try:
+                self._results[memo] = (True, compute())
+            except Exception as error:  # the mistake cannot run here: that is remembered too
+                self._results[memo] = (False, error)
+        ok, value = self._results[memo]
+        if not ok:
+            raise value.with_traceback(None)
+        return value
+
     def _expected(self, reference, case):
-        with torch.random.fork_rng(devices=[]):
-            _seed(case.seed)
-            return self._run(reference, clone(case.args), case)
+        def compute():
+            with torch.random.fork_rng(devices=[]):
+                _seed(case.seed)
+                return self._run(reference, clone(case.args), case)
+
+        return self._remembered(case, "expected", compute)
 
     def _learner_object(self, target, case, watch, printed):
         """The learner's function, or the learner's class built (as learner code) and
@@ -793,12 +814,16 @@ class Item:
 
     def _compute(self, compute, reference, case):
         """What `compute` (a mistake's) gives on `case`, seeded like the learner's run."""
-        args = clone(case.args)
-        with torch.random.fork_rng(devices=[]):
-            _seed(case.seed)
-            if self.is_class:
-                return compute(reference, *args, **case.kwargs)
-            return compute(*args, **case.kwargs)
+
+        def run():
+            args = clone(case.args)
+            with torch.random.fork_rng(devices=[]):
+                _seed(case.seed)
+                if self.is_class:
+                    return compute(reference, *args, **case.kwargs)
+                return compute(*args, **case.kwargs)
+
+        return self._remembered(case, compute, run)
 
     def _agrees(self, mistake, compute, passed, values=True):
         """Whether `compute` runs on every case passed so far (of those where `mistake` is

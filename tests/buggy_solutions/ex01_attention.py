@@ -213,7 +213,7 @@ def returns_scores_shape(query, key, value, mask=None):
     return weights, weights
 
 
-@wrong("scaled_dot_product_attention.wrong_dtype")
+@wrong("scaled_dot_product_attention.float32")
 def returns_float32(query, key, value, mask=None):
     scores = query.float() @ key.float().transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
@@ -306,3 +306,59 @@ def einsum_3d(query, key, value, mask=None):
     if mask is not None:
         weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     return torch.einsum("bij,bjd->bid", weights, value), weights
+
+
+@wrong("scaled_dot_product_attention.key_not_transposed")
+def key_not_transposed(query, key, value, mask=None):
+    scores = torch.matmul(query, key) / math.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.torch_sqrt_of_int")
+def torch_sqrt_of_an_int(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / torch.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.keys_combined")
+def keys_combined(query, key, value, mask=None):
+    weights = _finish(torch.softmax(_masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)),
+                                            mask), -1), value, mask)[1]
+    return weights @ key, weights
+
+
+@wrong("scaled_dot_product_attention.float32")
+def float32_softmax(query, key, value, mask=None):
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask, -1e9)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return _finish(weights, value, mask)
+
+
+@wrong("scaled_dot_product_attention.dropout")
+def dropout_on_weights(query, key, value, mask=None):
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask)
+    weights = F.dropout(torch.softmax(scores, -1).nan_to_num(0.0), p=0.1)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_added")
+def bool_mask_added(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + mask  # as torch's float attn_mask is
+    weights = torch.softmax(scores, -1)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_axis_added")
+def mask_unsqueezed(query, key, value, mask=None):
+    if mask is not None:
+        mask = mask.unsqueeze(1)
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask)
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.recursion")
+def calls_itself(query, key, value, mask=None):
+    return calls_itself(query, key, value, mask)  # meant: torch's function of the same name

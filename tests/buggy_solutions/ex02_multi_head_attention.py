@@ -409,3 +409,65 @@ class MergedByView(_Buggy):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         out = out.transpose(1, 2).view(query.size(0), query.size(1), -1)
         return self.w_o(out), weights if need_weights else None
+
+
+@wrong("split_heads.split_folded")
+def split_folded_into_the_batch(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, -1).transpose(1, 2).reshape(batch * n_heads, seq, -1)
+
+
+@wrong("split_heads.split_count_width_swapped")
+def split_minus_one_in_place_of_the_heads(x, n_heads):
+    return x.reshape(x.size(0), x.size(1), -1, n_heads).transpose(1, 2)
+
+
+@wrong("split_heads.transpose_before_view")
+def split_transposed_then_viewed(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.transpose(1, 2).contiguous().view(batch, n_heads, seq, d_model // n_heads)
+
+
+@wrong("MultiHeadAttention.split_count_width_swapped")
+class HeadsAndWidthSwapped(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        def split(x):
+            return x.reshape(x.size(0), x.size(1), -1, self.n_heads).transpose(1, 2)
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.transpose_before_view")
+class TransposedThenViewed(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        def split(x):
+            return x.transpose(1, 2).reshape(x.size(0), self.n_heads, x.size(1), -1)
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.bias_dropped")
+class FunctionalLinearsWithoutBias(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        h = self.n_heads
+        q = split_heads(torch.nn.functional.linear(query, self.w_q.weight), h)
+        k = split_heads(torch.nn.functional.linear(key, self.w_k.weight), h)
+        v = split_heads(torch.nn.functional.linear(value, self.w_v.weight), h)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = torch.nn.functional.linear(merge_heads(out), self.w_o.weight)
+        return out, weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.softmax_wrong_axis")
+class SoftmaxOverHeads(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=1).nan_to_num(0.0)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None

@@ -170,7 +170,7 @@ class BatchSqueezed(PositionalEncoding):
         return (x + self.pe[start : start + x.size(1)]).squeeze(0)  # batch 1 loses its axis
 
 
-@wrong("PositionalEncoding.raised")
+@wrong("PositionalEncoding.whole_table")
 class WholeTableAdded(PositionalEncoding):
     def forward(self, x, start=0):
         return x + self.pe
@@ -307,3 +307,36 @@ class ScaledHere(PositionalEncoding):
 def encoding_twice(tokens, embedding, positional_encoding):
     e = embedding(tokens) * math.sqrt(embedding.embedding_dim)
     return positional_encoding(e) + positional_encoding.pe[: tokens.size(1)]
+
+
+@wrong("sinusoidal_encoding.positions_not_integers")
+def linspace_positions(max_len, d_model):
+    angle = torch.linspace(0, max_len, max_len)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.exponent_parentheses")
+def exponent_parentheses(max_len, d_model):
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = torch.arange(max_len, dtype=torch.float64)[:, None] / (10000**2 * two_i / d_model)
+    return _interleave(angle.sin().float(), angle.cos().float())
+
+
+@wrong("PositionalEncoding.slice_end")
+class SliceEndIgnoresStart(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start : x.size(1)])
+
+
+@wrong("PositionalEncoding.wrong_axis_sliced")
+class ColumnsSliced(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[:, start : start + x.size(1)])
+
+
+@wrong("PositionalEncoding.no_gradient")
+class UnderNoGrad(PositionalEncoding):
+    def forward(self, x, start=0):
+        with torch.no_grad():
+            out = x + self.pe[start : start + x.size(1)]
+        return self.dropout(out)

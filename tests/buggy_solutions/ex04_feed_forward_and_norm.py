@@ -167,7 +167,7 @@ class AlwaysRelu(PositionWiseFeedForward):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
-@wrong("PositionWiseFeedForward.raised")
+@wrong("PositionWiseFeedForward.layers_misapplied")
 class LinearsSwapped(PositionWiseFeedForward):
     def forward(self, x):
         return self.linear1(self.activation(self.linear2(x)))
@@ -346,3 +346,71 @@ class SublayerFunctionalDropout(SublayerConnection):
         if self.norm_first:
             return x + F.dropout(sublayer(self.norm(x)), self.dropout.p)
         return self.norm(x + F.dropout(sublayer(x), self.dropout.p))
+
+
+@wrong("LayerNorm.no_keepdim")
+class NoKeepdim(LayerNorm):
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1)) / torch.sqrt(x.var(-1, unbiased=False) + self.eps) + self.bias
+
+
+@wrong("LayerNorm.eps_ignored")
+class EpsHardCoded(LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + 1e-6) + self.bias
+
+
+@wrong("LayerNorm.variance_not_centered")
+class MeanOfSquares(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt((x**2).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+@wrong("LayerNorm.l2_normalized")
+class L2Normalized(LayerNorm):
+    def forward(self, x):
+        return self.weight * F.normalize(x, dim=-1, eps=self.eps) + self.bias
+
+
+@wrong("LayerNorm.no_gradient")
+class StatisticsFromDetached(LayerNorm):
+    def forward(self, x):
+        x = x.detach()  # "the statistics need no gradient"
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + self.eps) + self.bias
+
+
+@wrong("PositionWiseFeedForward.bias_dropped")
+class WeightsOnly(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.dropout(self.activation(x @ self.linear1.weight.T)) @ self.linear2.weight.T
+
+
+@wrong("PositionWiseFeedForward.layers_misapplied")
+class PapersXW(PositionWiseFeedForward):
+    def forward(self, x):
+        h = self.activation(x @ self.linear1.weight + self.linear1.bias)
+        return self.dropout(h) @ self.linear2.weight + self.linear2.bias
+
+
+@wrong("PositionWiseFeedForward.python_max")
+class PythonMax(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(max(0, self.linear1(x))))
+
+
+@wrong("PositionWiseFeedForward.layers_misapplied")
+class FirstLayerTwice(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear1(self.dropout(self.activation(self.linear1(x))))
+
+
+@wrong("SublayerConnection.norm_parameters_unused")
+class FreshLayerNorm(SublayerConnection):
+    def forward(self, x, sublayer):
+        norm = torch.nn.LayerNorm(x.size(-1))
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))

@@ -230,7 +230,7 @@ class returns_weights_too(_Layer):
         return self.norm2(x + self.dropout(self.feed_forward(x))), weights
 
 
-@wrong("EncoderLayer.raised")
+@wrong("EncoderLayer.tuple")
 class attention_tuple_not_unpacked(_Layer):
     def attend(self, h, mask):
         return self.self_attn(h, h, h, mask)
@@ -369,3 +369,41 @@ class layers_reversed(given.Encoder):
         for layer in reversed(self.layers):
             x = layer(x, mask)
         return self.norm(x)
+
+
+@wrong("Embeddings.scale_added")
+class scale_added(given.Embeddings):
+    def forward(self, tokens):
+        return self.embedding(tokens) + math.sqrt(self.embedding.embedding_dim)
+
+
+@wrong("EncoderLayer.not_chained")
+class residual_from_the_layer_input(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            a = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return x + self.dropout(self.feed_forward(self.norm2(a)))
+        a = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.feed_forward(a)))
+
+
+@wrong("EncoderLayer.mask_inverted")
+class mask_inverted(_Layer):
+    def attend(self, h, mask):
+        return self.self_attn(h, h, h, None if mask is None else ~mask)[0]
+
+
+@wrong("EncoderLayer.mask_to_feed_forward")
+class mask_to_the_feed_forward(_Layer):
+    def forward(self, x, mask=None):
+        x = self.sublayer(x, lambda h: self.attend(h, mask), self.norm1)
+        return self.sublayer(x, lambda h: self.feed_forward(h, mask), self.norm2)
+
+
+@wrong("Encoder.norm_first_read")
+class reads_norm_first(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.norm_first else x

@@ -290,3 +290,24 @@ class ResidualsByHand(_Layer):
         x = norms[0](x + self.self_attn(x, x, x, tgt_mask)[0])
         x = norms[1](x + self.cross_attn(x, memory, memory, src_mask)[0])
         return norms[2](x + self.feed_forward(x))
+
+
+@wrong("DecoderLayer.masks_combined")
+class MasksCombined(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        mask = tgt_mask if src_mask is None or tgt_mask is None else tgt_mask & src_mask
+        return self.block(x, memory, mask, mask)
+
+
+@wrong("DecoderLayer.src_mask_transposed")
+class SourceMaskTransposed(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return self.block(x, memory, tgt_mask, None if src_mask is None else src_mask.transpose(-1, -2))
+
+
+@wrong("DecoderLayer.memory_normalized")
+class MemoryNormalized(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        if self.sublayers[1].norm_first:
+            memory = self.sublayers[1].norm(memory)
+        return self.block(x, memory, tgt_mask, src_mask)

@@ -558,3 +558,85 @@ def stepped_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip
 def loss_against_the_input(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                            autocast_dtype=None):
     return _step_with(model, batches, optimizer, label_smoothing, clip, target="tgt_in")
+
+
+@wrong("make_batch.src_mask_shape")
+def source_mask_2d(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, src != PAD, target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.src_mask_from_target")
+def source_mask_from_the_target(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(tgt_in, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.eps_not_divided")
+def eps_not_divided(logits, target, eps=0.1, pad_id=PAD):
+    q = (1 - eps) * F.one_hot(target, logits.size(-1)).to(logits.dtype) + eps
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.one_hot_width")
+def one_hot_without_num_classes(logits, target, eps=0.1, pad_id=PAD):
+    q = (1 - eps) * F.one_hot(target).to(logits.dtype) + eps / logits.size(-1)
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.probabilities")
+def probabilities_not_log(logits, target, eps=0.1, pad_id=PAD):
+    return -(_smoothed(logits, target, eps) * F.softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.divided_by_sentences")
+def divided_by_the_batch(logits, target, eps=0.1, pad_id=PAD):
+    loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
+    return (loss * (target != pad_id)).sum() / (target.size(0) if target.dim() > 1 else 1)
+
+
+@wrong("label_smoothing_loss.pad_logit_blocked")
+def padding_never_predicted(logits, target, eps=0.1, pad_id=PAD):
+    logits = logits.clone()
+    logits[..., pad_id] = float("-inf")
+    return -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("noam_lr.warmup_swapped")
+def warmup_branch_swapped(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model**-0.5 * min(step**-0.5, warmup * step**-1.5)
+
+
+@wrong("train_step.zeroed_at_end")
+def zeroed_after_the_step(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                          autocast_dtype=None):
+    total = 0.0
+    for batch in batches:
+        loss = _loss(model, batch, label_smoothing)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return total / len(batches)
+
+
+@wrong("train_step.clipped_by_value")
+def clipped_by_value(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autocast_dtype=None):
+    optimizer.zero_grad()
+    total = 0.0
+    for batch in batches:
+        loss = _loss(model, batch, label_smoothing)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+    optimizer.step()
+    return total / len(batches)

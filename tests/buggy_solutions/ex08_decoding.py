@@ -386,3 +386,100 @@ def no_positional_encoding(model, tokens, memory, src_mask, cache=None):
         return right_step(model, tokens, memory, src_mask)
     h = model.decoder(model.tgt_embed(tokens[:, -1:]), memory, src_mask, None, cache=cache)
     return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+def _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, pad=None, done_first=False,
+                    keep_done=True, first_row=False, bounded=True, generator=True):
+    pad = model.config.pad_id if pad is None else pad
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    step = 0
+    while (step < max_len) if bounded else not done.all():
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))[:, -1]
+        token = (model.generator(h) if generator else h).argmax(-1)
+        if first_row:
+            token = token[0].repeat(src.size(0))
+        if done_first:
+            done = done | (token == eos_id)
+            token = token.masked_fill(done, pad)
+        else:
+            token = token.masked_fill(done, pad)
+            done = (done if keep_done else torch.zeros_like(done)) | (token == eos_id)
+        ys = torch.cat((ys, token[:, None]), 1)
+        step += 1
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.pad_hardcoded")
+def pads_with_zero(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, pad=0)
+
+
+@wrong("greedy_decode.eos_replaced")
+def eos_replaced_by_padding(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, done_first=True)
+
+
+@wrong("greedy_decode.done_not_kept")
+def done_overwritten(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, keep_done=False)
+
+
+@wrong("greedy_decode.one_sentence")
+def first_sentence_only(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, first_row=True)
+
+
+@wrong("greedy_decode.max_len_ignored")
+def until_every_eos(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, bounded=False)
+
+
+@wrong("greedy_decode.no_generator")
+def no_generator(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, generator=False)
+
+
+@wrong("beam_search_step.alpha_ignored")
+def alpha_hard_coded(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    return _top(candidates / length_penalty(lengths, 0.6)[:, :, None], candidates, scores.size(1))
+
+
+@wrong("beam_search_step.partly_normalized")
+def token_part_normalized(scores, log_probs, lengths, alpha=0.6):
+    ranking = scores[:, :, None] + log_probs / length_penalty(lengths, alpha)[:, :, None]
+    return _top(ranking, scores[:, :, None] + log_probs, scores.size(1))
+
+
+@wrong("beam_search_step.ranked_by_token")
+def ranked_by_the_token(scores, log_probs, lengths, alpha=0.6):
+    ranking = log_probs / length_penalty(lengths, alpha)[:, :, None]
+    return _top(ranking, scores[:, :, None] + log_probs, scores.size(1))
+
+
+@wrong("beam_search_step.batch_flattened")
+def whole_batch_flattened(scores, log_probs, lengths, alpha=0.6):
+    beam, vocab = log_probs.shape[1:]
+    candidates = scores[:, :, None] + log_probs
+    best = (candidates / length_penalty(lengths, alpha)[:, :, None]).flatten().topk(beam).indices
+    return candidates.flatten()[best], (best // vocab) % beam, best % vocab
+
+
+@wrong("decode_step.newest_only_uncached")
+def newest_token_only(model, tokens, memory, src_mask, cache=None):
+    if cache is not None:
+        return right_step(model, tokens, memory, src_mask, cache)
+    return model.generator(model.decode(tokens[:, -1:], memory, src_mask, None)[:, -1]).log_softmax(-1)
+
+
+@wrong("decode_step.rescaled")
+def embedding_scaled_again(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        return right_step(model, tokens, memory, src_mask)
+    x = model.tgt_embed(tokens[:, -1:]) * model.config.d_model**0.5
+    h = model.decoder(model.positional(x, start=len(cache)), memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]), dim=-1)

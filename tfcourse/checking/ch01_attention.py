@@ -44,6 +44,17 @@ def _with(**bug):
     return lambda q, k, v, m=None: _attend(q, k, v, m, **bug)
 
 
+def _float32_softmax(q, k, v, m=None):
+    """softmax(..., dtype=torch.float32): float64 weights meet float64 values and fail."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores.masked_fill(~m, MIN)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    if m is not None:
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
 def _as_3d(case, error):
     """A 4-D case with its (batch, heads) axes flattened into one: what 3-D-only code gets right."""
     q, k, v, *mask = case.args
@@ -55,6 +66,26 @@ def _as_3d(case, error):
     elif mask:
         flat.append(mask[0])
     return dataclasses.replace(case, args=tuple(flat))
+
+
+def _added(q, k, v, m=None):
+    """The bool mask added to the scores, as if it were an additive float mask."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores + m
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _dropped(p):
+    """F.dropout(weights, p) inside attention: on in every mode."""
+
+    def compute(q, k, v, m=None):
+        output, weights = reference(q, k, v, m)
+        weights = torch.nn.functional.dropout(weights, p)
+        return weights @ v, weights
+
+    return compute
 
 
 def _raw(scores, q, v, m):
@@ -162,6 +193,49 @@ MISTAKES = (
         "scores_returned", "Scores returned instead of the weights",
         "return the attention weights, softmax(scores) (each row sums to 1), not the scores.",
         (_with(give="scores"), _with(give="scores", fill=-1e9), _with(give="scores", fill=MIN)),
+    ),
+    Mistake(
+        "key_not_transposed", "Key not transposed",
+        "the scores are Q K^T: multiply the queries by the TRANSPOSED keys, "
+        "key.transpose(-2, -1), so that each query meets each key over their d_k features.",
+        (lambda q, k, v, m=None: _raw(q @ k, q, v, m),
+         lambda q, k, v, m=None: _raw(torch.matmul(q, k), q, v, m)),
+    ),
+    Mistake(
+        "torch_sqrt_of_int", "torch.sqrt of a Python number",
+        "query.size(-1) is an int, and torch.sqrt takes tensors: use math.sqrt(d_k) (or d_k ** 0.5).",
+        (lambda q, k, v, m=None: _raw(q @ k.transpose(-2, -1) * torch.sqrt(q.size(-1)), q, v, m),),
+    ),
+    Mistake(
+        "keys_combined", "Keys combined instead of the values",
+        "the output is weights @ V: the weights say how much of each key's VALUE to take.",
+        (lambda q, k, v, m=None: (reference(q, k, v, m)[1] @ k, reference(q, k, v, m)[1]),),
+    ),
+    Mistake(
+        "float32", "Computed in float32 whatever the inputs' dtype",
+        "keep the inputs' dtype: float64 inputs give float64 weights and output (no "
+        "dtype=torch.float32 in the softmax, no .float()).",
+        (_float32_softmax,
+         lambda q, k, v, m=None: reference(q.float(), k.float(), v.float(), m)),
+    ),
+    Mistake(
+        "dropout", "Dropout in attention",
+        "this function has no training mode, so no dropout (the module that calls it applies "
+        "dropout to the weights, in training only); and F.dropout drops by default, which makes "
+        "the output random.",
+        tuple(_dropped(p) for p in (0.1, 0.2, 0.3, 0.5)),
+    ),
+    Mistake(
+        "mask_added", "Mask added to the scores",
+        "this mask is bool, True = may attend; adding it adds 1 to the allowed scores and blocks "
+        "nothing. Fill the blocked scores instead: scores.masked_fill(~mask, float('-inf')).",
+        (_added,),
+    ),
+    Mistake(
+        "mask_axis_added", "Mask given an extra axis",
+        "the mask already broadcasts to the scores (..., q_len, k_len): use it as it is. An axis "
+        "added for the heads (unsqueeze) makes the weights and the output grow one.",
+        (lambda q, k, v, m=None: _attend(q, k, v, None if m is None else m.unsqueeze(1)),),
     ),
     Mistake(
         "mask_inverted", "Mask polarity inverted",

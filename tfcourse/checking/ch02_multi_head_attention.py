@@ -43,6 +43,25 @@ def _split_features_first(x, n_heads):
     return x.reshape(batch, seq, n_heads, d_model // n_heads).permute(0, 2, 3, 1)
 
 
+def _split_folded(x, n_heads):
+    """(batch * heads, seq, d_head): the heads folded into the batch, as torch.nn does."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(1, 2).reshape(
+        batch * n_heads, seq, d_model // n_heads)
+
+
+def _split_count_and_width_swapped(x, n_heads):
+    """(batch, d_head, seq, heads): the last axis cut as (d_head, heads), then transposed."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, d_model // n_heads, n_heads).transpose(1, 2)
+
+
+def _split_transpose_first(x, n_heads):
+    """The positions and features transposed first, then one view: both mixed."""
+    batch, seq, d_model = x.shape
+    return x.transpose(1, 2).reshape(batch, n_heads, seq, d_model // n_heads)
+
+
 def _merge_without_transpose(x):
     """(batch, heads, seq, d_head) viewed straight to (batch, seq, d_model): positions mixed."""
     batch, heads, seq, d_head = x.shape
@@ -86,6 +105,24 @@ SPLIT_AXES = Mistake(
     "swap axes 1 and 2 only (transpose(1, 2)); the features stay last.",
     (_split_features_first,),
 )
+SPLIT_FOLDED = Mistake(
+    "split_folded", "Heads folded into the batch",
+    "return (batch, heads, seq, d_head), 4-D: torch.nn.MultiheadAttention folds the heads into "
+    "the batch axis, (batch * heads, seq, d_head); this course keeps them on an axis of their own.",
+    (_split_folded,),
+)
+SPLIT_SWAPPED = Mistake(
+    "split_count_width_swapped", "Number of heads and head width swapped",
+    "cut d_model as (n_heads, d_head): view(batch, seq, n_heads, d_head), or -1 in place of "
+    "d_head; then transpose(1, 2).",
+    (_split_count_and_width_swapped,),
+)
+SPLIT_TRANSPOSE_FIRST = Mistake(
+    "transpose_before_view", "Transposed before the view",
+    "view (batch, seq, d_model) as (batch, seq, heads, d_head) FIRST, then transpose(1, 2): "
+    "transposed first, the features come before the positions and the view mixes them.",
+    (_split_transpose_first,),
+)
 MERGE_ORDER = Mistake(
     "merge_order", "Heads merged in the wrong order",
     "first bring (batch, heads, seq, d_head) back to (batch, seq, heads, d_head) (swap axes 1 "
@@ -116,7 +153,7 @@ def _linear(layer, x, how):
 def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=split_heads,
              merge=merge_heads, roles="qkv", out_role="o", inputs=None, scale=None,
              adapt_mask=None, fill=None, empty_rows=True, project=True, average=False,
-             linear="layer", heads=None, weights_when=None):
+             linear="layer", heads=None, weights_when=None, dim=-1):
     """The reference's forward, with the variations that mistakes make.
 
     roles: which projection (w_q, w_k or w_v) is applied to the query, key and value;
@@ -130,14 +167,14 @@ def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=spli
     q, k, v = (split(_linear(projection[r], x, linear), n_heads) for r, x in zip(roles, xs))
     if mask is not None and adapt_mask is not None:
         mask = adapt_mask(mask, q)
-    if scale is None and fill is None and empty_rows:
+    if scale is None and fill is None and empty_rows and dim == -1:
         out, weights = attend(q, k, v, mask)
     else:
         d = scale(d_head, mha) if scale is not None else d_head
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (batch, heads, q_len, k_len)
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
-        weights = torch.softmax(scores, dim=-1)
+        weights = torch.softmax(scores, dim=dim)
         if mask is not None and empty_rows:
             weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         out = weights @ v
@@ -237,6 +274,8 @@ WEIGHTS_NOT_ASKED = Mistake(
 MISTAKES = (
     SPLIT_WITHOUT_TRANSPOSE.computing(_variant(split=_split_without_transpose)),
     SPLIT_STRIDED.computing(_variant(split=_split_strided)),
+    SPLIT_SWAPPED.computing(_variant(split=_split_count_and_width_swapped)),
+    SPLIT_TRANSPOSE_FIRST.computing(_variant(split=_split_transpose_first)),
     MERGE_ORDER.computing(_variant(merge=_merge_without_transpose), _variant(merge=_merge_strided),
                           _variant(merge=_merge_feature_major)),
     MERGE_BY_VIEW.computing(_variant(merge=_merge_by_view)),
@@ -265,8 +304,19 @@ MISTAKES = (
         "weight_untransposed", "Linear layer written as x @ weight",
         "nn.Linear stores its weight as (out_features, in_features) and computes x @ weight.T + "
         "bias. Call the layer, self.w_q(x), rather than write the paper's X W^Q with its weight.",
-        (_variant(linear="untransposed"), _variant(linear="untransposed_no_bias"),
-         _variant(linear="transposed_no_bias")),
+        (_variant(linear="untransposed"), _variant(linear="untransposed_no_bias")),
+    ),
+    Mistake(
+        "bias_dropped", "Projection biases left out",
+        "each projection is a whole nn.Linear, x @ weight.T + bias (the paper's equations leave "
+        "the biases out, its model has them): call the layers, self.w_q(x), ..., self.w_o(x).",
+        (_variant(linear="transposed_no_bias"),),
+    ),
+    Mistake(
+        "softmax_wrong_axis", "Softmax over the wrong axis",
+        "each query's weights are a softmax over the keys: the last axis of the scores "
+        "(batch, heads, q_len, k_len), dim=-1.",
+        tuple(_variant(dim=d, fill=float("-inf")) for d in (1, -2, 0, 2)),
     ),
     Mistake(
         "scaled_by_d_model", "Scaled by sqrt(d_model) instead of sqrt(d_head)",
@@ -390,7 +440,8 @@ MERGE_CASES = [Case((x,), names=("x",), seed=seed) for seed, x in (
 
 SPLIT = Item(
     EXERCISE, "split_heads", split_heads, SPLIT_CASES,
-    (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES),
+    (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
+     SPLIT_TRANSPOSE_FIRST),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
 )
 MERGE = Item(

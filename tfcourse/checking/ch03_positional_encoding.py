@@ -8,7 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..positional import PositionalEncoding, sinusoidal_encoding
-from .core import Case, Item, Mistake, close, describe
+from .core import Case, Item, Mistake, close, describe, gradient_case
 
 EXERCISE = "ex03_positional_encoding"
 
@@ -17,9 +17,12 @@ EXERCISE = "ex03_positional_encoding"
 
 
 def _table(max_len, d_model, sin_first=True, interleave=True, first=0, exponent=None,
-           base=10000.0, pair=None):
+           base=10000.0, pair=None, positions=None):
     """The sinusoidal table with the variations that mistakes make."""
-    position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]
+    if positions is None:
+        position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]
+    else:
+        position = positions(max_len)[:, None]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i = 0, 2, 4, ...
     power = two_i / d_model if exponent is None else exponent(two_i, d_model)
     angle = position * base ** -power
@@ -29,6 +32,13 @@ def _table(max_len, d_model, sin_first=True, interleave=True, first=0, exponent=
         pair = pair(angle)
     pe = torch.stack(pair, -1).flatten(1) if interleave else torch.cat(pair, -1)
     return pe.to(torch.get_default_dtype())
+
+
+def _angle_table(max_len, d_model, angle_of):
+    """The table with angles computed by `angle_of(pos, two_i)` (a formula's parentheses)."""
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = angle_of(position, torch.arange(0, d_model, 2, dtype=torch.float64))
+    return torch.stack((angle.sin(), angle.cos()), -1).flatten(1).to(torch.get_default_dtype())
 
 
 def _cos_with_2i_plus_1(max_len, d_model):
@@ -69,6 +79,14 @@ TABLE_MISTAKES = (
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: -two_i / d),),
     ),
     Mistake(
+        "exponent_parentheses", "Parentheses of the exponent wrong",
+        "the angle is pos / 10000^(2i / d_model): the whole fraction 2i / d_model is the "
+        "exponent, 10000 ** (two_i / d_model).",
+        (lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / (10000.0**2 * two_i / d)),
+         lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / 10000.0**2 * two_i / d),
+         lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / 10000.0**two_i / d)),
+    ),
+    Mistake(
         "exponent_not_divided", "Exponent not divided by d_model",
         "the exponent is 2i / d_model, between 0 and 1: 10000^(2i / d_model). Without the "
         "division every pair but the first has an angle of about 0.",
@@ -85,7 +103,8 @@ TABLE_MISTAKES = (
         "wrong_base", "Frequencies not based on 10000",
         "the paper's wavelengths form a geometric progression from 2 pi to 10000 * 2 pi: the "
         "base of the power is 10000.",
-        tuple((lambda n, d, b=b: _table(n, d, base=b)) for b in (1000.0, 100000.0, 100.0, math.e)),
+        tuple((lambda n, d, b=b: _table(n, d, base=b))
+              for b in (1000.0, 100000.0, 100.0, math.e, math.exp(4), 10.0)),
     ),
     Mistake(
         "one_function", "Only sines (or only cosines)",
@@ -93,6 +112,13 @@ TABLE_MISTAKES = (
         "attention shift positions by a rotation.",
         (lambda n, d: _table(n, d, pair=lambda a: (a.sin(), a.sin())),
          lambda n, d: _table(n, d, pair=lambda a: (a.cos(), a.cos()))),
+    ),
+    Mistake(
+        "positions_not_integers", "Positions not 0, 1, ..., max_len - 1",
+        "row pos of the table is position pos: torch.arange(max_len) gives 0, 1, ..., "
+        "max_len - 1 (torch.linspace spreads max_len points over a range instead).",
+        (lambda n, d: _table(n, d, positions=lambda n: torch.linspace(0, n, n, dtype=torch.float64)),
+         lambda n, d: _table(n, d, positions=lambda n: torch.linspace(0, 1, n, dtype=torch.float64))),
     ),
     Mistake(
         "positions_from_1", "Positions start at 1",
@@ -171,6 +197,24 @@ POSITIONAL_MISTAKES = (
         (lambda m, x, start=0: m.dropout(x + m.pe[: x.size(1)]),),
     ),
     Mistake(
+        "slice_end", "Slice end ignores `start`",
+        "the rows of x are positions start, ..., start + seq - 1: PE[start : start + seq]. "
+        "PE[start : seq] is too short (or empty) when start > 0.",
+        (lambda m, x, start=0: m.dropout(x + m.pe[start : x.size(1)]),),
+    ),
+    Mistake(
+        "wrong_axis_sliced", "Table sliced on the wrong axis",
+        "self.pe is (max_len, d_model): its rows are the positions, so slice the first axis, "
+        "self.pe[start : start + seq].",
+        (lambda m, x, start=0: m.dropout(x + m.pe[:, start : start + x.size(1)]),),
+    ),
+    Mistake(
+        "whole_table", "Whole table added",
+        "self.pe holds max_len positions; x has seq of them: add only its rows, "
+        "PE[start : start + seq] (broadcast over the batch).",
+        (lambda m, x, start=0: m.dropout(x + m.pe),),
+    ),
+    Mistake(
         "start_off_by_one", "Positions off by one",
         "the rows of x are positions start, start + 1, ..., start + seq - 1: "
         "PE[start : start + seq].",
@@ -194,7 +238,8 @@ POSITIONAL_MISTAKES = (
         "dropout goes on the sum, dropout(x + PE): not on x alone, nor on the encoding alone.",
         (_pe(lambda x, pe, m: m.dropout(x) + pe),
          _pe(lambda x, pe, m: x + m.dropout(pe.expand_as(x))),
-         _pe(lambda x, pe, m: x + m.dropout(pe))),
+         _pe(lambda x, pe, m: x + m.dropout(pe)),
+         _pe(lambda x, pe, m: m.dropout(m.dropout(x) + pe))),
     ),
     Mistake(
         "dropout_in_eval", "Dropout applied in eval mode",
@@ -223,6 +268,7 @@ POSITIONAL = Item(
         _positional_case(2, 1, 12, 8, 0),  # the whole table
         _positional_case(3, 2, 4, 8, 3, dropout=0.5, train=True),
         _positional_case(4, 2, 4, 8, 2, dropout=0.5),
+        gradient_case(_positional_case(5, 2, 3, 8, 1), "x"),
     ],
     POSITIONAL_MISTAKES, build=_construct,
     formula="The output is dropout(x + PE[start : start + seq]).",
@@ -246,7 +292,8 @@ def _embedded(how):
     def compute(tokens, embedding, positional_encoding):
         e = embedding(tokens)  # (batch, seq, d_model)
         pe = positional_encoding(torch.zeros_like(e))  # PE[:seq], broadcast over the batch
-        return how(e, pe, math.sqrt(embedding.embedding_dim), tokens, embedding)
+        return how(e, pe, math.sqrt(embedding.embedding_dim), tokens, embedding,
+                   positional_encoding)
 
     return (compute,)
 
@@ -256,43 +303,44 @@ SCALE_MISTAKES = (
         "not_scaled", "Embeddings not scaled by sqrt(d_model)",
         "the paper multiplies the token embeddings by sqrt(d_model) before the positional "
         "encoding is added (section 3.4).",
-        _embedded(lambda e, pe, s, t, emb: e + pe),
+        _embedded(lambda e, pe, s, t, emb, penc: e + pe),
     ),
     Mistake(
         "scaled_with_encoding", "Encoding scaled along with the embeddings",
         "scale the embeddings, then add the positional encoding: sqrt(d_model) * E[tokens] + PE, "
         "not sqrt(d_model) * (E[tokens] + PE).",
-        _embedded(lambda e, pe, s, t, emb: s * (e + pe)),
+        _embedded(lambda e, pe, s, t, emb, penc: s * (e + pe)),
     ),
     Mistake(
         "encoding_scaled", "Encoding scaled instead of the embeddings",
         "it is the embeddings that are multiplied by sqrt(d_model), not the positional encoding.",
-        _embedded(lambda e, pe, s, t, emb: e + s * pe),
+        _embedded(lambda e, pe, s, t, emb, penc: e + s * pe),
     ),
     Mistake(
         "scaled_by_d_model", "Scaled by d_model instead of sqrt(d_model)",
         "multiply by the square root of d_model: math.sqrt(d_model).",
-        _embedded(lambda e, pe, s, t, emb: s * s * e + pe),
+        _embedded(lambda e, pe, s, t, emb, penc: s * s * e + pe),
     ),
     Mistake(
         "divided", "Embeddings divided by sqrt(d_model)",
         "multiply the embeddings by sqrt(d_model); dividing makes them smaller than the encoding.",
-        _embedded(lambda e, pe, s, t, emb: e / s + pe),
+        _embedded(lambda e, pe, s, t, emb, penc: e / s + pe),
     ),
     Mistake(
         "wrong_size", "Scaled by the square root of the wrong size",
         "d_model is the width of each embedding vector (embedding.embedding_dim), not the "
-        "sequence length, the batch size or the vocabulary size.",
-        tuple(_embedded(lambda e, pe, s, t, emb, size=size: math.sqrt(size(t, emb)) * e + pe)[0]
-              for size in (lambda t, emb: t.size(-1), lambda t, emb: t.size(0),
-                           lambda t, emb: emb.num_embeddings)),
+        "sequence length, the batch size, the vocabulary size or max_len.",
+        tuple(_embedded(lambda e, pe, s, t, emb, penc, size=size: math.sqrt(size(t, emb, penc)) * e + pe)[0]
+              for size in (lambda t, emb, penc: t.size(-1), lambda t, emb, penc: t.size(0),
+                           lambda t, emb, penc: emb.num_embeddings,
+                           lambda t, emb, penc: penc.pe.size(0))),
     ),
     Mistake(
         "encoding_twice", "Positional encoding added twice",
         "positional_encoding(x) already returns x + PE: add it once.",
-        _embedded(lambda e, pe, s, t, emb: s * e + 2 * pe),
+        _embedded(lambda e, pe, s, t, emb, penc: s * e + 2 * pe),
     ),
-    MULTIPLIED.computing(*_embedded(lambda e, pe, s, t, emb: s * e * pe)),
+    MULTIPLIED.computing(*_embedded(lambda e, pe, s, t, emb, penc: s * e * pe)),
 )
 
 

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from ..feed_forward import PositionWiseFeedForward
 from ..normalization import LayerNorm, SublayerConnection
-from .core import Case, Item, Mistake, describe
+from .core import Case, Item, Mistake, describe, gradient_case
 
 EXERCISE = "ex04_feed_forward_and_norm"
 
@@ -42,11 +42,13 @@ def _norm(module, x, dim=-1, correction=0, eps="inside", affine="after", center=
         var = x.var(dim, keepdim=True, correction=correction)
     else:
         var = (x * x).mean(dim, keepdim=True)
+    if isinstance(eps, float):  # a number of the learner's own instead of self.eps
+        e, eps = eps, "inside"
     if eps == "inside":
         std = torch.sqrt(var + e) if root else var + e
     else:
         std = torch.sqrt(var) + (e if eps == "outside" else 0)
-    y = (x - mean) / std
+    y = (x - mean) / std + (e if eps == "after" else 0)
     if affine == "after":
         return y * w + b
     if affine == "swapped":
@@ -68,6 +70,12 @@ NORM_MISTAKES = (
         uses=("layer_norm",),
     ),
     Mistake(
+        "no_keepdim", "keepdim=True missing",
+        "x.mean(-1) drops the last axis, so it no longer lines up with x: keep it, "
+        "x.mean(-1, keepdim=True) (the same for the variance).",
+        (lambda m, x: (x - x.mean(-1)) / torch.sqrt(x.var(-1, correction=0) + m.eps) * m.weight + m.bias,),
+    ),
+    Mistake(
         "unbiased", "Unbiased variance",
         "LayerNorm divides by d_model, not d_model - 1: x.var(-1, unbiased=False) (or "
         "correction=0), or the mean of the squared deviations. torch.var is unbiased by default.",
@@ -75,14 +83,20 @@ NORM_MISTAKES = (
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
-        "eps goes under the root, sqrt(var + eps), as in torch.nn.LayerNorm; not sqrt(var) + eps.",
-        (_norm_with(eps="outside"),),
+        "eps goes under the root, sqrt(var + eps), as in torch.nn.LayerNorm; not sqrt(var) + eps, "
+        "nor added after the division.",
+        (_norm_with(eps="outside"), _norm_with(eps="after")),
     ),
     Mistake(
         "no_eps", "Epsilon missing",
         "divide by sqrt(var + eps): eps (self.eps) keeps the division safe when a position's "
         "features are (nearly) all equal.",
         (_norm_with(eps="none"),),
+    ),
+    Mistake(
+        "eps_ignored", "self.eps ignored",
+        "use the module's own eps, self.eps (set by __init__), not a number of your own.",
+        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7)),
     ),
     Mistake(
         "wrong_axis", "Normalized over the wrong axis",
@@ -105,6 +119,20 @@ NORM_MISTAKES = (
          _norm_with(center=False)),
     ),
     Mistake(
+        "variance_not_centered", "Variance not centered",
+        "the variance is the mean of the squared deviations from the mean, ((x - mean) ** 2)"
+        ".mean(-1); the mean of x ** 2 is not (unless the mean is 0).",
+        (lambda m, x: (x - x.mean(-1, keepdim=True)) / torch.sqrt((x * x).mean(-1, keepdim=True) + m.eps)
+         * m.weight + m.bias,),
+    ),
+    Mistake(
+        "l2_normalized", "Divided by the L2 norm instead of standardized",
+        "LayerNorm subtracts each position's mean and divides by its standard deviation, "
+        "(x - mean) / sqrt(var + eps); x / ||x|| (F.normalize) is another normalization.",
+        (lambda m, x: F.normalize(x, dim=-1, eps=m.eps) * m.weight + m.bias,
+         lambda m, x: F.normalize(x - x.mean(-1, keepdim=True), dim=-1, eps=m.eps) * m.weight + m.bias),
+    ),
+    Mistake(
         "gain_bias_swapped", "Gain and bias swapped",
         "self.weight (gamma, starts at 1) multiplies, self.bias (beta, starts at 0) is added: "
         "weight * x_hat + bias.",
@@ -124,13 +152,14 @@ NORM_MISTAKES = (
 )
 
 
-def _norm_case(seed, shape, scale, dtype=torch.float32):
+def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None):
     g = torch.Generator().manual_seed(seed)
     x = scale * _randn(g, *shape, dtype=dtype) + 0.5
     d_model = shape[-1]
     state = {"weight": 1 + _randn(g, d_model, dtype=dtype), "bias": _randn(g, d_model, dtype=dtype)}
-    return Case((x,), names=("x",), label=describe(x=x) + f", {x.dtype}, d_model={d_model}",
-                init=(d_model,), state=state, dtype=dtype, seed=seed)
+    label = describe(x=x) + f", {x.dtype}, d_model={d_model}" + (f", eps={eps}" if eps else "")
+    return Case((x,), names=("x",), label=label, init=(d_model,) + ((eps,) if eps else ()),
+                state=state, dtype=dtype, seed=seed)
 
 
 NORM = Item(
@@ -140,6 +169,8 @@ NORM = Item(
         _norm_case(1, (3, 4, 6), 0.003),  # variance ~ 1e-5 ~ eps: where eps matters
         _norm_case(2, (2, 3, 4, 8), 1.0),  # 4-D: the axis must be -1
         _norm_case(3, (4, 6), 2.0, torch.float64),
+        _norm_case(4, (2, 3, 6), 0.03, eps=1e-3),  # eps of its own: self.eps matters
+        gradient_case(_norm_case(5, (2, 3, 6), 1.0), "x"),
     ],
     NORM_MISTAKES,
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
@@ -150,19 +181,29 @@ NORM = Item(
 # PositionWiseFeedForward
 
 
-def _ffn(ffn, x, first=True, second=False, activation=None, drop="hidden", residual=False):
-    """linear2(dropout(act(linear1(x)))) with the variations that mistakes make."""
+def _ffn(ffn, x, first=True, second=False, activation=None, drop="hidden", residual=False,
+         linear="layer"):
+    """linear2(dropout(act(linear1(x)))) with the variations that mistakes make. drop: where
+    the dropout goes ("hidden" is right; "eval": there, in eval mode too; "hidden+output":
+    twice). linear: "layer", "no_bias" (x @ W.T) or "untransposed" (x @ W + b)."""
     act = activation or ffn.activation
 
     def maybe(where, t):
         if drop == "eval" and where == "hidden":
             return _dropout_in_eval(ffn, t)
-        return ffn.dropout(t) if drop == where else t
+        return ffn.dropout(t) if where in (drop or "").split("+") else t
 
-    h = ffn.linear1(maybe("input", x))
+    def apply(layer, t):
+        if linear == "no_bias":
+            return t @ layer.weight.T
+        if linear == "untransposed":
+            return t @ layer.weight + layer.bias
+        return layer(t)
+
+    h = apply(ffn.linear1, maybe("input", x))
     h = maybe("before", h)
     h = act(h) if first else h
-    y = ffn.linear2(maybe("hidden", h))
+    y = apply(ffn.linear2, maybe("hidden", h))
     y = maybe("output", act(y) if second else y)
     return x + y if residual else y
 
@@ -188,7 +229,29 @@ FFN_MISTAKES = (
         "activation_ignored", "`activation` ignored",
         "with activation='gelu' the hidden layer goes through GELU: use self.activation, which "
         "__init__ set from the argument, not a fixed ReLU.",
-        (_ffn_with(activation=F.relu),),
+        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu)),
+    ),
+    Mistake(
+        "bias_dropped", "Biases left out",
+        "FFN(x) = max(0, x W_1 + b_1) W_2 + b_2: each nn.Linear adds its bias. Call the layers, "
+        "self.linear1(x), rather than multiply by their weights.",
+        (_ffn_with(linear="no_bias"),),
+    ),
+    Mistake(
+        "layers_misapplied", "Linear layers misapplied",
+        "self.linear1 maps d_model -> d_ff and self.linear2 d_ff -> d_model: call linear1 first, "
+        "then linear2, each once, as layers: self.linear1(x), not x @ self.linear1.weight "
+        "(nn.Linear stores its weight transposed, (out_features, in_features)).",
+        (lambda ffn, x: ffn.linear1(ffn.dropout(ffn.activation(ffn.linear2(x)))),
+         lambda ffn, x: ffn.linear1(ffn.dropout(ffn.activation(ffn.linear1(x)))),
+         _ffn_with(linear="untransposed")),
+    ),
+    Mistake(
+        "python_max", "Python's max used on a tensor",
+        "max(0, h) compares h with 0 as one Python value: for the paper's max(0, .) use "
+        "self.activation(h) (or torch.relu(h), h.clamp(min=0)).",
+        (lambda ffn, x: ffn.linear2(max(0, ffn.linear1(x))),
+         lambda ffn, x: ffn.linear2(max(ffn.linear1(x), 0))),
     ),
     Mistake(
         "residual_inside", "Residual added inside the feed-forward network",
@@ -206,7 +269,7 @@ FFN_MISTAKES = (
         "dropout_misplaced", "Dropout in the wrong place",
         "dropout goes on the hidden activations, after the activation and before linear2: "
         "linear2(dropout(activation(linear1(x)))).",
-        tuple(_ffn_with(drop=d) for d in ("input", "before", "output")),
+        tuple(_ffn_with(drop=d) for d in ("input", "before", "output", "hidden+output")),
     ),
     Mistake("dropout_in_eval", "Dropout applied in eval mode", DROPOUT_IN_EVAL_HINT,
             (_ffn_with(drop="eval"),)),
@@ -249,7 +312,8 @@ def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", u
     first = module.norm_first if norm_first is None else norm_first
     if order == "flipped":
         first = not first
-    norm = module.norm if use_norm else (lambda t: t)
+    norm = {True: module.norm, False: lambda t: t,
+            "plain": lambda t: F.layer_norm(t, t.shape[-1:], eps=module.norm.eps)}[use_norm]
 
     def dropped(t, where):
         if drop == "eval" and where == "sublayer":
@@ -258,6 +322,10 @@ def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", u
 
     if order == "norm_sum":
         return norm(x) + dropped(sub(x), "sublayer")
+    if order == "norm_branch":  # the norm on the sublayer's branch: x + norm(dropout(sublayer(x)))
+        return x + norm(dropped(sub(x), "sublayer"))
+    if order == "norm_output":  # x + dropout(norm(sublayer(x)))
+        return x + dropped(norm(sub(x)), "sublayer")
     if order == "both":
         return norm(x + dropped(sub(norm(x)), "sublayer"))
     if first:
@@ -268,8 +336,16 @@ def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", u
     return norm(dropped(base + dropped(sub(dropped(x, "input")), "sublayer"), "sum"))
 
 
-def _sub_with(**bug):
-    return lambda module, x, sub: _sublayer(module, x, sub, **bug)
+def _sub_with(norm_first_only=None, **bug):
+    """The mistake's computation; with norm_first_only=True (False), made only in pre-norm
+    (post-norm), the other mode right."""
+
+    def compute(module, x, sub):
+        if norm_first_only is not None and module.norm_first != norm_first_only:
+            return _sublayer(module, x, sub)
+        return _sublayer(module, x, sub, **bug)
+
+    return compute
 
 
 SUBLAYER_MISTAKES = (
@@ -284,7 +360,9 @@ SUBLAYER_MISTAKES = (
         "post-norm (norm_first=False, the paper): LayerNorm(x + Sublayer(x)); pre-norm "
         "(norm_first=True): x + Sublayer(LayerNorm(x)), the input itself is not normalized.",
         (_sub_with(order="flipped"), _sub_with(order="norm_sum"), _sub_with(order="both"),
-         _sub_with(norm_first=True), _sub_with(norm_first=False)),
+         _sub_with(norm_first=True), _sub_with(norm_first=False),
+         *(_sub_with(norm_first_only=mode, order=order) for mode in (True, False)
+           for order in ("norm_sum", "both", "norm_branch", "norm_output"))),
     ),
     Mistake(
         "residual_normalized", "Residual taken from the normalized input",
@@ -296,6 +374,12 @@ SUBLAYER_MISTAKES = (
         "apply self.norm: LayerNorm(x + Sublayer(x)) in post-norm, x + Sublayer(LayerNorm(x)) "
         "in pre-norm.",
         (_sub_with(use_norm=False),),
+    ),
+    Mistake(
+        "norm_parameters_unused", "self.norm's gain and bias not used",
+        "normalize with self.norm, the module's own LayerNorm: its learned gain and bias are part "
+        "of the sublayer (a LayerNorm made in forward, or F.layer_norm without them, leaves them out).",
+        (_sub_with(use_norm="plain"),),
     ),
     Mistake(
         "dropout_on_sum", "Dropout applied to the residual too",

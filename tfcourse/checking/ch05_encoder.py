@@ -48,6 +48,11 @@ EMBEDDING_MISTAKES = (
         (_embed(lambda e, t: 1 / _sqrt_d_model(e, t)),),
     ),
     Mistake(
+        "scale_added", "sqrt(d_model) added instead of multiplied",
+        "scale the embeddings: embedding(tokens) * sqrt(d_model), a product, not a sum.",
+        (lambda e, tokens: e.embedding(tokens) + _sqrt_d_model(e, tokens),),
+    ),
+    Mistake(
         "wrong_size", "Embeddings scaled by the square root of the wrong size",
         "d_model is the width of each vector (self.embedding.embedding_dim), not the sequence "
         "length, the batch size or the vocabulary size.",
@@ -87,7 +92,7 @@ EMBEDDINGS = Item(
 
 
 def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
-           dropout="sublayer", order=(0, 1), kv="same"):
+           dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True):
     """The reference layer's computation, with the variations that mistakes make.
 
     residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
@@ -107,6 +112,7 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         p = drop.p
         drop = lambda t: F.dropout(t, p, training=True)  # noqa: E731
         dropout = "sublayer"
+    first = x
     for i in order:
         norm = layer.sublayers[norms[i]].norm
         pre = norm_first or residual == "normalized_always"
@@ -114,12 +120,15 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         given = drop(h) if dropout == "input" else h
         if i == 0:
             source = x if kv == "raw" else given
-            out = layer.self_attn(given, source, source, mask)[0]
+            query = x if kv == "raw_query" else given
+            out = layer.self_attn(query, source, source, mask)
+            out = out[0] if unpacked else out
         else:
             out = layer.feed_forward(given)
         if dropout == "sublayer":
             out = drop(out)
-        y = {"x": x, "normalized": h, "normalized_always": h, None: 0}[residual] + out
+        residual_x = x if chained or i == order[0] else first
+        y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[residual] + out
         if dropout == "sum":
             y = drop(y)
         if not pre:
@@ -182,10 +191,33 @@ LAYER_MISTAKES = (
         (_layer_with(order=(1, 0)), _layer_with(order=(1, 0), norms=(1, 0))),
     ),
     Mistake(
-        "kv_unnormalized", "Keys and values not normalized",
+        "kv_unnormalized", "Self-attention given the unnormalized input",
         "in pre-norm, self-attention's query, key and value are all the same normalized "
         "tensor: h = norm1(x); self.self_attn(h, h, h, mask).",
-        (_layer_with(kv="raw"),),
+        (_layer_with(kv="raw"), _layer_with(kv="raw_query")),
+    ),
+    Mistake(
+        "not_chained", "Second sublayer's residual taken from the layer's input",
+        "the feed-forward sublayer works on the attention sublayer's output: x = sublayer1(x), "
+        "then x = sublayer2(x), each residual adding its own sublayer's input.",
+        (_layer_with(chained=False),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted",
+        "True means 'may attend' here (torch.nn's key_padding_mask is the opposite): pass the "
+        "mask on as it is.",
+        (lambda layer, x, mask=None: _layer(layer, x, None if mask is None else ~mask),),
+    ),
+    Mistake(
+        "mask_to_feed_forward", "Mask given to the feed-forward network",
+        "the feed-forward network takes x alone: self.feed_forward(x); the mask belongs to "
+        "self-attention.",
+        (lambda layer, x, mask=None: layer.feed_forward(x, mask),),
+    ),
+    Mistake(
+        "tuple", "Attention's (output, weights) used as a tensor",
+        "self.self_attn(...) returns a tuple (output, weights): take the output, [0].",
+        (_layer_with(unpacked=False), _layer_with(unpacked=False, dropout=None)),
     ),
     Mistake(
         "dropout_missing", "Sublayer dropout missing",
@@ -288,6 +320,11 @@ def _stack_with(**bug):
     return lambda encoder, x, mask=None: _stack(encoder, x, mask, **bug)
 
 
+def _reads_norm_first(encoder, x, mask=None):
+    """The final norm applied `if self.norm_first`: Encoder has no such attribute."""
+    return _stack(encoder, x, mask, final="end" if encoder.norm_first else None)
+
+
 ENCODER_MISTAKES = (
     Mistake(
         "mask_not_passed", "Padding mask not passed to every layer",
@@ -326,6 +363,12 @@ ENCODER_MISTAKES = (
         "final_norm_each", "Final LayerNorm applied after every layer",
         "self.norm belongs after the last layer only, once.",
         (_stack_with(final="each"),),
+    ),
+    Mistake(
+        "norm_first_read", "self.norm_first read in Encoder",
+        "Encoder keeps no norm_first: self.norm is a LayerNorm for pre-norm and an identity "
+        "for post-norm, so apply it after the loop whatever the kind.",
+        (_reads_norm_first,),
     ),
     Mistake(
         "final_norm_first", "Final LayerNorm applied before the layers",

@@ -121,7 +121,7 @@ D_MODEL, HEADS, D_FF = 16, 4, 32
 
 def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "memory"),
              cross_first=False, modules=("self_attn", "cross_attn"), subs=(0, 1, 2),
-             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True):
+             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False):
     """The reference layer's computation with the variations that mistakes make.
 
     modules: the attention modules used for self- and cross-attention; subs: which of
@@ -131,6 +131,8 @@ def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "mem
     self_attn, cross_attn = (getattr(layer, m) for m in modules)
 
     def pick(name, y):
+        if name == "memory" and memory_normed and layer.sublayers[1].norm_first:
+            return layer.sublayers[1].norm(memory)
         return {"x": y, "memory": memory}[name]
 
     def self_attention(y):
@@ -152,14 +154,24 @@ def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "mem
     return states[-1]
 
 
+def _both(src_mask, tgt_mask):
+    if src_mask is None or tgt_mask is None:
+        return tgt_mask if src_mask is None else src_mask
+    return tgt_mask & src_mask
+
+
 def _variants(self_masks, cross_masks, crosses=(("x", "memory", "memory"),), **kw):
     """One computation for each choice of self mask, cross mask and cross-attention inputs.
-    A mask is named: "src", "tgt" or None."""
+    A mask is named: "src", "tgt", None, "both" (tgt_mask & src_mask) or "src_t" (src_mask
+    on the query axis)."""
 
     def compute(s, c, cross):
         def run(layer, x, memory, src_mask, tgt_mask):
-            masks = {"src": src_mask, "tgt": tgt_mask, None: None}
-            return _forward(layer, x, memory, masks[s], masks[c], cross, **kw)
+            masks = {"src": lambda: src_mask, "tgt": lambda: tgt_mask, None: lambda: None,
+                     "causal": lambda: causal_mask(x.size(1)),
+                     "both": lambda: _both(src_mask, tgt_mask),
+                     "src_t": lambda: None if src_mask is None else src_mask.transpose(-2, -1)}
+            return _forward(layer, x, memory, masks[s](), masks[c](), cross, **kw)
 
         return run
 
@@ -220,6 +232,18 @@ LAYER_MISTAKES = (
         _variants(ALL_MASKS, ("tgt",)),
     ),
     Mistake(
+        "masks_combined", "Masks combined into one",
+        "self-attention takes tgt_mask (causal and the target's padding), cross-attention "
+        "src_mask (the source's padding): each attention its own mask, as they are.",
+        _variants(("both",), ("both", "src")) + _variants(("tgt",), ("both",)),
+    ),
+    Mistake(
+        "src_mask_transposed", "Source mask on the query axis",
+        "src_mask (batch, 1, 1, src_len) marks which KEYS of memory are real: pass it to "
+        "cross-attention as it is, not transposed.",
+        _variants(("tgt",), ("src_t",)),
+    ),
+    Mistake(
         "no_src_mask", "Source padding mask forgotten in cross-attention",
         "pass src_mask to cross-attention, or the decoder reads the padding at the end of short "
         "sources.",
@@ -228,8 +252,15 @@ LAYER_MISTAKES = (
     Mistake(
         "no_tgt_mask", "Target mask not used in self-attention",
         "masked self-attention takes tgt_mask (causal and padding); without it each position "
-        "sees the tokens it is meant to predict.",
-        _variants(("src", None), ("src", None)),
+        "sees the tokens it is meant to predict (and a causal mask of your own misses the "
+        "target's padding).",
+        _variants(("src", None), ("src", None)) + _variants(("causal",), ("src", None)),
+    ),
+    Mistake(
+        "memory_normalized", "Memory normalized in the decoder",
+        "in pre-norm, the sublayer normalizes the decoder's x only: memory comes from the "
+        "encoder as it is (its final LayerNorm has normalized it already).",
+        _with(memory_normed=True),
     ),
     Mistake(
         "attention_module_reused", "One attention module used for both attentions",

@@ -28,7 +28,7 @@ VOCAB = Vocab("abcdefg")
 
 _FORMS = {"bos+y": lambda y: [BOS, *y], "y+eos": lambda y: [*y, EOS], "y": lambda y: y,
           "bos+y+eos": lambda y: [BOS, *y, EOS], "y+pad": lambda y: [*y, PAD],
-          "y+eos+pad": lambda y: [*y, EOS, PAD]}
+          "y+eos+pad": lambda y: [*y, EOS, PAD], "bos+y-last": lambda y: [BOS, *y][:-1]}
 
 
 def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src_mask="pad",
@@ -48,7 +48,8 @@ def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src
         "causal": lambda: causal_mask(tgt_in_ids.size(1))[None, None],
     }
     src_masks = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
-                 "inverted": ~padding_mask(src, PAD)}
+                 "inverted": ~padding_mask(src, PAD), "2d": src != PAD, "3d": (src != PAD)[:, None],
+                 "from_target": padding_mask(tgt_in_ids, PAD)}
     return Batch(src, tgt_in_ids, tgt_out_ids, src_masks[src_mask], masks[tgt_mask]())
 
 
@@ -64,13 +65,14 @@ BATCH_MISTAKES = (
         "ahead).",
         tuple(_batch_with(tgt_in=i, tgt_out=o)
               for i, o in (("bos+y", "bos+y"), ("y+eos", "y+eos"), ("y", "y"), ("y", "y+eos"),
-                           ("bos+y+eos", "bos+y+eos"))),
+                           ("bos+y+eos", "bos+y+eos"), ("bos+y", "bos+y+eos"))),
     ),
     Mistake(
         "no_eos", "EOS missing from the targets",
         "the model must learn where to stop: the target is y followed by EOS (and the decoder "
         "input BOS followed by y, one token longer than y).",
-        (_batch_with(tgt_out="y"), _batch_with(tgt_out="y+pad")),
+        (_batch_with(tgt_out="y"), _batch_with(tgt_out="y+pad"),
+         _batch_with(tgt_in="bos+y-last", tgt_out="y")),
     ),
     Mistake(
         "eos_in_input", "EOS in the decoder input",
@@ -109,6 +111,17 @@ BATCH_MISTAKES = (
         (_batch_with(src_mask="all"),),
     ),
     Mistake(
+        "src_mask_shape", "Source mask without its head and query axes",
+        "src_mask must broadcast to the attention scores (batch, heads, q_len, src_len): shape "
+        "(batch, 1, 1, src_len), as padding_mask(src, PAD) makes it.",
+        (_batch_with(src_mask="2d"), _batch_with(src_mask="3d")),
+    ),
+    Mistake(
+        "src_mask_from_target", "Source mask built from the target",
+        "src_mask marks the real tokens of the SOURCE: padding_mask(src, PAD).",
+        (_batch_with(src_mask="from_target"),),
+    ),
+    Mistake(
         "polarity", "Mask polarity inverted",
         "True means 'may attend': the mask is True at real tokens, False at padding.",
         (_batch_with(src_mask="inverted"),),
@@ -118,12 +131,15 @@ FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
 
 
 def _mask_equal(actual, expected):
-    if not isinstance(actual, torch.Tensor) or actual.dtype != torch.bool:
+    """Equal bool masks, in any form that broadcasts the same (e.g. (batch, 1, L, L) and
+    (1, 1, L, L) for a causal mask that is the same for every sentence)."""
+    if not isinstance(actual, torch.Tensor) or actual.dtype != torch.bool or actual.dim() > 4:
         return False
     try:
-        return torch.equal(actual.expand(expected.shape), expected)  # any broadcastable form
+        shape = torch.broadcast_shapes(actual.shape, expected.shape)
     except RuntimeError:
         return False
+    return torch.equal(actual.expand(shape), expected.expand(shape))
 
 
 def _same_batch(actual, expected):
@@ -182,6 +198,7 @@ def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smo
         "pad": lambda: -log_p[..., pad_id],  # all of eps onto the padding class
         "true": lambda: nll,  # eps put back onto the true class: no smoothing
         "dropped": lambda: 0 * nll,  # q = (1 - eps) one_hot: eps lost
+        "undivided": lambda: -log_p.sum(-1),  # eps onto every class, not eps / V
     }[smooth.replace("+", "")]()
     true_part = (1 if smooth.startswith("+") else 1 - eps) * nll  # "+": q = one_hot + eps / V
     keep = (target != pad_id).double()
@@ -194,6 +211,8 @@ def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smo
         return per_position.sum() / (keep.sum() * n_classes)
     if reduce == "sentence":  # the mean of each sentence's mean
         return (per_position.sum(-1) / keep.sum(-1)).mean()
+    if reduce == "sentences":  # divided by the number of sentences
+        return per_position.sum() / (target.size(0) if target.dim() > 1 else 1)
     if reduce == "negated":
         return -per_position.sum() / keep.sum()
     return per_position.sum() / (keep.numel() if mean_over_all else keep.sum())
@@ -201,6 +220,20 @@ def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smo
 
 def _loss_with(**bug):
     return lambda x, y, e, p: _loss(x, y, e, p, **bug)
+
+
+def _pad_logit_blocked(logits, target, eps, pad_id):
+    """The padding logit set to -inf: log p(PAD) = -inf, and q puts eps / V there."""
+    log_p = F.log_softmax(logits.index_fill(-1, torch.tensor([pad_id]), float("-inf")), dim=-1)
+    q = (1 - eps) * F.one_hot(target, logits.size(-1)).to(log_p.dtype) + eps / logits.size(-1)
+    return -(q * log_p).sum(-1)[target != pad_id].mean()
+
+
+def _narrow_one_hot(logits, target, eps, pad_id):
+    """q built with F.one_hot(target): too narrow when the largest target id is below V - 1."""
+    log_p = F.log_softmax(logits, dim=-1)
+    q = (1 - eps) * F.one_hot(target).to(log_p.dtype) + eps / logits.size(-1)
+    return -(q * log_p).sum(-1)[target != pad_id].mean()
 
 
 COUNTS_PADDING = Mistake(
@@ -254,6 +287,24 @@ LOSS_MISTAKES = (
         (_loss_with(smooth="dropped"),),
     ),
     Mistake(
+        "eps_not_divided", "eps not divided by V",
+        "each class gets eps / V (V = logits.size(-1)), so that the smoothed targets sum to 1: "
+        "q = (1 - eps) one_hot(y) + eps / V.",
+        (_loss_with(smooth="undivided"),),
+    ),
+    Mistake(
+        "one_hot_width", "one_hot without num_classes",
+        "F.one_hot(target) is as wide as the largest id in target + 1, not the vocabulary: "
+        "F.one_hot(target, num_classes=logits.size(-1)).",
+        (_narrow_one_hot,),
+    ),
+    Mistake(
+        "probabilities", "Probabilities used instead of log-probabilities",
+        "cross entropy is -sum_v q_v log p_v: multiply q by log_softmax(logits), not by "
+        "softmax(logits).",
+        (_loss_with(log=lambda x: x.softmax(-1)),),
+    ),
+    Mistake(
         "summed", "Loss summed instead of averaged",
         "divide by the number of real (non-padding) target tokens, so the loss does not grow "
         "with the batch and the learning rate means the same for every batch.",
@@ -265,6 +316,19 @@ LOSS_MISTAKES = (
         "non-padding position, divide by their number. A mean of sentence means weighs the "
         "tokens of short sentences more.",
         (_loss_with(reduce="sentence"),),
+    ),
+    Mistake(
+        "divided_by_sentences", "Divided by the number of sentences",
+        "divide the summed loss by the number of real target TOKENS (target != pad_id), not "
+        "by the number of sentences.",
+        (_loss_with(reduce="sentences"),),
+    ),
+    Mistake(
+        "pad_logit_blocked", "Padding class given log-probability -inf",
+        "q gives eps / V to every class, padding included, so -inf at the padding logit makes "
+        "the loss infinite: leave the logits as they are (padding positions are left out of "
+        "the mean instead).",
+        (_pad_logit_blocked,),
     ),
     Mistake(
         "over_vocabulary", "Averaged over the vocabulary too",
@@ -297,10 +361,10 @@ LOSS_MISTAKES = (
 )
 
 
-def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None):
+def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(*shape, vocab, generator=g) * 2
-    target = torch.randint(0, vocab, shape, generator=g)
+    target = torch.randint(0, top or vocab, shape, generator=g)
     target[target == pad_id] = (pad_id + 1) % vocab
     if lengths is not None:  # rows padded after their length
         target[torch.arange(shape[-1]) >= torch.tensor(lengths)[..., None]] = pad_id
@@ -347,6 +411,7 @@ LOSS_CASES = [
     _loss_case(2, (4, 3), 11, 0.2, lengths=[3, 1, 2, 3], pad_id=5),
     _loss_case(3, (8,), 6, 0.1),  # (N, V) logits, no padding
     _loss_case(4, (2, 2, 4), 5, 0.0, lengths=[[4, 1], [2, 3]]),
+    _loss_case(5, (2, 4), 8, 0.1, lengths=[4, 2], top=5),  # ids below 5 of 8
     Case(_GRADIENT_CASE.args, names=_GRADIENT_CASE.names, seed=0, run=_logits_gradient,
          label=_GRADIENT_CASE.label + ", backward from the loss", what="gradient of the logits",
          same=_same_gradient,
@@ -365,9 +430,11 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False):
+          grouped=False, swapped=False):
     step += shift
     warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
+    if swapped:  # warmup * step^-1.5
+        warmup_branch = warmup * step**warm
     if factor == "all":
         return d_model**d * pick(step**decay, warmup_branch)
     if factor == "decay":
@@ -391,6 +458,11 @@ NOAM_MISTAKES = (
         "the warmup branch is step * warmup^-1.5: only warmup is raised to the power -1.5, "
         "then multiplied by step.",
         (_all(grouped=True),),
+    ),
+    Mistake(
+        "warmup_swapped", "step and warmup swapped in the warmup branch",
+        "the warmup branch grows with the step: step * warmup^-1.5, not warmup * step^-1.5.",
+        (_all(swapped=True),),
     ),
     Mistake(
         "decay_exponent", "Decay exponent wrong",
@@ -494,10 +566,19 @@ def _flat(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def _leftover(model):
+    """Gradients left in the model by whatever ran before (an evaluation's backward, say)."""
+    g = torch.Generator().manual_seed(99)
+    for p in model.parameters():
+        p.grad = 0.1 * torch.randn(p.shape, generator=g)
+    return model
+
+
 def _steps_of(fn, args, case):
-    """Two steps of `fn` on a fresh model: (the weights after each step, the returned losses)."""
+    """Two steps of `fn` on a fresh model with gradients left in it: (the weights after each
+    step, the returned losses)."""
     steps, eps, clip = args
-    model = _model()
+    model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
     for batches in steps:
@@ -508,10 +589,11 @@ def _steps_of(fn, args, case):
 
 def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True,
          ignore_pad=True, clip_zero=False, clip_each=False, step_each=False, target="tgt_out",
-         step=True, returns="mean"):
+         step=True, returns="mean", by_value=False):
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
-    weights after each step and the returned losses."""
-    model = _model()
+    weights after each step and the returned losses. zero: "start" (right), "never", "each"
+    (micro-batch) or "end" (after the step)."""
+    model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
     for batches in steps:
@@ -533,9 +615,14 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
             if step_each:
                 optimizer.step()
         if clips and not clip_each and not step_each and (clip > 0 or clip_zero):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if by_value:
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         if step and not step_each:
             optimizer.step()
+        if zero == "end":
+            optimizer.zero_grad()
         weights.append(_flat(model))
         losses.append({"mean": total / len(batches), "last": kept[-1].item(),
                        "last_divided": kept[-1].item() / len(batches), "sum": total,
@@ -584,6 +671,13 @@ STEP_MISTAKES = (
         (_variant(zero="never"),),
     ),
     Mistake(
+        "zeroed_at_end", "Gradients zeroed after the step instead of before",
+        "zero them at the start of train_step, before the backward passes: gradients that are "
+        "already there on entry (left by an evaluation's backward, or anything before) would "
+        "otherwise be added into this step.",
+        (_variant(zero="end"),),
+    ),
+    Mistake(
         "zeroed_each", "Gradients zeroed for every micro-batch",
         "zero the gradients once per optimizer step, before the micro-batches: zeroing before "
         "each one throws away all but the last, so accumulation does nothing.",
@@ -614,6 +708,12 @@ STEP_MISTAKES = (
         (_variant(clip_each=True),),
     ),
     Mistake(
+        "clipped_by_value", "Gradients clipped by value instead of by norm",
+        "clip_grad_value_ clips every entry to [-clip, clip]; the exercise clips the total norm "
+        "of all the gradients to `clip`: torch.nn.utils.clip_grad_norm_(model.parameters(), clip).",
+        (_variant(by_value=True),),
+    ),
+    Mistake(
         "not_clipped", "Gradients not clipped",
         "between backward() and optimizer.step(), scale the gradients down to a total norm "
         "of at most `clip`: torch.nn.utils.clip_grad_norm_(model.parameters(), clip).",
@@ -633,9 +733,10 @@ STEP_MISTAKES = (
         (_variant(target="tgt_in"),),
     ),
     Mistake(
-        "no_step", "Optimizer step missing",
-        "the weights did not change: call optimizer.step() after the backward passes (and the "
-        "clipping).",
+        "no_step", "The weights did not change",
+        "no gradient reached them, or the optimizer made no step: backpropagate the losses "
+        "themselves (a tensor rebuilt from .item() values has no graph), then call "
+        "optimizer.step() after the backward passes and the clipping.",
         (_variant(step=False), _variant(step=False, divide=False)),
     ),
     Mistake(

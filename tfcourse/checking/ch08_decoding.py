@@ -34,15 +34,15 @@ class ScriptedModel(nn.Module):
     it predicts script[:, t], sure of itself: the source's symbols, EOS, then the source again
     (a model that would ramble on if nobody stopped it at EOS)."""
 
-    def __init__(self):
+    def __init__(self, pad_id=PAD):
         super().__init__()
-        self.config = TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, n_heads=1, pad_id=PAD)
+        self.config = TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, n_heads=1, pad_id=pad_id)
         self.generator = nn.Identity()
 
     def encode(self, src, src_mask):
         rows = []
         for row in src.tolist():
-            said = [t for t in row if t != PAD] + [EOS]
+            said = [t for t in row if t != self.config.pad_id] + [EOS]
             rows.append((said * 64)[:64])
         return 8.0 * nn.functional.one_hot(torch.tensor(rows), VOCAB).float()  # (batch, 64, V)
 
@@ -82,32 +82,37 @@ def small_transformer(seed=0):
     return model
 
 
-def _source(lengths, seed):
+def _source(lengths, seed, pad=PAD):
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(3, VOCAB, (len(lengths), max(lengths)), generator=g)
-    src = src.masked_fill(torch.arange(src.size(1)) >= torch.tensor(lengths)[:, None], PAD)
-    return src, padding_mask(src, PAD)
+    src = torch.randint(3, VOCAB if pad == PAD else pad, (len(lengths), max(lengths)), generator=g)
+    src = src.masked_fill(torch.arange(src.size(1)) >= torch.tensor(lengths)[:, None], pad)
+    return src, padding_mask(src, pad)
 
 
 # ------------------------------------------------------------------------ greedy_decode
 
 
 @torch.no_grad()
-def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill=PAD, first=False,
+def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad", first=False,
             keep_bos=False, position=-1, feed="all", steps=0, use_src_mask=True,
-            causal=True, keep_eos=True):
-    """Greedy decoding with the variations mistakes make."""
+            causal=True, keep_eos=True, accumulate=True, done_first=False, one_row=False,
+            bounded=True, generator=True):
+    """Greedy decoding with the variations mistakes make. fill: what a finished sequence
+    gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id)."""
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
-    for _ in range(max_len + steps):
+    fill = model.config.pad_id if fill == "pad" else fill
+    for _ in range(max_len + steps if bounded else 64):
         fed = ys if feed == "all" else ys[:, -1:]
         mask = causal_mask(fed.size(1)) if causal else None
         h = model.decode(fed, memory, src_mask if use_src_mask else None, mask)
-        token = model.generator(h[:, position]).argmax(-1)
+        token = (model.generator(h[:, position]) if generator else h[:, position]).argmax(-1)
+        if one_row:  # the first sentence's token for every sentence
+            token = token[:1].expand_as(token)
+        finished = (done if accumulate else False) | (token == eos_id)
         if fill is not None:
-            token = token.masked_fill(done, fill)
-        finished = done | (token == eos_id)
+            token = token.masked_fill(finished if done_first else done, fill)
         if not keep_eos and stop and finished.all():
             break
         ys = torch.cat((ys, token[:, None]), 1)
@@ -147,6 +152,35 @@ GREEDY_MISTAKES = (
         (_greedy_with(fill=EOS),),
     ),
     Mistake(
+        "pad_hardcoded", "Padding id hard-coded",
+        "a finished sequence gets the model's padding, model.config.pad_id, which need not be 0.",
+        (_greedy_with(fill=0),),
+    ),
+    Mistake(
+        "eos_replaced", "EOS replaced by padding",
+        "a sequence keeps the EOS it produced; only the tokens AFTER it are padding: pad with "
+        "the flags of the steps before, then mark the sequences that just produced EOS.",
+        (_greedy_with(done_first=True),),
+    ),
+    Mistake(
+        "done_not_kept", "Finished sequences start again",
+        "once a sequence has produced EOS it stays finished: accumulate the flags "
+        "(done = done | (token == eos_id)) instead of replacing them at each step.",
+        (_greedy_with(accumulate=False),),
+    ),
+    Mistake(
+        "one_sentence", "First sentence's token given to every sentence",
+        "decode the whole batch at once: each sentence takes the argmax of its own logits, "
+        "(batch,) tokens, not the first sentence's (next_word[0]).",
+        (_greedy_with(one_row=True), _greedy_with(one_row=True, fill=None)),
+    ),
+    Mistake(
+        "max_len_ignored", "max_len ignored",
+        "stop after max_len tokens even if a sequence never produces EOS: a model that never "
+        "says it would loop forever.",
+        (_greedy_with(bounded=False),),
+    ),
+    Mistake(
         "eos_dropped", "Last EOS left out",
         "a sequence keeps its EOS: append the token, then stop when every sequence has "
         "produced EOS.",
@@ -158,6 +192,12 @@ GREEDY_MISTAKES = (
         "(it has no memory of the earlier steps), and the next token comes from its LAST "
         "position: h[:, -1].",
         (_greedy_with(position=0), _greedy_with(feed="last")),
+    ),
+    Mistake(
+        "no_generator", "Generator not applied",
+        "model.decode returns vectors of d_model features: model.generator turns them into "
+        "logits over the vocabulary, whose argmax is the next token.",
+        (_greedy_with(generator=False),),
     ),
     Mistake(
         "max_len_off_by_one", "One token too many or too few",
@@ -189,10 +229,11 @@ def _got_expected(case, result, expected):
     return f"\n  got      {result.tolist()}\n  expected {expected.tolist()}"
 
 
-def _greedy_case(make, lengths, max_len, seed):
-    src, src_mask = _source(lengths, seed)
+def _greedy_case(make, lengths, max_len, seed, pad=PAD):
+    src, src_mask = _source(lengths, seed, pad)
     model = make()
-    label = (f"{'a scripted model' if make is ScriptedModel else 'a random Transformer'}, "
+    kind = "a random Transformer" if make is small_transformer else "a scripted model"
+    label = (f"{kind}{f' whose pad_id is {pad}' if pad != PAD else ''}, "
              + describe(src=src, max_len=max_len, bos_id=BOS, eos_id=EOS))
     return Case((model, src, src_mask, max_len, BOS, EOS),
                 names=("model", "src", "src_mask", None, None, None), label=label, seed=seed)
@@ -207,6 +248,7 @@ GREEDY = Item(
         _greedy_case(ScriptedModel, [2, 8, 4], 6, 1),
         _greedy_case(ScriptedModel, [3], 7, 2),
         _greedy_case(small_transformer, [7, 1], 8, 4),  # src_mask and the causal mask matter
+        _greedy_case(lambda: ScriptedModel(pad_id=VOCAB - 1), [2, 4, 1], 7, 5, pad=VOCAB - 1),
     ],
     GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
     formula="At each step take the argmax of the last position's logits and append it.",
@@ -217,9 +259,15 @@ GREEDY = Item(
 
 
 def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="divide",
-               return_ranking=False, split=None, largest=True, penalty=None, per_beam=False):
+               return_ranking=False, split=None, largest=True, penalty=None, per_beam=False,
+               rank_by="candidates", flat=False):
     """One beam-search step with the variations mistakes make."""
     batch, beam, vocab = log_probs.shape
+    if flat:  # the whole batch flattened: the sentences compete for one set of beams
+        candidates = scores[:, :, None] + log_probs
+        ranked = (candidates / length_penalty(lengths, alpha)[:, :, None]).flatten()
+        best = ranked.topk(beam).indices
+        return candidates.flatten()[best], (best // vocab) % beam, best % vocab
     candidates = {
         "add": lambda: scores[:, :, None] + log_probs,
         "times_probs": lambda: scores[:, :, None] * log_probs.exp(),  # P(prefix) * p(token)
@@ -228,11 +276,19 @@ def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="
         "token_only": lambda: log_probs + 0 * scores[:, :, None],
     }[combine]()
     lp = (penalty or length_penalty)(lengths, alpha)[:, :, None]
-    ranking = {"divide": candidates / lp, "multiply": candidates * lp, None: candidates}[normalize]
+    ranked = {"candidates": candidates, "token": log_probs}[rank_by]
+    ranking = {"divide": ranked / lp, "multiply": ranked * lp, None: ranked,
+               "token": scores[:, :, None] + log_probs / lp}[normalize]
     kept = ranking if return_ranking else candidates
     if per_beam:  # each beam extended by its own best token
-        best = ranking.argmax(-1)  # (batch, beam)
-        return kept.gather(2, best[:, :, None])[..., 0], torch.arange(beam).expand(batch, beam), best
+        token = ranking.argmax(-1)  # (batch, beam)
+        value = kept.gather(2, token[:, :, None])[..., 0]
+        beams = torch.arange(beam).expand(batch, beam)
+        if per_beam == "sorted":  # the beams ordered by their best candidate
+            best = candidates.gather(2, token[:, :, None])[..., 0] / lp[..., 0]
+            beams = best.argsort(-1, descending=True)
+            value, token = value.gather(1, beams), token.gather(1, beams)
+        return value, beams, token
     best = ranking.flatten(1).topk(beam, dim=-1, largest=largest).indices
     beams, tokens = (best // vocab, best % vocab) if split is None else split(best, beam, vocab)
     return kept.flatten(1).gather(1, best), beams, tokens
@@ -272,8 +328,35 @@ BEAM_MISTAKES = (
         "penalty_formula", "Length penalty formula wrong",
         "lp = ((5 + length) / 6) ** alpha: the whole fraction is raised to alpha.",
         tuple(_beam_with(penalty=p) for p in (lambda n, a: (5 + n) / 6 * a,
+                                               lambda n, a: ((6 + n) / 6) ** a,
+                                               lambda n, a: ((4 + n) / 6) ** a,
                                                lambda n, a: ((5 + n) / 6) ** -a,
                                                lambda n, a: n ** a)),
+    ),
+    Mistake(
+        "alpha_ignored", "`alpha` ignored",
+        "use the alpha argument in lp = ((5 + length) / 6) ** alpha (alpha = 0: no "
+        "normalization), not a number of your own.",
+        tuple(_beam_with(penalty=lambda n, a, fixed=fixed: length_penalty(n, fixed))
+              for fixed in (0.6, 1.0, 0.7, 0.0)),
+    ),
+    Mistake(
+        "partly_normalized", "Only the new token's log-probability normalized",
+        "rank by the whole candidate's log-probability divided by lp: (scores + log_probs) / lp, "
+        "not scores + log_probs / lp.",
+        (_beam_with(normalize="token"),),
+    ),
+    Mistake(
+        "ranked_by_token", "Candidates ranked by the new token alone",
+        "rank each candidate by its whole log P(prefix + token) / lp: the beam's score plus the "
+        "token's log-probability, not the token's alone.",
+        (_beam_with(rank_by="token"), _beam_with(rank_by="token", normalize=None)),
+    ),
+    Mistake(
+        "batch_flattened", "Sentences of the batch ranked together",
+        "each sentence keeps its own beams: flatten only (beam, vocab), .flatten(1), and take the "
+        "top beam-many per sentence (topk(beam, dim=-1)).",
+        (_beam_with(flat=True),),
     ),
     Mistake(
         "normalized_returned", "Normalized scores returned",
@@ -301,7 +384,7 @@ BEAM_MISTAKES = (
         "the beam-many best candidates come from all beams together: flatten (beam, vocab) "
         "into one axis per sentence and take the top beam-many there (one beam may give "
         "several).",
-        (_beam_with(per_beam=True),),
+        (_beam_with(per_beam=True), _beam_with(per_beam="sorted")),
     ),
 )
 
@@ -358,22 +441,24 @@ BEAM = Item(
 
 
 def _step(model, tokens, memory, src_mask, cache=None, start=None, mask=True, log="log",
-          use_src_mask=True, fed="new", positional=True):
+          use_src_mask=True, fed="new", positional=True, rescale=False, last_only=False):
     """decode_step with the variations mistakes make; `start` is the position of the first
     token fed (with a cache: only the newest token is fed, unless fed="all")."""
     src_mask = src_mask if use_src_mask else None
-    if cache is None or fed == "all":
+    if (cache is None and not last_only) or fed == "all":
         x = tokens
         tgt_mask = causal_mask(tokens.size(1)) if mask and cache is None else None
     else:
         x, tgt_mask = tokens[:, -1:], None
     pos = (len(cache) if cache is not None and fed == "new" else 0) if start is None else start(tokens, cache)
-    y = model.tgt_embed(x)
+    y = model.tgt_embed(x) * (math.sqrt(model.config.d_model) if rescale else 1)
     y = model.positional(y, start=pos) if positional else y
-    logits = model.generator(model.decoder(y, memory, src_mask, tgt_mask, cache=cache)[:, -1])
+    every = model.generator(model.decoder(y, memory, src_mask, tgt_mask, cache=cache))
+    logits = every[:, -1]
     return {"log": lambda: logits.log_softmax(-1), "logits": lambda: logits,
             "probabilities": lambda: logits.softmax(-1),
-            "wrong_axis": lambda: logits.log_softmax(0)}[log]()
+            "wrong_axis": lambda: logits.log_softmax(0),
+            "positions": lambda: every.log_softmax(1)[:, -1]}[log]()
 
 
 def _prefixes(step, cached):
@@ -435,9 +520,16 @@ def _both(mistake, **kw):
 
 
 OUTPUT_MISTAKES = (_both(LOGITS, log="logits"), _both(NOT_LOG, log="probabilities"),
-                   _both(LOG_AXIS, log="wrong_axis"))
+                   LOG_AXIS.computing(_steps(False, log="wrong_axis"), _steps(True, log="wrong_axis"),
+                                      _steps(False, log="positions"), _steps(True, log="positions")))
 UNCACHED_MISTAKES = (
     *OUTPUT_MISTAKES,
+    Mistake(
+        "newest_only_uncached", "Only the newest token decoded without the cache",
+        "without a cache the decoder keeps nothing between calls: run it on the whole prefix, "
+        "tokens (batch, t), with causal_mask(t), and take the last position.",
+        (_steps(False, last_only=True),),
+    ),
     Mistake(
         "no_causal_mask", "No causal mask without the cache",
         "when the whole prefix goes through the decoder, position i must not see positions "
@@ -472,6 +564,12 @@ CACHED_MISTAKES = (
         "the newest of t tokens is at position t - 1 (positions count from 0), which is "
         "len(cache) before the step.",
         (_steps(True, start=lambda t, c: t.size(1)), _steps(True, start=lambda t, c: len(c) + 1)),
+    ),
+    Mistake(
+        "rescaled", "Embeddings scaled twice",
+        "model.tgt_embed already multiplies by sqrt(d_model) (chapter 05's Embeddings): add the "
+        "positional encoding to its output as it is.",
+        (_steps(True, rescale=True),),
     ),
     Mistake(
         "no_positional", "Positional encoding left out",

@@ -130,6 +130,11 @@ TOO_SLOW = Mistake(
     "too_slow", "Too slow",
     "{name} did not finish within {limit:g} s on {label}. An endless loop?")
 RAISED = Mistake("raised", "Raised {error}", "\n  {name} failed on {label}")
+RECURSION = Mistake(
+    "recursion", "Endless recursion",
+    "{name} kept calling itself until Python's recursion limit, on {label}. Does your `def` "
+    "have the name of a function it means to call (an import, or the reference), and so call "
+    "itself instead?")
 IN_PLACE = Mistake(
     "in_place", "Input modified in place",
     "{name} changed the caller's {names}. Use out-of-place operations (x = x + y, not "
@@ -159,7 +164,7 @@ RENAMED = Mistake(
     "renamed", "Parameters renamed",
     "keep __init__ as the exercise gives it: the check copies the reference's weights into "
     "your module by name; write only forward.\n  load_state_dict said: {said}")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, IN_PLACE, PARAMETERS_CHANGED,
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, RECURSION, IN_PLACE, PARAMETERS_CHANGED,
           NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           REFERENCE_USED, RENAMED)
 
@@ -378,8 +383,13 @@ def _first_line(error):
 
 
 def _same_error(a, b):
-    """Same exception type and the same first line of message."""
-    return type(a) is type(b) and _first_line(a) == _first_line(b)
+    """Same exception type and the same first line of message (whatever the class is called:
+    "'MyEncoder' object has no attribute ..." is the same as "'Encoder' object ...")."""
+
+    def text(error):
+        return re.sub(r"^'\w+' object", "object", _first_line(error))
+
+    return type(a) is type(b) and text(a) == text(b)
 
 
 _SHAPE_WORDS = re.compile(r"size|shape|dimension|broadcast|expand|must match|out of range")
@@ -539,10 +549,14 @@ def difference(actual, expected):
     )
 
 
-def _first_difference(value, expected, what, parts, compare):
+def _first_difference(value, expected, what, parts):
+    """The name of the first tensor of a result that differs from the expected one, and how."""
     for v, e, name in _leaves(value, expected, what, parts):
-        if not _safely(compare, v, e) and v.shape == e.shape:
-            return name, difference(v, e)
+        if v.shape == e.shape and not _safely(close, v, e):
+            try:
+                return name, difference(v, e)
+            except Exception:  # a learner's tensor that cannot be described
+                return name, "its values differ"
     return what, "its values differ"
 
 
@@ -825,12 +839,13 @@ class Item:
 
         return self._remembered(case, compute, run)
 
-    def _agrees(self, mistake, compute, passed, values=True):
-        """Whether `compute` runs on every case passed so far (of those where `mistake` is
-        looked for) and, with `values`, gives the reference's result there: a mistake that
-        would have failed earlier is not this one."""
+    def _agrees(self, mistake, compute, passed, kind, values=True):
+        """Whether `compute` runs on every case passed so far (of those of the same `kind`,
+        where `mistake` is looked for) and, with `values`, gives the reference's result there:
+        a mistake that would have failed earlier is not this one."""
         for case in passed:
-            if mistake not in (self.mistakes if case.mistakes is None else case.mistakes):
+            if (case.run or self.run) is not kind or mistake not in (
+                    self.mistakes if case.mistakes is None else case.mistakes):
                 continue
             reference = self._reference_object(case)
             try:
@@ -852,7 +867,8 @@ class Item:
                     predicted = self._compute(compute, reference, case)
                 except Exception:  # the mistake cannot run on these inputs
                     continue
-                if _safely(compare, result, predicted) and self._agrees(mistake, compute, passed):
+                if _safely(compare, result, predicted) and self._agrees(
+                        mistake, compute, passed, case.run or self.run):
                     return mistake
         return None
 
@@ -864,7 +880,8 @@ class Item:
                 try:
                     self._compute(compute, reference, case)
                 except Exception as own:
-                    if _same_error(error, own) and self._agrees(mistake, compute, passed, values=False):
+                    if _same_error(error, own) and self._agrees(
+                            mistake, compute, passed, case.run or self.run, values=False):
                         return mistake
         return None
 
@@ -922,11 +939,11 @@ class Item:
         result, compare = outcome.value, case.same or self.same
         if _safely(compare, result, expected):
             return
-        if result is None and expected is not None:
-            NOTHING_RETURNED.fail(name=name, label=case.label)
         mistake = self._matching(mistakes, result, reference, case, passed)
         if mistake is not None:
             mistake.fail(self._details(case, result, expected))
+        if result is None and expected is not None:
+            NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts
         problem = structure_problem(result, expected, what, parts)
         if problem:
@@ -934,7 +951,7 @@ class Item:
         bad = _not_finite(result, expected, what, parts)
         if bad:
             NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label)
-        what, diff = _first_difference(result, expected, what, parts, compare)
+        what, diff = _first_difference(result, expected, what, parts)
         shown = self._details(case, result, expected).split(case.label, 1)[1]
         NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
                       what=what, prep=self.prep, label=case.label, difference=diff,
@@ -959,6 +976,8 @@ def fail_on_error(outcome, name, label):
     return (the stub, an exit, the time limit, an exception)."""
     fail_if_stopped(outcome, name, name, label)
     error = outcome.error
+    if isinstance(error, RecursionError):
+        RECURSION.fail(_located(outcome), name=name, label=label)
     if error is not None:
         RAISED.fail(_located(outcome), error=f"{type(error).__name__}: {_first_line(error)}",
                     name=name, label=label)
@@ -986,6 +1005,35 @@ def _prepare(module, case, reference, renames=()):
         said = " ".join(str(error).strip().splitlines()[:3])[:300]
         RENAMED.fail(said=said)
     module.train(case.train)
+
+
+def _detached_backward(*args, **kwargs):
+    """What backward() does on a result cut off from its inputs: raise."""
+    torch.zeros(1).sum().backward()
+
+
+def no_gradient(inputs):
+    """The mistake of an output that no gradient flows back from, to `inputs`."""
+    return Mistake(
+        "no_gradient", f"No gradient flows back to {inputs}",
+        "training needs gradients through this code: stay in torch, in a graph (no "
+        "torch.no_grad(), .detach(), .item(), .numpy() or new tensors built from values).",
+        (_detached_backward, lambda *args, **kwargs: None))
+
+
+def gradient_case(case, name):
+    """A Case like `case` that backpropagates the sum of the output (its first part when it
+    is a tuple) and gives the gradient of the first argument, called `name`."""
+
+    def run(obj, args, c):
+        first = args[0].requires_grad_()  # the learner's clone
+        out = obj(first, *args[1:], **c.kwargs)
+        (out[0] if isinstance(out, (tuple, list)) else out).sum().backward()
+        return first.grad
+
+    return dataclasses.replace(
+        case, label=f"{case.label}, backward from the output's sum", run=run,
+        what=f"gradient of {name}", mistakes=(no_gradient(name),), parts=None)
 
 
 # ---------------------------------------------------------------------------------------

@@ -362,3 +362,12 @@ def mask_unsqueezed(query, key, value, mask=None):
 @wrong("scaled_dot_product_attention.recursion")
 def calls_itself(query, key, value, mask=None):
     return calls_itself(query, key, value, mask)  # meant: torch's function of the same name
+
+
+@wrong("scaled_dot_product_attention.fully_masked")
+def additive_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (1 - mask.to(scores.dtype)) * -1e9
+    weights = torch.softmax(scores, -1)
+    return weights @ value, weights

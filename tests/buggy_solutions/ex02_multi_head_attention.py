@@ -471,3 +471,17 @@ class SoftmaxOverHeads(_Buggy):
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = torch.softmax(scores, dim=1).nan_to_num(0.0)
         return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.dropout_in_eval")
+class FunctionalDropoutOnWeights(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, -1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        weights = torch.nn.functional.dropout(weights, 0.1)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None

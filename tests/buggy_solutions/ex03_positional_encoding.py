@@ -340,3 +340,9 @@ class UnderNoGrad(PositionalEncoding):
         with torch.no_grad():
             out = x + self.pe[start : start + x.size(1)]
         return self.dropout(out)
+
+
+@wrong("PositionalEncoding.input_left_out")
+class EncodingOnly(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(self.pe[start : start + x.size(1)].expand_as(x))

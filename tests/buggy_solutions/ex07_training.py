@@ -640,3 +640,36 @@ def clipped_by_value(model, batches, optimizer, label_smoothing=0.1, clip=1.0, a
         torch.nn.utils.clip_grad_value_(model.parameters(), clip)
     optimizer.step()
     return total / len(batches)
+
+
+@wrong("make_batch.in_out_swapped")
+def input_and_target_swapped(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[*y, EOS] for y in ys]), pad_sequences([[BOS, *y] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.kl_divergence")
+def kl_divergence(logits, target, eps=0.1, pad_id=PAD):
+    keep = target != pad_id
+    q = _smoothed(logits, target, eps)
+    loss = F.kl_div(F.log_softmax(logits, -1), q, reduction="none").sum(-1)
+    return loss[keep].sum() / keep.sum()
+
+
+@wrong("train_step.not_flattened")
+def logits_not_flattened(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                         autocast_dtype=None):
+    optimizer.zero_grad()
+    total = 0.0
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits, batch.tgt_out, label_smoothing=label_smoothing,
+                               ignore_index=PAD)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return total / len(batches)

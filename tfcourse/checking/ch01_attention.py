@@ -111,11 +111,20 @@ BUILTIN = Mistake(
     "softmax(Q K^T / sqrt(d_k)) V yourself with @ (matmul) and torch.softmax.",
     uses=("scaled_dot_product_attention",),
 )
+def _additive(q, k, v, m=None):
+    """An additive mask, scores + (~mask) * -1e9: a fully masked row keeps its scores' softmax."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores + (~m).to(scores.dtype) * -1e9
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
     "finite fill). Such a query attends to nothing: make its weights (and so its output) 0.",
-    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)),
+    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)) + (_additive,),
 )
 NO_GRADIENT = Mistake(
     "no_gradient", "No gradient flows back to the inputs",

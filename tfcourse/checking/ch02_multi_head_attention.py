@@ -153,7 +153,7 @@ def _linear(layer, x, how):
 def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=split_heads,
              merge=merge_heads, roles="qkv", out_role="o", inputs=None, scale=None,
              adapt_mask=None, fill=None, empty_rows=True, project=True, average=False,
-             linear="layer", heads=None, weights_when=None, dim=-1):
+             linear="layer", heads=None, weights_when=None, dim=-1, drop=0.0):
     """The reference's forward, with the variations that mistakes make.
 
     roles: which projection (w_q, w_k or w_v) is applied to the query, key and value;
@@ -167,7 +167,7 @@ def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=spli
     q, k, v = (split(_linear(projection[r], x, linear), n_heads) for r, x in zip(roles, xs))
     if mask is not None and adapt_mask is not None:
         mask = adapt_mask(mask, q)
-    if scale is None and fill is None and empty_rows and dim == -1:
+    if scale is None and fill is None and empty_rows and dim == -1 and not drop:
         out, weights = attend(q, k, v, mask)
     else:
         d = scale(d_head, mha) if scale is not None else d_head
@@ -177,6 +177,8 @@ def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=spli
         weights = torch.softmax(scores, dim=dim)
         if mask is not None and empty_rows:
             weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        if drop:  # F.dropout(weights, p): on whatever the mode
+            weights = torch.nn.functional.dropout(weights, drop)
         out = weights @ v
     out = merge(out)  # (batch, q_len, d_model)
     if project:
@@ -298,7 +300,7 @@ MISTAKES = (
         "queries are w_q(query), keys w_k(key), values w_v(value). In cross-attention these "
         "are three different tensors: keys and values do not come from the query.",
         tuple(_variant(roles="".join(r)) for r in permutations("qkv") if r != tuple("qkv"))
-        + tuple(_variant(inputs=i) for i in ("qqq", "qkk", "qvk", "kqq", "kkv", "qqv", "vkq")),
+        + tuple(_variant(inputs="".join(i)) for i in product("qkv", repeat=3) if i != tuple("qkv")),
     ),
     Mistake(
         "weight_untransposed", "Linear layer written as x @ weight",
@@ -357,6 +359,12 @@ MISTAKES = (
         (lambda mha, q, k, v, m=None, need_weights=True: _forward(mha, q, k, v, None, need_weights),),
     ),
     MASK_HEADS,
+    Mistake(
+        "dropout_in_eval", "Dropout applied in eval mode",
+        "F.dropout(weights, p) drops in every mode (its `training` is True by default): use "
+        "self.dropout, which drops only in training mode (the checks run in eval mode).",
+        tuple(_variant(drop=p) for p in (0.1, 0.2, 0.5, 0.3)),
+    ),
     Mistake(
         "weights_averaged", "Weights averaged over heads",
         "return the weights of every head, (batch, heads, q_len, k_len), not their mean "

@@ -191,6 +191,11 @@ MULTIPLIED = Mistake(
 POSITIONAL_MISTAKES = (
     MULTIPLIED,
     Mistake(
+        "input_left_out", "Input left out",
+        "the output is x + PE: the encoding is added to the input, not returned instead of it.",
+        (_pe(lambda x, pe, m: m.dropout(pe.expand_as(x))), _pe(lambda x, pe, m: m.dropout(pe))),
+    ),
+    Mistake(
         "start_ignored", "`start` ignored",
         "with start=s the rows of x are positions s, s+1, ...: add PE[start : start + seq], "
         "not PE[:seq] (decoding one token at a time needs this).",

@@ -68,6 +68,11 @@ BATCH_MISTAKES = (
                            ("bos+y+eos", "bos+y+eos"), ("bos+y", "bos+y+eos"))),
     ),
     Mistake(
+        "in_out_swapped", "Decoder input and target swapped",
+        "the decoder READS tgt_in = BOS y_1 ... y_n and must PREDICT tgt_out = y_1 ... y_n EOS.",
+        (_batch_with(tgt_in="y+eos", tgt_out="bos+y"),),
+    ),
+    Mistake(
         "no_eos", "EOS missing from the targets",
         "the model must learn where to stop: the target is y followed by EOS (and the decoder "
         "input BOS followed by y, one token longer than y).",
@@ -229,6 +234,19 @@ def _pad_logit_blocked(logits, target, eps, pad_id):
     return -(q * log_p).sum(-1)[target != pad_id].mean()
 
 
+def _kl(reduce):
+    """KL(q || p) per real position (F.kl_div's), reduced by `reduce(loss, keep)`."""
+
+    def compute(logits, target, eps, pad_id):
+        log_p = F.log_softmax(logits.double(), dim=-1)
+        q = (1 - eps) * F.one_hot(target, logits.size(-1)).double() + eps / logits.size(-1)
+        keep = (target != pad_id).double()
+        loss = F.kl_div(log_p, q, reduction="none").sum(-1) * keep
+        return reduce(loss, keep)
+
+    return compute
+
+
 def _narrow_one_hot(logits, target, eps, pad_id):
     """q built with F.one_hot(target): too narrow when the largest target id is below V - 1."""
     log_p = F.log_softmax(logits, dim=-1)
@@ -316,6 +334,14 @@ LOSS_MISTAKES = (
         "non-padding position, divide by their number. A mean of sentence means weighs the "
         "tokens of short sentences more.",
         (_loss_with(reduce="sentence"),),
+    ),
+    Mistake(
+        "kl_divergence", "KL divergence instead of cross entropy",
+        "this loss is the cross entropy H(q, p) = -sum q log p, as F.cross_entropy(..., "
+        "label_smoothing=eps) computes it; KL(q || p) (nn.KLDivLoss, as in the Annotated "
+        "Transformer) is smaller by the entropy of q.",
+        (_kl(lambda loss, keep: loss.sum() / keep.sum()), _kl(lambda loss, keep: loss.sum()),
+         _kl(lambda loss, keep: loss.sum() / loss.size(0))),
     ),
     Mistake(
         "divided_by_sentences", "Divided by the number of sentences",
@@ -589,7 +615,7 @@ def _steps_of(fn, args, case):
 
 def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True,
          ignore_pad=True, clip_zero=False, clip_each=False, step_each=False, target="tgt_out",
-         step=True, returns="mean", by_value=False):
+         step=True, returns="mean", by_value=False, flat=True):
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
     weights after each step and the returned losses. zero: "start" (right), "never", "each"
     (micro-batch) or "end" (after the step)."""
@@ -604,7 +630,9 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
             if zero == "each":
                 optimizer.zero_grad()
             logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-            loss = F.cross_entropy(logits.flatten(0, 1), getattr(batch, target).flatten(),
+            wanted = getattr(batch, target)
+            loss = F.cross_entropy(logits.flatten(0, 1) if flat else logits,
+                                   wanted.flatten() if flat else wanted,
                                    label_smoothing=eps if smoothing else 0.0,
                                    ignore_index=PAD if ignore_pad else -100)
             (loss / (len(batches) if divide else 1)).backward()
@@ -720,6 +748,12 @@ STEP_MISTAKES = (
         (_variant(clips=False),),
     ),
     COUNTS_PADDING.computing(_variant(ignore_pad=False)),
+    Mistake(
+        "not_flattened", "Logits given to cross_entropy unflattened",
+        "F.cross_entropy takes classes on axis 1: flatten the logits to (batch * tgt_len, V) "
+        "and the targets to (batch * tgt_len,) (or use your label_smoothing_loss).",
+        (_variant(flat=False),),
+    ),
     Mistake(
         "no_smoothing", "Label smoothing not used in the loss",
         "pass label_smoothing to the loss (your label_smoothing_loss, or F.cross_entropy(..., "

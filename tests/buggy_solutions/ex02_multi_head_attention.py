@@ -485,3 +485,17 @@ class FunctionalDropoutOnWeights(_Buggy):
             weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         weights = torch.nn.functional.dropout(weights, 0.1)
         return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.raised")
+class FloatMask(_Buggy):
+    """An error raised only on the masked cases that is not the mask's shape: reported as it
+    is, not as "Mask not broadcast over heads" (issue 9)."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(mask.float() == 0, float("-inf")).masked_fill(mask.float(), 0.0)
+        weights = torch.softmax(scores, -1).nan_to_num(0.0)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None

@@ -966,7 +966,7 @@ def fail_if_stopped(outcome, name, where, label):
         qualname = outcome.qualname
         NOT_IMPLEMENTED.fail(where=where if qualname in ("", "forward", "__init__") else qualname)
     if isinstance(error, (SystemExit, _Exited)):
-        EXITED.fail(_located(outcome), how=_exit_how(error), name=name, label=label)
+        EXITED.fail(_located(outcome).lstrip("\n"), how=_exit_how(error), name=name, label=label)
     if isinstance(error, _Timeout):
         TOO_SLOW.fail(limit=TIME_LIMIT, name=name, label=label)
 
@@ -977,10 +977,10 @@ def fail_on_error(outcome, name, label):
     fail_if_stopped(outcome, name, name, label)
     error = outcome.error
     if isinstance(error, RecursionError):
-        RECURSION.fail(_located(outcome), name=name, label=label)
+        RECURSION.fail(_located(outcome).lstrip("\n"), name=name, label=label)
     if error is not None:
-        RAISED.fail(_located(outcome), error=f"{type(error).__name__}: {_first_line(error)}",
-                    name=name, label=label)
+        RAISED.fail(_located(outcome).lstrip("\n"),
+                    error=f"{type(error).__name__}: {_first_line(error)}", name=name, label=label)
 
 
 def _located(outcome):

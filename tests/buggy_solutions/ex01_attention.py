@@ -6,7 +6,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import diagnosis
+from . import wrong
 
 
 def _masked(scores, mask, fill=float("-inf")):
@@ -20,13 +20,13 @@ def _finish(weights, value, mask):
     return weights @ value, weights
 
 
-@diagnosis("Scores not scaled")
+@wrong("scaled_dot_product_attention.no_scaling")
 def no_scaling(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1)
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Scores not scaled")
+@wrong("scaled_dot_product_attention.no_scaling")
 def no_scaling_einsum(query, key, value, mask=None):
     scores = torch.einsum("...qd,...kd->...qk", query, key)
     if mask is not None:
@@ -35,45 +35,45 @@ def no_scaling_einsum(query, key, value, mask=None):
     return _finish(weights, value, mask)
 
 
-@diagnosis("Scaled by d_k instead of sqrt(d_k)")
+@wrong("scaled_dot_product_attention.scaled_by_d_k")
 def scaled_by_d_k(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / query.shape[-1]
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Scaled by d_k instead of sqrt(d_k)")
+@wrong("scaled_dot_product_attention.scaled_by_d_k")
 def scaled_by_d_k_twice_sqrt(query, key, value, mask=None):
     d_k = key.size(-1)
     scores = (query / math.sqrt(d_k)) @ (key / math.sqrt(d_k)).transpose(-1, -2)
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Scaled by sqrt(d_v) instead of sqrt(d_k)")
+@wrong("scaled_dot_product_attention.scaled_by_sqrt_d_v")
 def scaled_by_sqrt_d_v(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / value.size(-1) ** 0.5
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Scores multiplied by sqrt(d_k) instead of divided")
+@wrong("scaled_dot_product_attention.multiplied")
 def multiplied_by_sqrt_d_k(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) * math.sqrt(query.size(-1))
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Softmax over the wrong axis")
+@wrong("scaled_dot_product_attention.softmax_wrong_axis")
 def softmax_over_queries(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     return _finish(torch.softmax(_masked(scores, mask, -1e9), dim=-2), value, mask)
 
 
-@diagnosis("Softmax over the wrong axis")
+@wrong("scaled_dot_product_attention.softmax_wrong_axis")
 def softmax_dim_1(query, key, value, mask=None):
     # dim=1 is the query axis of 3-D input (and the heads axis of 4-D input)
     scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
     return _finish(_masked(scores, mask, -1e9).softmax(1), value, mask)
 
 
-@diagnosis("Mask polarity inverted")
+@wrong("scaled_dot_product_attention.mask_inverted")
 def mask_inverted(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -82,7 +82,7 @@ def mask_inverted(query, key, value, mask=None):
     return _finish(weights, value, None if mask is None else ~mask)
 
 
-@diagnosis("Mask polarity inverted")
+@wrong("scaled_dot_product_attention.mask_inverted")
 def mask_inverted_additive(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -90,7 +90,7 @@ def mask_inverted_additive(query, key, value, mask=None):
     return _finish(torch.softmax(scores, -1), value, None if mask is None else ~mask)
 
 
-@diagnosis("Mask applied after the softmax")
+@wrong("scaled_dot_product_attention.mask_after_softmax")
 def mask_after_softmax(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(scores, dim=-1)
@@ -99,7 +99,7 @@ def mask_after_softmax(query, key, value, mask=None):
     return weights @ value, weights
 
 
-@diagnosis("Masked scores set to 0 instead of -inf")
+@wrong("scaled_dot_product_attention.masked_to_zero")
 def masked_to_zero(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -107,7 +107,7 @@ def masked_to_zero(query, key, value, mask=None):
     return _finish(torch.softmax(scores, -1), value, mask)
 
 
-@diagnosis("Masked scores set to 0 instead of -inf")
+@wrong("scaled_dot_product_attention.masked_to_zero")
 def mask_multiplied_into_scores(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -115,26 +115,26 @@ def mask_multiplied_into_scores(query, key, value, mask=None):
     return _finish(torch.softmax(scores, -1), value, mask)
 
 
-@diagnosis("Mask ignored")
+@wrong("scaled_dot_product_attention.mask_ignored")
 def mask_ignored(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(scores, -1)
     return weights @ value, weights
 
 
-@diagnosis("Key transposed on the wrong axes")
+@wrong("scaled_dot_product_attention.wrong_axes")
 def transpose_1_2(query, key, value, mask=None):
     scores = query @ key.transpose(1, 2) / math.sqrt(query.size(-1))
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Key transposed on the wrong axes")
+@wrong("scaled_dot_product_attention.wrong_axes")
 def permute_3d(query, key, value, mask=None):
     scores = torch.bmm(query, key.permute(0, 2, 1)) / math.sqrt(query.size(-1))
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Output and weights returned in the wrong order")
+@wrong("scaled_dot_product_attention.wrong_order")
 def weights_first(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
@@ -142,14 +142,14 @@ def weights_first(query, key, value, mask=None):
     return weights, output
 
 
-@diagnosis("Input modified in place")
+@wrong("scaled_dot_product_attention.in_place")
 def query_scaled_in_place(query, key, value, mask=None):
     query /= math.sqrt(query.size(-1))
     scores = query @ key.transpose(-2, -1)
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
-@diagnosis("Input modified in place")
+@wrong("scaled_dot_product_attention.in_place")
 def mask_inverted_in_place(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -160,7 +160,7 @@ def mask_inverted_in_place(query, key, value, mask=None):
     return _finish(torch.softmax(scores, -1), value, mask)
 
 
-@diagnosis("Built-in attention called")
+@wrong("scaled_dot_product_attention.builtin")
 def builtin(query, key, value, mask=None):
     output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
@@ -168,28 +168,28 @@ def builtin(query, key, value, mask=None):
     return output, _finish(weights, value, mask)[1]
 
 
-@diagnosis("Built-in attention called")
+@wrong("scaled_dot_product_attention.builtin")
 def builtin_imported_by_name(query, key, value, mask=None):
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     return sdpa(query, key, value, attn_mask=mask), None
 
 
-@diagnosis("Fully masked query row not handled")
+@wrong("scaled_dot_product_attention.fully_masked")
 def minus_inf_gives_nan(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask), dim=-1)
     return weights @ value, weights
 
 
-@diagnosis("Fully masked query row not handled")
+@wrong("scaled_dot_product_attention.fully_masked")
 def large_negative_gives_uniform(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), dim=-1)
     return weights @ value, weights
 
 
-@diagnosis("No gradient flows back to the inputs")
+@wrong("scaled_dot_product_attention.no_gradient")
 def detached(query, key, value, mask=None):
     with torch.no_grad():
         scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
@@ -199,47 +199,175 @@ def detached(query, key, value, mask=None):
 # Learner code that misbehaves in other ways: each gets one clear message.
 
 
-@diagnosis(f"{'scaled_dot_product_attention'} should return a tuple (output, weights), got None")
+@wrong("scaled_dot_product_attention.nothing_returned")
 def forgot_return(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
     weights @ value  # noqa: B018
 
 
-@diagnosis("Wrong output: output has shape")
+@wrong("scaled_dot_product_attention.wrong_shape")
 def returns_scores_shape(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
     return weights, weights
 
 
-@diagnosis("Wrong output: output has dtype")
+@wrong("scaled_dot_product_attention.float32")
 def returns_float32(query, key, value, mask=None):
     scores = query.float() @ key.float().transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
     return _finish(weights, value.float(), mask)
 
 
-@diagnosis("Wrong output on")
+@wrong("scaled_dot_product_attention.not_finite")
 def returns_nan(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     weights = torch.softmax(_masked(scores, mask, -1e9), -1)
     return weights @ value * float("nan"), weights
 
 
-@diagnosis("Raised ZeroDivisionError: division by zero")
+@wrong("scaled_dot_product_attention.raised")
 def raises(query, key, value, mask=None):
     return 1 / 0
 
 
-@diagnosis("Too slow")
+@wrong("scaled_dot_product_attention.too_slow")
 def endless_loop(query, key, value, mask=None):
     while True:
         time.sleep(0.01)
 
 
-@diagnosis("Scores not scaled")
+@wrong("scaled_dot_product_attention.no_scaling")
 def prints_a_lot(query, key, value, mask=None):
     for i in range(100_000):
         print("debug", i)
     return no_scaling(query, key, value, mask)
+
+
+# Mistakes found by thinking like a learner: the paper's notation taken literally, a step
+# in the wrong place, an argument in the wrong role.
+
+
+@wrong("scaled_dot_product_attention.scaled_by_wrong_size")
+def scaled_by_key_length(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(key.size(1))  # (batch, k_len, d_k): k_len
+    return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.scaled_after_softmax")
+def scaled_after_softmax(query, key, value, mask=None):
+    weights = torch.softmax(_masked(query @ key.transpose(-2, -1), mask, -1e9), dim=-1)
+    weights = weights / math.sqrt(query.size(-1))
+    return _finish(weights, value, mask)
+
+
+@wrong("scaled_dot_product_attention.no_softmax")
+def no_softmax(query, key, value, mask=None):
+    weights = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask, -1e9)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.log_softmax")
+def log_softmax(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    return _finish(F.log_softmax(_masked(scores, mask), dim=-1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.values_times_scores")
+def values_times_scores(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    weights = _finish(torch.softmax(_masked(scores, mask), -1), value, mask)[1]
+    return scores @ value, weights
+
+
+@wrong("scaled_dot_product_attention.scores_returned")
+def scores_returned(query, key, value, mask=None):
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask)
+    return _finish(torch.softmax(scores, -1), value, mask)[0], scores
+
+
+@wrong("scaled_dot_product_attention.query_key_swapped")
+def keys_times_queries(query, key, value, mask=None):
+    scores = key @ query.transpose(-2, -1) / math.sqrt(query.size(-1))  # K Q^T
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.three_d_only")
+def batched_matmul(query, key, value, mask=None):
+    scores = torch.bmm(query, key.transpose(-2, -1)) / math.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.three_d_only")
+def einsum_3d(query, key, value, mask=None):
+    scores = torch.einsum("bik,bjk->bij", query, key) / math.sqrt(query.size(-1))
+    weights = torch.softmax(_masked(scores, mask, -1e9), -1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return torch.einsum("bij,bjd->bid", weights, value), weights
+
+
+@wrong("scaled_dot_product_attention.key_not_transposed")
+def key_not_transposed(query, key, value, mask=None):
+    scores = torch.matmul(query, key) / math.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.torch_sqrt_of_int")
+def torch_sqrt_of_an_int(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / torch.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.keys_combined")
+def keys_combined(query, key, value, mask=None):
+    weights = _finish(torch.softmax(_masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)),
+                                            mask), -1), value, mask)[1]
+    return weights @ key, weights
+
+
+@wrong("scaled_dot_product_attention.float32")
+def float32_softmax(query, key, value, mask=None):
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask, -1e9)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    return _finish(weights, value, mask)
+
+
+@wrong("scaled_dot_product_attention.dropout")
+def dropout_on_weights(query, key, value, mask=None):
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask)
+    weights = F.dropout(torch.softmax(scores, -1).nan_to_num(0.0), p=0.1)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_added")
+def bool_mask_added(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + mask  # as torch's float attn_mask is
+    weights = torch.softmax(scores, -1)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_axis_added")
+def mask_unsqueezed(query, key, value, mask=None):
+    if mask is not None:
+        mask = mask.unsqueeze(1)
+    scores = _masked(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), mask)
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.recursion")
+def calls_itself(query, key, value, mask=None):
+    return calls_itself(query, key, value, mask)  # meant: torch's function of the same name
+
+
+@wrong("scaled_dot_product_attention.fully_masked")
+def additive_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (1 - mask.to(scores.dtype)) * -1e9
+    weights = torch.softmax(scores, -1)
+    return weights @ value, weights

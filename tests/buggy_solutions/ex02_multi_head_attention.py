@@ -11,74 +11,79 @@ from torch import nn
 from tfcourse.attention import scaled_dot_product_attention
 from tfcourse.multi_head import MultiHeadAttention, merge_heads, split_heads
 
-from . import diagnosis
+from . import wrong
 
 # ---------------------------------------------------------------------------------------
 # split_heads
 
 
-@diagnosis("Heads split by view without the transpose")
+@wrong("split_heads.split_without_transpose")
 def split_view_straight_to_heads(x, n_heads):
     batch, seq, d_model = x.shape
     return x.view(batch, n_heads, seq, d_model // n_heads)
 
 
-@diagnosis("Heads split by view without the transpose")
+@wrong("split_heads.split_without_transpose")
 def split_reshape_minus_one(x, n_heads):
     return x.reshape(x.size(0), n_heads, -1, x.size(-1) // n_heads)
 
 
-@diagnosis("Heads split by view without the transpose")
+@wrong("split_heads.split_without_transpose")
 def split_transpose_forgotten(x, n_heads):
     batch, seq, d_model = x.shape
     return x.view(batch, seq, n_heads, d_model // n_heads)
 
 
-@diagnosis("Head features taken with a stride")
+@wrong("split_heads.split_strided")
 def split_strided(x, n_heads):
     batch, seq, d_model = x.shape
     return x.view(batch, seq, -1, n_heads).permute(0, 3, 1, 2)
 
 
-@diagnosis("Input modified in place")
+@wrong("split_heads.in_place")
 def split_in_place(x, n_heads):
     x.mul_(1.0).add_(0.0)
     x[0, 0, 0] = 0.0
-    return split_heads(x, n_heads)
+    return x.view(x.size(0), x.size(1), n_heads, -1).transpose(1, 2)
 
 
-@diagnosis("Wrong result of split_heads: the result is None")
+@wrong("split_heads.nothing_returned")
 def split_forgot_return(x, n_heads):
-    split_heads(x, n_heads)
+    x.view(x.size(0), x.size(1), n_heads, -1).transpose(1, 2)
+
+
+@wrong("split_heads.reference_used")
+def split_calls_the_reference(x, n_heads):
+    return split_heads(x.contiguous(), n_heads)
 
 
 # ---------------------------------------------------------------------------------------
 # merge_heads
 
 
-@diagnosis("Heads merged in the wrong order")
+@wrong("merge_heads.merge_order")
 def merge_view_without_transpose(x):
     batch, heads, seq, d_head = x.shape
     return x.view(batch, seq, heads * d_head)
 
 
-@diagnosis("Heads merged in the wrong order")
+@wrong("merge_heads.merge_order")
 def merge_heads_interleaved(x):
     return x.permute(0, 2, 3, 1).flatten(2)
 
 
-@diagnosis("Heads merged in the wrong order")
+@wrong("merge_heads.merge_order")
 def merge_last_axes_swapped(x):
     return x.transpose(-1, -2).reshape(x.size(0), x.size(2), -1)
 
 
-@diagnosis("Raised RuntimeError: view size is not compatible")
+@wrong("merge_heads.view_after_transpose")
 def merge_view_after_transpose(x):
     batch, heads, seq, d_head = x.shape
     return x.transpose(1, 2).view(batch, seq, heads * d_head)
 
 
-@diagnosis("Wrong result of merge_heads: the result has shape (2, 3, 20), expected (2, 5, 12)")
+@wrong("merge_heads.wrong_shape")
 def merge_keeps_heads(x):
     return x.flatten(2)
 
@@ -105,7 +110,7 @@ class _Buggy(MultiHeadAttention):
                 split_heads(self.w_v(value), h))
 
 
-@diagnosis("Heads split by view without the transpose")
+@wrong("MultiHeadAttention.split_without_transpose")
 class SplitByView(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         b, h = query.size(0), self.n_heads
@@ -116,7 +121,7 @@ class SplitByView(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Head features taken with a stride")
+@wrong("MultiHeadAttention.split_strided")
 class SplitStrided(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         def split(x):
@@ -127,7 +132,7 @@ class SplitStrided(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Heads merged in the wrong order")
+@wrong("MultiHeadAttention.merge_order")
 class MergeWithoutTranspose(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
@@ -135,7 +140,7 @@ class MergeWithoutTranspose(_Buggy):
         return self.w_o(out), weights if need_weights else None
 
 
-@diagnosis("Heads merged in the wrong order")
+@wrong("MultiHeadAttention.merge_order")
 class MergeHeadsMajor(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
@@ -143,14 +148,14 @@ class MergeHeadsMajor(_Buggy):
         return self.w_o(out), weights if need_weights else None
 
 
-@diagnosis("Output projection missing")
+@wrong("MultiHeadAttention.no_output_projection")
 class NoOutputProjection(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         return merge_heads(out), weights if need_weights else None
 
 
-@diagnosis("Scaled by sqrt(d_model) instead of sqrt(d_head)")
+@wrong("MultiHeadAttention.scaled_by_d_model")
 class ScaledByDModel(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         q, k, v = self.heads(query, key, value)
@@ -158,7 +163,7 @@ class ScaledByDModel(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Scaled by sqrt(d_model) instead of sqrt(d_head)")
+@wrong("MultiHeadAttention.scaled_by_d_model")
 class WidthTakenFromTheInput(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         d_k = query.size(-1)  # the input's width: d_model, not d_head
@@ -170,7 +175,7 @@ class WidthTakenFromTheInput(_Buggy):
         return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
 
 
-@diagnosis("Mask not broadcast over heads")
+@wrong("MultiHeadAttention.mask_heads")
 class MaskUnsqueezed(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         if mask is not None:
@@ -179,7 +184,7 @@ class MaskUnsqueezed(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Mask not broadcast over heads")
+@wrong("MultiHeadAttention.mask_heads")
 class MaskUnsqueezedInline(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         q, k, v = self.heads(query, key, value)
@@ -188,7 +193,7 @@ class MaskUnsqueezedInline(_Buggy):
         return self.w_o(out), weights if need_weights else None
 
 
-@diagnosis("Mask not broadcast over heads")
+@wrong("MultiHeadAttention.mask_heads")
 class MaskUnsqueezedUnlessFourDimensional(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         if mask is not None and mask.dim() < 4:
@@ -198,7 +203,7 @@ class MaskUnsqueezedUnlessFourDimensional(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Mask not broadcast over heads")
+@wrong("MultiHeadAttention.mask_heads")
 class MaskRepeatedForBatchTimesHeads(_Buggy):
     """Heads folded into the batch, as torch.nn.MultiheadAttention does, but the mask repeated
     heads-major while the tensors are batch-major."""
@@ -213,7 +218,7 @@ class MaskRepeatedForBatchTimesHeads(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Works only when key and value are as long as the query")
+@wrong("MultiHeadAttention.key_length")
 class LengthsFromTheQuery(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         batch, seq, _ = query.shape
@@ -223,14 +228,14 @@ class LengthsFromTheQuery(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Query, key and value mixed up")
+@wrong("MultiHeadAttention.qkv_mixed_up")
 class KeysAndValuesFromTheQuery(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, query, query), mask)
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Query, key and value mixed up")
+@wrong("MultiHeadAttention.qkv_mixed_up")
 class KeyAndValueProjectionsSwapped(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         h = self.n_heads
@@ -241,7 +246,7 @@ class KeyAndValueProjectionsSwapped(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Mask polarity inverted")
+@wrong("MultiHeadAttention.mask_inverted")
 class MaskInverted(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         mask = None if mask is None else mask.logical_not()  # torch.nn's polarity
@@ -249,21 +254,21 @@ class MaskInverted(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Mask ignored")
+@wrong("MultiHeadAttention.mask_ignored")
 class MaskIgnored(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value))
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("Weights averaged over heads")
+@wrong("MultiHeadAttention.weights_averaged")
 class WeightsAveraged(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         return self.w_o(merge_heads(out)), weights.mean(dim=1) if need_weights else None
 
 
-@diagnosis("Fully masked query row not handled")
+@wrong("MultiHeadAttention.fully_masked")
 class FullyMaskedGivesNaN(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         q, k, v = self.heads(query, key, value)
@@ -274,21 +279,21 @@ class FullyMaskedGivesNaN(_Buggy):
         return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
 
 
-@diagnosis("Weights not returned")
+@wrong("MultiHeadAttention.weights_not_returned")
 class WeightsNeverReturned(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, _ = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         return self.w_o(merge_heads(out)), None
 
 
-@diagnosis("Weights returned when not asked for")
+@wrong("MultiHeadAttention.weights_not_asked")
 class WeightsAlwaysReturned(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         return self.w_o(merge_heads(out)), weights
 
 
-@diagnosis("Parameters renamed")
+@wrong("MultiHeadAttention.renamed")
 class FusedInputProjection(nn.Module):
     def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -301,7 +306,7 @@ class FusedInputProjection(nn.Module):
         return self.w_o(q), None
 
 
-@diagnosis("Input modified in place")
+@wrong("MultiHeadAttention.in_place")
 class QueryScaledInPlace(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         query /= 1.0  # looks harmless, still writes into the caller's tensor
@@ -310,30 +315,187 @@ class QueryScaledInPlace(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@diagnosis("MultiHeadAttention should return a tuple (output, weights), got Tensor")
+@wrong("MultiHeadAttention.wrong_type")
 class ReturnsOnlyTheOutput(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         out, _ = scaled_dot_product_attention(*self.heads(query, key, value), mask)
         return self.w_o(merge_heads(out))
 
 
-@diagnosis("Raised ZeroDivisionError: division by zero")
+@wrong("MultiHeadAttention.raised")
 class RaisesInInit(_Buggy):
     def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
         super().__init__(d_model, n_heads, dropout, bias)
         self.d_head = 1 / 0
 
 
-@diagnosis("Too slow")
+@wrong("MultiHeadAttention.too_slow")
 class EndlessLoop(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         while True:
             time.sleep(0.01)
 
 
-@diagnosis("Scores not scaled")
+@wrong("MultiHeadAttention.no_scaling")
 class NotScaled(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):
         q, k, v = self.heads(query, key, value)
         out, weights = _attend(q, k, v, mask, scale=1.0)
         return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+# ---------------------------------------------------------------------------------------
+# Mistakes found by thinking like a learner
+
+
+@wrong("split_heads.split_axes")
+def split_features_before_positions(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, d_model // n_heads).permute(0, 2, 3, 1)
+
+
+@wrong("MultiHeadAttention.projection_reused")
+class KeyProjectionCopyPasted(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_q(key), self.n_heads)  # copied from the line above
+        v = split_heads(self.w_v(value), self.n_heads)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.projection_reused")
+class ValueProjectionAsOutput(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
+        return self.w_v(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.weight_untransposed")
+class PapersNotation(_Buggy):
+    """Q = X W^Q read literally: the Linear's weight, not the layer."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q = split_heads(query @ self.w_q.weight + self.w_q.bias, self.n_heads)
+        k = split_heads(key @ self.w_k.weight + self.w_k.bias, self.n_heads)
+        v = split_heads(value @ self.w_v.weight + self.w_v.bias, self.n_heads)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = merge_heads(out) @ self.w_o.weight + self.w_o.bias
+        return out, weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.scaled_by_d_head")
+class ScaledTwice(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        q = q / math.sqrt(self.d_head)  # and the attention scales again
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.heads_not_split")
+class OneBigHead(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.w_q(query), self.w_k(key), self.w_v(value)
+        if mask is not None and mask.dim() == 4:
+            mask = mask[:, 0]
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(out), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.view_after_transpose")
+class MergedByView(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        out, weights = scaled_dot_product_attention(*self.heads(query, key, value), mask)
+        out = out.transpose(1, 2).view(query.size(0), query.size(1), -1)
+        return self.w_o(out), weights if need_weights else None
+
+
+@wrong("split_heads.split_folded")
+def split_folded_into_the_batch(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, -1).transpose(1, 2).reshape(batch * n_heads, seq, -1)
+
+
+@wrong("split_heads.split_count_width_swapped")
+def split_minus_one_in_place_of_the_heads(x, n_heads):
+    return x.reshape(x.size(0), x.size(1), -1, n_heads).transpose(1, 2)
+
+
+@wrong("split_heads.transpose_before_view")
+def split_transposed_then_viewed(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.transpose(1, 2).contiguous().view(batch, n_heads, seq, d_model // n_heads)
+
+
+@wrong("MultiHeadAttention.split_count_width_swapped")
+class HeadsAndWidthSwapped(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        def split(x):
+            return x.reshape(x.size(0), x.size(1), -1, self.n_heads).transpose(1, 2)
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.transpose_before_view")
+class TransposedThenViewed(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        def split(x):
+            return x.transpose(1, 2).reshape(x.size(0), self.n_heads, x.size(1), -1)
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.bias_dropped")
+class FunctionalLinearsWithoutBias(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        h = self.n_heads
+        q = split_heads(torch.nn.functional.linear(query, self.w_q.weight), h)
+        k = split_heads(torch.nn.functional.linear(key, self.w_k.weight), h)
+        v = split_heads(torch.nn.functional.linear(value, self.w_v.weight), h)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = torch.nn.functional.linear(merge_heads(out), self.w_o.weight)
+        return out, weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.softmax_wrong_axis")
+class SoftmaxOverHeads(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=1).nan_to_num(0.0)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.dropout_in_eval")
+class FunctionalDropoutOnWeights(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, -1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        weights = torch.nn.functional.dropout(weights, 0.1)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.raised")
+class FloatMask(_Buggy):
+    """An error raised only on the masked cases that is not the mask's shape: reported as it
+    is, not as "Mask not broadcast over heads" (issue 9)."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(mask.float() == 0, float("-inf")).masked_fill(mask.float(), 0.0)
+        weights = torch.softmax(scores, -1).nan_to_num(0.0)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None

@@ -8,7 +8,7 @@ import torch
 
 from tfcourse.positional import PositionalEncoding, sinusoidal_encoding
 
-from . import diagnosis
+from . import wrong
 
 # ---------------------------------------------------------------------------------------
 # sinusoidal_encoding
@@ -26,25 +26,25 @@ def _interleave(even, odd):
     return pe
 
 
-@diagnosis("sin and cos swapped")
+@wrong("sinusoidal_encoding.sin_cos_swapped")
 def cos_then_sin(max_len, d_model):
     angle = _angles(max_len, d_model)
     return _interleave(torch.cos(angle), torch.sin(angle))
 
 
-@diagnosis("sin and cos swapped")
+@wrong("sinusoidal_encoding.sin_cos_swapped")
 def cos_then_sin_stacked(max_len, d_model):
     angle = _angles(max_len, d_model)
     return torch.stack((angle.cos(), angle.sin()), dim=2).reshape(max_len, d_model)
 
 
-@diagnosis("Halves concatenated instead of interleaved")
+@wrong("sinusoidal_encoding.halves_concatenated")
 def concatenated(max_len, d_model):
     angle = _angles(max_len, d_model)
     return torch.cat([angle.sin(), angle.cos()], dim=-1)
 
 
-@diagnosis("Halves concatenated instead of interleaved")
+@wrong("sinusoidal_encoding.halves_concatenated")
 def filled_in_halves(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
     angle = _angles(max_len, d_model)
@@ -53,13 +53,13 @@ def filled_in_halves(max_len, d_model):
     return pe
 
 
-@diagnosis("Exponent uses i instead of 2i")
+@wrong("sinusoidal_encoding.exponent_i")
 def exponent_i(max_len, d_model):
     angle = _angles(max_len, d_model, exponent=lambda two_i, d: (two_i / 2) / d)
     return _interleave(angle.sin(), angle.cos())
 
 
-@diagnosis("Exponent uses i instead of 2i")
+@wrong("sinusoidal_encoding.exponent_i")
 def exponent_i_loops(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
     for pos in range(max_len):
@@ -70,7 +70,7 @@ def exponent_i_loops(max_len, d_model):
     return pe
 
 
-@diagnosis("Cosine features use exponent 2i+1")
+@wrong("sinusoidal_encoding.cos_exponent_2i_plus_1")
 def odd_exponent(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
     for pos in range(max_len):
@@ -80,19 +80,19 @@ def odd_exponent(max_len, d_model):
     return pe
 
 
-@diagnosis("Frequencies inverted")
+@wrong("sinusoidal_encoding.frequencies_inverted")
 def frequencies_inverted(max_len, d_model):
     angle = _angles(max_len, d_model, exponent=lambda two_i, d: -two_i / d)
     return _interleave(angle.sin(), angle.cos())
 
 
-@diagnosis("Positions start at 1")
+@wrong("sinusoidal_encoding.positions_from_1")
 def positions_from_1(max_len, d_model):
     angle = _angles(max_len, d_model, start=1)
     return _interleave(angle.sin(), angle.cos())
 
 
-@diagnosis("Positions start at 1")
+@wrong("sinusoidal_encoding.positions_from_1")
 def positions_from_1_loops(max_len, d_model):
     pe = torch.zeros(max_len, d_model)
     for pos in range(1, max_len + 1):
@@ -102,22 +102,32 @@ def positions_from_1_loops(max_len, d_model):
     return pe
 
 
-@diagnosis("Wrong table: the table has dtype torch.float64")
+def _right(max_len, d_model):
+    angle = _angles(max_len, d_model)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.wrong_dtype")
 def float64_table(max_len, d_model):
-    return sinusoidal_encoding(max_len, d_model).double()
+    return _right(max_len, d_model).double()
 
 
-@diagnosis("Wrong table: the table should be a torch.Tensor, got ndarray")
+@wrong("sinusoidal_encoding.wrong_type")
 def numpy_table(max_len, d_model):
-    return sinusoidal_encoding(max_len, d_model).numpy()
+    return _right(max_len, d_model).numpy()
 
 
-@diagnosis("Wrong table: the table has shape")
+@wrong("sinusoidal_encoding.wrong_shape")
 def transposed(max_len, d_model):
-    return sinusoidal_encoding(max_len, d_model).T
+    return _right(max_len, d_model).T
 
 
-@diagnosis("Wrong table on max_len=50, d_model=16, and no common mistake matches")
+@wrong("sinusoidal_encoding.reference_used")
+def calls_the_reference(max_len, d_model):
+    return sinusoidal_encoding(max_len, d_model) + 0.0
+
+
+@wrong("sinusoidal_encoding.no_match")
 def base_1000(max_len, d_model):
     return _interleave(*(f(_angles(max_len, d_model) * 10) for f in (torch.sin, torch.cos)))
 
@@ -128,45 +138,45 @@ def base_1000(max_len, d_model):
 # PositionalEncoding.forward
 
 
-@diagnosis("Encoding multiplied instead of added")
+@wrong("PositionalEncoding.multiplied")
 class Multiplied(PositionalEncoding):
     def forward(self, x, start=0):
         return self.dropout(x * self.pe[start : start + x.size(1)])
 
 
-@diagnosis("Encoding multiplied instead of added")
+@wrong("PositionalEncoding.multiplied")
 class MultipliedWithUnsqueeze(PositionalEncoding):
     def forward(self, x, start=0):
         pe = self.pe[start : start + x.size(1)].unsqueeze(0)  # (1, seq, d_model)
         return torch.mul(x, pe)
 
 
-@diagnosis("`start` ignored")
+@wrong("PositionalEncoding.start_ignored")
 class StartIgnored(PositionalEncoding):
     def forward(self, x, start=0):
         return x + self.pe[: x.size(1)]
 
 
-@diagnosis("Input modified in place")
+@wrong("PositionalEncoding.in_place")
 class AddedInPlace(PositionalEncoding):
     def forward(self, x, start=0):
         x += self.pe[start : start + x.size(1)]
         return x
 
 
-@diagnosis("Wrong output: the output has shape")
+@wrong("PositionalEncoding.wrong_shape")
 class BatchSqueezed(PositionalEncoding):
     def forward(self, x, start=0):
         return (x + self.pe[start : start + x.size(1)]).squeeze(0)  # batch 1 loses its axis
 
 
-@diagnosis("Raised RuntimeError")
+@wrong("PositionalEncoding.whole_table")
 class WholeTableAdded(PositionalEncoding):
     def forward(self, x, start=0):
         return x + self.pe
 
 
-@diagnosis("Raised AttributeError")
+@wrong("PositionalEncoding.raised")
 class TableNotRegistered(PositionalEncoding):
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         torch.nn.Module.__init__(self)
@@ -180,49 +190,159 @@ class TableNotRegistered(PositionalEncoding):
 # embed_and_encode
 
 
-@diagnosis("Embeddings not scaled by sqrt(d_model)")
+@wrong("embed_and_encode.not_scaled")
 def not_scaled(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens))
 
 
-@diagnosis("Embeddings not scaled by sqrt(d_model)")
+@wrong("embed_and_encode.not_scaled")
 def not_scaled_by_hand(tokens, embedding, positional_encoding):
     return embedding.weight[tokens] + positional_encoding.pe[: tokens.size(1)]
 
 
-@diagnosis("Encoding scaled along with the embeddings")
+@wrong("embed_and_encode.scaled_with_encoding")
 def scaled_after_adding(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens)) * math.sqrt(embedding.embedding_dim)
 
 
-@diagnosis("Encoding scaled instead of the embeddings")
+@wrong("embed_and_encode.encoding_scaled")
 def encoding_scaled(tokens, embedding, positional_encoding):
     pe = positional_encoding.pe[: tokens.size(1)]
     return embedding(tokens) + pe * embedding.embedding_dim**0.5
 
 
-@diagnosis("Scaled by d_model instead of sqrt(d_model)")
+@wrong("embed_and_encode.scaled_by_d_model")
 def scaled_by_d_model(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) * embedding.weight.size(1))
 
 
-@diagnosis("Embeddings divided by sqrt(d_model)")
+@wrong("embed_and_encode.divided")
 def divided(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) / math.sqrt(embedding.embedding_dim))
 
 
-@diagnosis("Encoding multiplied instead of added")
+@wrong("embed_and_encode.multiplied")
 def multiplied(tokens, embedding, positional_encoding):
     e = embedding(tokens) * math.sqrt(embedding.embedding_dim)
     return e * positional_encoding.pe[: tokens.size(1)]
 
 
-@diagnosis("Wrong output on tokens (2, 5), d_model=8, and no common mistake matches")
+@wrong("embed_and_encode.wrong_size")
 def scaled_by_sqrt_seq(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) * math.sqrt(tokens.size(-1)))
 
 
-@diagnosis("Wrong output: the output is None")
+@wrong("embed_and_encode.nothing_returned")
 def forgot_return(tokens, embedding, positional_encoding):
     positional_encoding(embedding(tokens) * math.sqrt(embedding.embedding_dim))
 
+
+
+# ---------------------------------------------------------------------------------------
+# Mistakes found by thinking like a learner
+
+
+@wrong("sinusoidal_encoding.exponent_not_divided")
+def exponent_not_divided(max_len, d_model):
+    angle = _angles(max_len, d_model, exponent=lambda two_i, d: two_i)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.integer_division")
+def integer_division(max_len, d_model):
+    position = torch.arange(max_len).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2)
+    angle = position / 10000 ** (two_i // d_model)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.wrong_base")
+def base_typo(max_len, d_model):
+    angle = torch.arange(max_len)[:, None] / 1000 ** (torch.arange(0, d_model, 2) / d_model)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.one_function")
+def sines_only(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for j in range(0, d_model, 2):
+            angle = pos / 10000 ** (j / d_model)
+            pe[pos, j] = pe[pos, j + 1] = math.sin(angle)
+    return pe
+
+
+@wrong("PositionalEncoding.dropout_missing")
+class NoDropout(PositionalEncoding):
+    def forward(self, x, start=0):
+        return x + self.pe[start : start + x.size(1)]
+
+
+@wrong("PositionalEncoding.dropout_misplaced")
+class DropoutOnTheInput(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x) + self.pe[start : start + x.size(1)]
+
+
+@wrong("PositionalEncoding.dropout_in_eval")
+class FunctionalDropout(PositionalEncoding):
+    def forward(self, x, start=0):
+        return torch.nn.functional.dropout(x + self.pe[start : start + x.size(1)], self.dropout.p)
+
+
+@wrong("PositionalEncoding.start_off_by_one")
+class StartPlusOne(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start + 1 : start + 1 + x.size(1)])
+
+
+@wrong("PositionalEncoding.scaled_here")
+class ScaledHere(PositionalEncoding):
+    def forward(self, x, start=0):
+        x = x * math.sqrt(x.size(-1))
+        return self.dropout(x + self.pe[start : start + x.size(1)])
+
+
+@wrong("embed_and_encode.encoding_twice")
+def encoding_twice(tokens, embedding, positional_encoding):
+    e = embedding(tokens) * math.sqrt(embedding.embedding_dim)
+    return positional_encoding(e) + positional_encoding.pe[: tokens.size(1)]
+
+
+@wrong("sinusoidal_encoding.positions_not_integers")
+def linspace_positions(max_len, d_model):
+    angle = torch.linspace(0, max_len, max_len)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)
+    return _interleave(angle.sin(), angle.cos())
+
+
+@wrong("sinusoidal_encoding.exponent_parentheses")
+def exponent_parentheses(max_len, d_model):
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = torch.arange(max_len, dtype=torch.float64)[:, None] / (10000**2 * two_i / d_model)
+    return _interleave(angle.sin().float(), angle.cos().float())
+
+
+@wrong("PositionalEncoding.slice_end")
+class SliceEndIgnoresStart(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start : x.size(1)])
+
+
+@wrong("PositionalEncoding.wrong_axis_sliced")
+class ColumnsSliced(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[:, start : start + x.size(1)])
+
+
+@wrong("PositionalEncoding.no_gradient")
+class UnderNoGrad(PositionalEncoding):
+    def forward(self, x, start=0):
+        with torch.no_grad():
+            out = x + self.pe[start : start + x.size(1)]
+        return self.dropout(out)
+
+
+@wrong("PositionalEncoding.input_left_out")
+class EncodingOnly(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(self.pe[start : start + x.size(1)].expand_as(x))

@@ -10,13 +10,13 @@ from torch.nn import functional as F
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.normalization import LayerNorm, SublayerConnection
 
-from . import diagnosis
+from . import wrong
 
 # ---------------------------------------------------------------------------------------
 # LayerNorm
 
 
-@diagnosis("Unbiased variance")
+@wrong("LayerNorm.unbiased")
 class UnbiasedVar(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -24,7 +24,7 @@ class UnbiasedVar(LayerNorm):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Unbiased variance")
+@wrong("LayerNorm.unbiased")
 class UnbiasedStd(LayerNorm):
     def forward(self, x):
         centered = x - x.mean(dim=-1, keepdim=True)
@@ -32,7 +32,7 @@ class UnbiasedStd(LayerNorm):
         return centered / std * self.weight + self.bias
 
 
-@diagnosis("Epsilon outside the square root")
+@wrong("LayerNorm.eps_outside")
 class EpsOutside(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -40,14 +40,14 @@ class EpsOutside(LayerNorm):
         return self.weight * (x - mean) / (std + self.eps) + self.bias
 
 
-@diagnosis("Unbiased variance")  # two mistakes: the first to show is named first
+@wrong("LayerNorm.unbiased")  # two mistakes: the first to show is named first
 class EpsOutsideAndUnbiased(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
         return self.weight * (x - mean) / (x.std(-1, keepdim=True) + self.eps) + self.bias
 
 
-@diagnosis("Epsilon missing")
+@wrong("LayerNorm.no_eps")
 class NoEps(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -55,7 +55,7 @@ class NoEps(LayerNorm):
         return self.weight * (x - mean) / var.sqrt() + self.bias
 
 
-@diagnosis("Normalized over the wrong axis")
+@wrong("LayerNorm.wrong_axis")
 class OverSequence(LayerNorm):
     def forward(self, x):
         mean = x.mean(1, keepdim=True)
@@ -63,7 +63,7 @@ class OverSequence(LayerNorm):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Normalized over the wrong axis")
+@wrong("LayerNorm.wrong_axis")
 class OverBatch(LayerNorm):  # batch norm
     def forward(self, x):
         mean = x.mean(0, keepdim=True)
@@ -71,7 +71,7 @@ class OverBatch(LayerNorm):  # batch norm
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Normalized over the wrong axis")
+@wrong("LayerNorm.wrong_axis")
 class OverLastTwo(LayerNorm):
     def forward(self, x):
         mean = x.mean((-2, -1), keepdim=True)
@@ -79,7 +79,7 @@ class OverLastTwo(LayerNorm):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Normalized over the wrong axis")
+@wrong("LayerNorm.wrong_axis")
 class Axis2(LayerNorm):  # right for 3-D input only
     def forward(self, x):
         mean = x.mean(2, keepdim=True)
@@ -87,7 +87,7 @@ class Axis2(LayerNorm):  # right for 3-D input only
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Gain or bias missing")
+@wrong("LayerNorm.no_affine")
 class NoGain(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -95,14 +95,14 @@ class NoGain(LayerNorm):
         return (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
-@diagnosis("Gain or bias missing")
+@wrong("LayerNorm.no_affine")
 class NoAffine(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
         return (x - mean) * torch.rsqrt(x.var(-1, keepdim=True, correction=0) + self.eps)
 
 
-@diagnosis("Gain or bias missing")
+@wrong("LayerNorm.no_affine")
 class NoBias(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
@@ -110,27 +110,27 @@ class NoBias(LayerNorm):
         return self.weight * (x - mean) / torch.sqrt(var + self.eps)
 
 
-@diagnosis("Built-in layer norm called")
+@wrong("LayerNorm.builtin")
 class Builtin(LayerNorm):
     def forward(self, x):
         return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
 
 
-@diagnosis("Built-in layer norm called")
+@wrong("LayerNorm.builtin")
 class BuiltinModule(LayerNorm):
     def forward(self, x):
         norm = torch.nn.LayerNorm(x.size(-1), eps=self.eps).to(x.dtype)
         return norm(x) * self.weight + self.bias
 
 
-@diagnosis("Input modified in place")
+@wrong("LayerNorm.in_place")
 class CenteredInPlace(LayerNorm):
     def forward(self, x):
         x -= x.mean(-1, keepdim=True)
         return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) + self.bias
 
 
-@diagnosis("Wrong output: the output has dtype torch.float32")
+@wrong("LayerNorm.wrong_dtype")
 class AlwaysFloat32(LayerNorm):
     def forward(self, x):
         x = x.float()
@@ -143,37 +143,37 @@ class AlwaysFloat32(LayerNorm):
 # PositionWiseFeedForward
 
 
-@diagnosis("Activation after the second linear layer")
+@wrong("PositionWiseFeedForward.activation_last")
 class ActivationLast(PositionWiseFeedForward):
     def forward(self, x):
         return self.activation(self.linear2(self.dropout(self.linear1(x))))
 
 
-@diagnosis("Activation after the second linear layer")
+@wrong("PositionWiseFeedForward.activation_last")
 class ActivationTwice(PositionWiseFeedForward):
     def forward(self, x):
         return self.activation(self.linear2(self.activation(self.linear1(x))))
 
 
-@diagnosis("Activation missing")
+@wrong("PositionWiseFeedForward.no_activation")
 class NoActivation(PositionWiseFeedForward):
     def forward(self, x):
         return self.linear2(self.dropout(self.linear1(x)))
 
 
-@diagnosis("`activation` ignored")
+@wrong("PositionWiseFeedForward.activation_ignored")
 class AlwaysRelu(PositionWiseFeedForward):
     def forward(self, x):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
-@diagnosis("Raised RuntimeError")
+@wrong("PositionWiseFeedForward.layers_misapplied")
 class LinearsSwapped(PositionWiseFeedForward):
     def forward(self, x):
         return self.linear1(self.activation(self.linear2(x)))
 
 
-@diagnosis("Wrong output on x (2, 5, 6), d_model=6, d_ff=10, activation='relu', and no common")
+@wrong("PositionWiseFeedForward.no_match")
 class Tanh(PositionWiseFeedForward):
     def forward(self, x):
         return self.linear2(torch.tanh(self.linear1(x)))
@@ -183,7 +183,7 @@ class Tanh(PositionWiseFeedForward):
 # SublayerConnection
 
 
-@diagnosis("Residual missing")
+@wrong("SublayerConnection.no_residual")
 class NoResidual(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -191,25 +191,25 @@ class NoResidual(SublayerConnection):
         return self.norm(self.dropout(sublayer(x)))
 
 
-@diagnosis("Residual missing")
+@wrong("SublayerConnection.no_residual")
 class NoResidualNoNorm(SublayerConnection):
     def forward(self, x, sublayer):
         return self.dropout(sublayer(x))
 
 
-@diagnosis("Norm on the wrong side of the residual")
+@wrong("SublayerConnection.norm_misplaced")
 class AlwaysPostNorm(SublayerConnection):  # norm_first ignored
     def forward(self, x, sublayer):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@diagnosis("Norm on the wrong side of the residual")
+@wrong("SublayerConnection.norm_misplaced")
 class AlwaysPreNorm(SublayerConnection):
     def forward(self, x, sublayer):
         return x + self.dropout(sublayer(self.norm(x)))
 
 
-@diagnosis("Norm on the wrong side of the residual")
+@wrong("SublayerConnection.norm_misplaced")
 class Swapped(SublayerConnection):
     def forward(self, x, sublayer):
         if not self.norm_first:
@@ -217,7 +217,7 @@ class Swapped(SublayerConnection):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@diagnosis("Norm on the wrong side of the residual")
+@wrong("SublayerConnection.norm_misplaced")
 class NormOnTheResidual(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -225,7 +225,7 @@ class NormOnTheResidual(SublayerConnection):
         return self.norm(x) + self.dropout(sublayer(x))
 
 
-@diagnosis("Residual taken from the normalized input")
+@wrong("SublayerConnection.residual_normalized")
 class ResidualFromNormalized(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -234,7 +234,7 @@ class ResidualFromNormalized(SublayerConnection):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@diagnosis("Dropout applied to the residual too")
+@wrong("SublayerConnection.dropout_on_sum")
 class DropoutAroundTheSum(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -242,7 +242,7 @@ class DropoutAroundTheSum(SublayerConnection):
         return self.norm(self.dropout(x + sublayer(x)))
 
 
-@diagnosis("Dropout not applied")
+@wrong("SublayerConnection.dropout_missing")
 class NoDropout(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -250,7 +250,7 @@ class NoDropout(SublayerConnection):
         return self.norm(x + sublayer(x))
 
 
-@diagnosis("Input modified in place")
+@wrong("SublayerConnection.in_place")
 class AddedInPlace(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
@@ -259,9 +259,158 @@ class AddedInPlace(SublayerConnection):
         return self.norm(x + self.dropout(sublayer(x)))
 
 
-@diagnosis("Wrong output on x (2, 5, 8), norm_first=False, and no common mistake matches")
+@wrong("SublayerConnection.no_match")
 class ScaledResidual(SublayerConnection):
     def forward(self, x, sublayer):
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)) / math.sqrt(2))
+
+
+# ---------------------------------------------------------------------------------------
+# Mistakes found by thinking like a learner
+
+
+@wrong("LayerNorm.no_square_root")
+class DividedByVariance(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / (var + self.eps) + self.bias
+
+
+@wrong("LayerNorm.not_centered")
+class NotCentered(LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * x / torch.sqrt(var + self.eps) + self.bias
+
+
+@wrong("LayerNorm.gain_bias_swapped")
+class GainAndBiasSwapped(LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        x_hat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + self.eps)
+        return self.bias * x_hat + self.weight
+
+
+@wrong("LayerNorm.bias_before_gain")
+class BiasBeforeGain(LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        x_hat = (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + self.eps)
+        return (x_hat + self.bias) * self.weight
+
+
+@wrong("PositionWiseFeedForward.residual_inside")
+class ResidualInside(PositionWiseFeedForward):
+    def forward(self, x):
+        return x + self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+@wrong("PositionWiseFeedForward.dropout_missing")
+class FfnWithoutDropout(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear2(self.activation(self.linear1(x)))
+
+
+@wrong("PositionWiseFeedForward.dropout_misplaced")
+class DropoutOnTheOutput(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.dropout(self.linear2(self.activation(self.linear1(x))))
+
+
+@wrong("PositionWiseFeedForward.dropout_in_eval")
+class FfnFunctionalDropout(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear2(F.dropout(self.activation(self.linear1(x)), self.dropout.p))
+
+
+@wrong("SublayerConnection.no_norm")
+class NormForgotten(SublayerConnection):
+    def forward(self, x, sublayer):
+        return x + self.dropout(sublayer(x))
+
+
+@wrong("SublayerConnection.dropout_on_input")
+class DropoutBeforeTheSublayer(SublayerConnection):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + sublayer(self.dropout(self.norm(x)))
+        return self.norm(x + sublayer(self.dropout(x)))
+
+
+@wrong("SublayerConnection.dropout_in_eval")
+class SublayerFunctionalDropout(SublayerConnection):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return x + F.dropout(sublayer(self.norm(x)), self.dropout.p)
+        return self.norm(x + F.dropout(sublayer(x), self.dropout.p))
+
+
+@wrong("LayerNorm.no_keepdim")
+class NoKeepdim(LayerNorm):
+    def forward(self, x):
+        return self.weight * (x - x.mean(-1)) / torch.sqrt(x.var(-1, unbiased=False) + self.eps) + self.bias
+
+
+@wrong("LayerNorm.eps_ignored")
+class EpsHardCoded(LayerNorm):
+    def forward(self, x):
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + 1e-6) + self.bias
+
+
+@wrong("LayerNorm.variance_not_centered")
+class MeanOfSquares(LayerNorm):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt((x**2).mean(-1, keepdim=True) + self.eps) + self.bias
+
+
+@wrong("LayerNorm.l2_normalized")
+class L2Normalized(LayerNorm):
+    def forward(self, x):
+        return self.weight * F.normalize(x, dim=-1, eps=self.eps) + self.bias
+
+
+@wrong("LayerNorm.no_gradient")
+class StatisticsFromDetached(LayerNorm):
+    def forward(self, x):
+        x = x.detach()  # "the statistics need no gradient"
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(var + self.eps) + self.bias
+
+
+@wrong("PositionWiseFeedForward.bias_dropped")
+class WeightsOnly(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.dropout(self.activation(x @ self.linear1.weight.T)) @ self.linear2.weight.T
+
+
+@wrong("PositionWiseFeedForward.layers_misapplied")
+class PapersXW(PositionWiseFeedForward):
+    def forward(self, x):
+        h = self.activation(x @ self.linear1.weight + self.linear1.bias)
+        return self.dropout(h) @ self.linear2.weight + self.linear2.bias
+
+
+@wrong("PositionWiseFeedForward.python_max")
+class PythonMax(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(max(0, self.linear1(x))))
+
+
+@wrong("PositionWiseFeedForward.layers_misapplied")
+class FirstLayerTwice(PositionWiseFeedForward):
+    def forward(self, x):
+        return self.linear1(self.dropout(self.activation(self.linear1(x))))
+
+
+@wrong("SublayerConnection.norm_parameters_unused")
+class FreshLayerNorm(SublayerConnection):
+    def forward(self, x, sublayer):
+        norm = torch.nn.LayerNorm(x.size(-1))
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from tfcourse.checking.core import exercises_dir, load_exercise
 
-from . import diagnosis
+from . import wrong
 
 given = load_exercise(exercises_dir() / "ex05_encoder.py")
 
@@ -21,44 +21,44 @@ given = load_exercise(exercises_dir() / "ex05_encoder.py")
 # Embeddings
 
 
-@diagnosis("Embeddings not scaled")
+@wrong("Embeddings.not_scaled")
 class not_scaled(given.Embeddings):
     def forward(self, tokens):
         return self.embedding(tokens)
 
 
-@diagnosis("Embeddings not scaled")
+@wrong("Embeddings.not_scaled")
 class not_scaled_functional(given.Embeddings):
     def forward(self, tokens):
         return F.embedding(tokens, self.embedding.weight)
 
 
-@diagnosis("Embeddings scaled by d_model instead of sqrt(d_model)")
+@wrong("Embeddings.scaled_by_d_model")
 class scaled_by_d_model(given.Embeddings):
     def forward(self, tokens):
         return self.embedding(tokens) * self.embedding.embedding_dim
 
 
-@diagnosis("Embeddings divided by sqrt(d_model) instead of multiplied")
+@wrong("Embeddings.divided")
 class divided_by_sqrt_d_model(given.Embeddings):
     def forward(self, tokens):
         x = self.embedding(tokens)
         return x / math.sqrt(x.size(-1))
 
 
-@diagnosis("Embeddings scaled by the square root of the wrong size")
+@wrong("Embeddings.wrong_size")
 class scaled_by_sqrt_seq_len(given.Embeddings):
     def forward(self, tokens):
         return self.embedding(tokens) * math.sqrt(tokens.size(-1))
 
 
-@diagnosis("Embeddings scaled by the square root of the wrong size")
+@wrong("Embeddings.wrong_size")
 class scaled_by_sqrt_vocab(given.Embeddings):
     def forward(self, tokens):
         return self.embedding(tokens) * self.embedding.num_embeddings**0.5
 
 
-@diagnosis("Embedding table changed in place")
+@wrong("Embeddings.parameters_changed")
 class table_scaled_in_place(given.Embeddings):
     def forward(self, tokens):
         with torch.no_grad():
@@ -66,7 +66,7 @@ class table_scaled_in_place(given.Embeddings):
         return self.embedding(tokens)
 
 
-@diagnosis("Parameters renamed")
+@wrong("Embeddings.renamed")
 class renamed_table(given.Embeddings):
     def __init__(self, vocab_size, d_model):
         super().__init__(vocab_size, d_model)
@@ -77,7 +77,7 @@ class renamed_table(given.Embeddings):
         return self.table(tokens) * math.sqrt(self.table.embedding_dim)
 
 
-@diagnosis("Raised RuntimeError")
+@wrong("Embeddings.raised")
 class embedding_of_float(given.Embeddings):
     def forward(self, tokens):
         return self.embedding(tokens.float()) * math.sqrt(self.embedding.embedding_dim)
@@ -103,13 +103,13 @@ class _Layer(given.EncoderLayer):
         return self.sublayer(x, self.feed_forward, self.norm2)
 
 
-@diagnosis("Padding mask applied on the query axis instead of the key axis")
+@wrong("EncoderLayer.mask_on_queries")
 class mask_transposed(_Layer):
     def attend(self, h, mask):
         return self.self_attn(h, h, h, None if mask is None else mask.transpose(-2, -1))[0]
 
 
-@diagnosis("Padding mask applied on the query axis instead of the key axis")
+@wrong("EncoderLayer.mask_on_queries")
 class mask_on_query_axis_by_view(_Layer):
     def attend(self, h, mask):
         if mask is not None:
@@ -117,19 +117,19 @@ class mask_on_query_axis_by_view(_Layer):
         return self.self_attn(h, h, h, mask)[0]
 
 
-@diagnosis("Padding mask ignored")
+@wrong("EncoderLayer.mask_ignored")
 class mask_ignored(_Layer):
     def attend(self, h, mask):
         return self.self_attn(h, h, h)[0]
 
 
-@diagnosis("Pre-norm and post-norm mixed up")
+@wrong("EncoderLayer.pre_post_mixed")
 class always_post_norm(_Layer):
     def sublayer(self, x, function, norm):
         return norm(x + self.dropout(function(x)))
 
 
-@diagnosis("Pre-norm and post-norm mixed up")
+@wrong("EncoderLayer.pre_post_mixed")
 class branches_swapped(_Layer):
     def sublayer(self, x, function, norm):
         if not self.norm_first:
@@ -137,7 +137,7 @@ class branches_swapped(_Layer):
         return norm(x + self.dropout(function(x)))
 
 
-@diagnosis("Residual taken from the normalized input")
+@wrong("EncoderLayer.residual_normalized")
 class residual_from_normalized(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -146,7 +146,7 @@ class residual_from_normalized(_Layer):
         return norm(x + self.dropout(function(x)))
 
 
-@diagnosis("Residual taken from the normalized input")
+@wrong("EncoderLayer.residual_normalized")
 class normalized_first_in_both_modes(given.EncoderLayer):
     def forward(self, x, mask=None):
         x = self.norm1(x)
@@ -155,7 +155,7 @@ class normalized_first_in_both_modes(given.EncoderLayer):
         return x + self.dropout(self.feed_forward(x))
 
 
-@diagnosis("Residual connection missing")
+@wrong("EncoderLayer.no_residual")
 class no_residual(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -163,21 +163,21 @@ class no_residual(_Layer):
         return norm(self.dropout(function(x)))
 
 
-@diagnosis("One LayerNorm used for both sublayers")
+@wrong("EncoderLayer.one_norm")
 class norm1_twice(_Layer):
     def forward(self, x, mask=None):
         x = self.sublayer(x, lambda h: self.attend(h, mask), self.norm1)
         return self.sublayer(x, self.feed_forward, self.norm1)
 
 
-@diagnosis("One LayerNorm used for both sublayers")
+@wrong("EncoderLayer.one_norm")
 class norm2_twice(_Layer):
     def forward(self, x, mask=None):
         x = self.sublayer(x, lambda h: self.attend(h, mask), self.norm2)
         return self.sublayer(x, self.feed_forward, self.norm2)
 
 
-@diagnosis("Sublayer dropout missing")
+@wrong("EncoderLayer.dropout_missing")
 class no_dropout(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -185,7 +185,7 @@ class no_dropout(_Layer):
         return norm(x + function(x))
 
 
-@diagnosis("Dropout in the wrong place")
+@wrong("EncoderLayer.dropout_misplaced")
 class dropout_on_the_sum(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -193,7 +193,7 @@ class dropout_on_the_sum(_Layer):
         return norm(self.dropout(x + function(x)))
 
 
-@diagnosis("Dropout in the wrong place")
+@wrong("EncoderLayer.dropout_misplaced")
 class dropout_after_the_norm(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -201,7 +201,7 @@ class dropout_after_the_norm(_Layer):
         return self.dropout(norm(x + function(x)))
 
 
-@diagnosis("Dropout in the wrong place")
+@wrong("EncoderLayer.dropout_misplaced")
 class dropout_on_the_input(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -209,7 +209,7 @@ class dropout_on_the_input(_Layer):
         return norm(x + function(self.dropout(x)))
 
 
-@diagnosis("Input modified in place")
+@wrong("EncoderLayer.in_place")
 class residual_added_in_place(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -222,7 +222,7 @@ class residual_added_in_place(_Layer):
         return super().forward(x, mask)
 
 
-@diagnosis("Wrong output of EncoderLayer: the output should be a torch.Tensor, got tuple")
+@wrong("EncoderLayer.wrong_type")
 class returns_weights_too(_Layer):
     def forward(self, x, mask=None):
         out, weights = self.self_attn(x, x, x, mask, need_weights=True)
@@ -230,20 +230,20 @@ class returns_weights_too(_Layer):
         return self.norm2(x + self.dropout(self.feed_forward(x))), weights
 
 
-@diagnosis("Raised TypeError")
+@wrong("EncoderLayer.tuple")
 class attention_tuple_not_unpacked(_Layer):
     def attend(self, h, mask):
         return self.self_attn(h, h, h, mask)
 
 
-@diagnosis("Wrong outputs at padded positions")
+@wrong("EncoderLayer.padded_positions")
 class padded_positions_zeroed(_Layer):
     def forward(self, x, mask=None):
         out = super().forward(x, mask)
         return out if mask is None else out * mask[:, 0, 0, :, None]
 
 
-@diagnosis("Too slow")
+@wrong("EncoderLayer.too_slow")
 class endless_loop(_Layer):
     def forward(self, x, mask=None):
         while True:
@@ -254,7 +254,7 @@ class endless_loop(_Layer):
 # Encoder
 
 
-@diagnosis("Padding mask not passed to every layer")
+@wrong("Encoder.mask_not_passed")
 class mask_not_passed(given.Encoder):
     def forward(self, x, mask=None):
         for layer in self.layers:
@@ -262,7 +262,7 @@ class mask_not_passed(given.Encoder):
         return self.norm(x)
 
 
-@diagnosis("Padding mask not passed to every layer")
+@wrong("Encoder.mask_not_passed")
 class mask_only_to_the_first_layer(given.Encoder):
     def forward(self, x, mask=None):
         x = self.layers[0](x, mask)
@@ -271,7 +271,7 @@ class mask_only_to_the_first_layer(given.Encoder):
         return self.norm(x)
 
 
-@diagnosis("Layers not chained")
+@wrong("Encoder.not_chained")
 class layers_not_chained(given.Encoder):
     def forward(self, x, mask=None):
         for layer in self.layers:
@@ -279,7 +279,7 @@ class layers_not_chained(given.Encoder):
         return self.norm(out)
 
 
-@diagnosis("One layer applied N times")
+@wrong("Encoder.one_layer")
 class first_layer_repeated(given.Encoder):
     def forward(self, x, mask=None):
         for _ in range(len(self.layers)):
@@ -287,7 +287,7 @@ class first_layer_repeated(given.Encoder):
         return self.norm(x)
 
 
-@diagnosis("Final LayerNorm missing")
+@wrong("Encoder.no_final_norm")
 class no_final_norm(given.Encoder):
     def forward(self, x, mask=None):
         for layer in self.layers:
@@ -295,7 +295,7 @@ class no_final_norm(given.Encoder):
         return x
 
 
-@diagnosis("Final LayerNorm applied after every layer")
+@wrong("Encoder.final_norm_each")
 class final_norm_in_the_loop(given.Encoder):
     def forward(self, x, mask=None):
         for layer in self.layers:
@@ -303,8 +303,107 @@ class final_norm_in_the_loop(given.Encoder):
         return x
 
 
-@diagnosis("Wrong output of Encoder: the output is None")
+@wrong("Encoder.nothing_returned")
 class forgot_return(given.Encoder):
     def forward(self, x, mask=None):
         for layer in self.layers:
             x = layer(x, mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Mistakes found by thinking like a learner
+
+
+@wrong("EncoderLayer.norms_swapped")
+class norms_swapped(_Layer):
+    def forward(self, x, mask=None):
+        x = self.sublayer(x, lambda h: self.attend(h, mask), self.norm2)
+        return self.sublayer(x, self.feed_forward, self.norm1)
+
+
+@wrong("EncoderLayer.order")
+class feed_forward_first(_Layer):
+    def forward(self, x, mask=None):
+        x = self.sublayer(x, self.feed_forward, self.norm2)
+        return self.sublayer(x, lambda h: self.attend(h, mask), self.norm1)
+
+
+@wrong("EncoderLayer.kv_unnormalized")
+class keys_from_raw_input(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            x = x + self.dropout(self.self_attn(self.norm1(x), x, x, mask)[0])
+            return x + self.dropout(self.feed_forward(self.norm2(x)))
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
+@wrong("EncoderLayer.dropout_in_eval")
+class functional_dropout(_Layer):
+    def sublayer(self, x, function, norm):
+        if self.norm_first:
+            return x + F.dropout(function(norm(x)), self.dropout.p)
+        return norm(x + F.dropout(function(x), self.dropout.p))
+
+
+@wrong("Encoder.final_norm_first")
+class norm_before_the_layers(given.Encoder):
+    def forward(self, x, mask=None):
+        x = self.norm(x)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+@wrong("Encoder.layer_skipped")
+class last_layer_skipped(given.Encoder):
+    def forward(self, x, mask=None):
+        for i in range(len(self.layers) - 1):
+            x = self.layers[i](x, mask)
+        return self.norm(x)
+
+
+@wrong("Encoder.layers_reversed")
+class layers_reversed(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in reversed(self.layers):
+            x = layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("Embeddings.scale_added")
+class scale_added(given.Embeddings):
+    def forward(self, tokens):
+        return self.embedding(tokens) + math.sqrt(self.embedding.embedding_dim)
+
+
+@wrong("EncoderLayer.not_chained")
+class residual_from_the_layer_input(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            a = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return x + self.dropout(self.feed_forward(self.norm2(a)))
+        a = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.feed_forward(a)))
+
+
+@wrong("EncoderLayer.mask_inverted")
+class mask_inverted(_Layer):
+    def attend(self, h, mask):
+        return self.self_attn(h, h, h, None if mask is None else ~mask)[0]
+
+
+@wrong("EncoderLayer.mask_to_feed_forward")
+class mask_to_the_feed_forward(_Layer):
+    def forward(self, x, mask=None):
+        x = self.sublayer(x, lambda h: self.attend(h, mask), self.norm1)
+        return self.sublayer(x, lambda h: self.feed_forward(h, mask), self.norm2)
+
+
+@wrong("Encoder.norm_first_read")
+class reads_norm_first(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) if self.norm_first else x

@@ -8,75 +8,75 @@ from torch import nn
 
 from tfcourse import decoder
 
-from . import diagnosis
+from . import wrong
 
 # causal_mask(size, device=None)
 
 
-@diagnosis("Causal mask off by one: a position cannot see itself")
+@wrong("causal_mask.sees_nothing_of_itself")
 def strictly_lower(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)
 
 
-@diagnosis("Causal mask off by one: a position cannot see itself")
+@wrong("causal_mask.sees_nothing_of_itself")
 def not_upper_triangle(size, device=None):
     return ~torch.ones(size, size, dtype=torch.bool, device=device).triu()
 
 
-@diagnosis("Causal mask off by one: a position cannot see itself")
+@wrong("causal_mask.sees_nothing_of_itself")
 def greater_than(size, device=None):
     positions = torch.arange(size, device=device)
     return positions[:, None] > positions[None, :]
 
 
-@diagnosis("Causal mask off by one: a position sees the next one")
+@wrong("causal_mask.sees_next")
 def one_diagonal_too_many(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).tril(1)
 
 
-@diagnosis("Causal mask off by one: a position sees the next one")
+@wrong("causal_mask.sees_next")
 def next_position_allowed(size, device=None):
     positions = torch.arange(size, device=device)
     return positions[None, :] <= positions[:, None] + 1
 
 
-@diagnosis("Causal mask polarity inverted")
+@wrong("causal_mask.polarity")
 def torch_polarity(size, device=None):
     return torch.triu(torch.ones(size, size, device=device), diagonal=1).bool()
 
 
-@diagnosis("Causal mask transposed: positions see the future")
+@wrong("causal_mask.transposed")
 def upper_triangle(size, device=None):
     positions = torch.arange(size, device=device)
     return positions[:, None] <= positions[None, :]
 
 
-@diagnosis("Causal mask is not boolean")
+@wrong("causal_mask.not_bool")
 def float_ones(size, device=None):
     return torch.ones(size, size, device=device).tril()
 
 
-@diagnosis("Causal mask is not boolean")
+@wrong("causal_mask.not_bool")
 def additive_minus_inf(size, device=None):
     return nn.Transformer.generate_square_subsequent_mask(size, device=device)
 
 
-@diagnosis("Causal mask not created on `device`")
+@wrong("causal_mask.device_ignored")
 def device_ignored(size, device=None):
     return torch.ones(size, size, dtype=torch.bool).tril()
 
 
-@diagnosis("Wrong mask: the mask has shape (1, 5, 5), expected (5, 5)")
+@wrong("causal_mask.wrong_shape")
 def with_batch_axis(size, device=None):
     return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
 
 
-@diagnosis("Wrong mask for size=5, and no common mistake matches")
+@wrong("causal_mask.no_match")
 def all_true(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device)
 
 
-@diagnosis("Too slow")
+@wrong("causal_mask.too_slow")
 def endless_mask(size, device=None):
     while True:
         time.sleep(0.01)
@@ -95,7 +95,7 @@ class _Layer(decoder.DecoderLayer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Queries and keys swapped in cross-attention")
+@wrong("DecoderLayer.cross_swapped")
 class MemoryAsQueries(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
@@ -103,7 +103,7 @@ class MemoryAsQueries(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Queries and keys swapped in cross-attention")
+@wrong("DecoderLayer.cross_swapped")
 class KeysFromDecoder(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask=tgt_mask)[0])
@@ -111,7 +111,7 @@ class KeysFromDecoder(_Layer):
         return self.sublayers[2](self.sublayers[1](x, cross), self.feed_forward)
 
 
-@diagnosis("Queries and keys swapped in cross-attention")
+@wrong("DecoderLayer.cross_swapped")
 class SwappedAndUnmasked(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
@@ -119,7 +119,7 @@ class SwappedAndUnmasked(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Encoder output not used")
+@wrong("DecoderLayer.memory_unused")
 class SelfAttentionTwice(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
@@ -127,19 +127,19 @@ class SelfAttentionTwice(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Target mask used for cross-attention")
+@wrong("DecoderLayer.tgt_mask_in_cross")
 class TargetMaskInCross(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, tgt_mask, tgt_mask)
 
 
-@diagnosis("Target mask used for cross-attention")
+@wrong("DecoderLayer.tgt_mask_in_cross")
 class MasksSwapped(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, src_mask, tgt_mask)
 
 
-@diagnosis("Target mask used for cross-attention")
+@wrong("DecoderLayer.tgt_mask_in_cross")
 class OneMaskForAll(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         mask = tgt_mask if tgt_mask is not None else src_mask
@@ -148,13 +148,13 @@ class OneMaskForAll(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Source padding mask forgotten in cross-attention")
+@wrong("DecoderLayer.no_src_mask")
 class NoSourceMask(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, tgt_mask, None)
 
 
-@diagnosis("Source padding mask forgotten in cross-attention")
+@wrong("DecoderLayer.no_src_mask")
 class CrossWithoutMaskKeyword(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask=tgt_mask)[0])
@@ -162,19 +162,19 @@ class CrossWithoutMaskKeyword(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Target mask not used in self-attention")
+@wrong("DecoderLayer.no_tgt_mask")
 class NoMasksAtAll(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, None, None)
 
 
-@diagnosis("Target mask not used in self-attention")
+@wrong("DecoderLayer.no_tgt_mask")
 class SourceMaskEverywhere(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, src_mask, src_mask)
 
 
-@diagnosis("Sublayers in the wrong order")
+@wrong("DecoderLayer.order")
 class CrossFirst(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.cross_attn(x, memory, memory, src_mask)[0])
@@ -182,7 +182,7 @@ class CrossFirst(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("norm_first ignored")
+@wrong("DecoderLayer.norm_first_ignored")
 class PostNormByHand(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         norms = [s.norm for s in self.sublayers]
@@ -191,7 +191,7 @@ class PostNormByHand(_Layer):
         return norms[2](x + self.feed_forward(x))
 
 
-@diagnosis("Attention's (output, weights) used as a tensor")
+@wrong("DecoderLayer.tuple")
 class TupleNotUnpacked(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask))
@@ -199,27 +199,27 @@ class TupleNotUnpacked(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
-@diagnosis("Input modified in place")
+@wrong("DecoderLayer.in_place")
 class ResidualInPlace(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x.mul_(1.5)  # the caller's tensor
         return self.block(x, memory, tgt_mask, src_mask)
 
 
-@diagnosis("Wrong output on")
+@wrong("DecoderLayer.no_feed_forward")
 class NoFeedForward(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
         return self.sublayers[1](x, lambda x: self.cross_attn(x, memory, memory, src_mask)[0])
 
 
-@diagnosis("Wrong output: the output has shape (3, 5), expected (3, 5, 16)")
+@wrong("DecoderLayer.wrong_shape")
 class MeanOverFeatures(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.block(x, memory, tgt_mask, src_mask).mean(-1)
 
 
-@diagnosis("DecoderLayer's parameters differ from the reference's")
+@wrong("DecoderLayer.renamed")
 class RenamedParameters(_Layer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -230,14 +230,84 @@ class RenamedParameters(_Layer):
         raise AssertionError("never reached")
 
 
-@diagnosis("Raised ZeroDivisionError: division by zero")
+@wrong("DecoderLayer.raised")
 class Raises(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return 1 / 0
 
 
-@diagnosis("Too slow")
+@wrong("DecoderLayer.too_slow")
 class EndlessLayer(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         while True:
             time.sleep(0.01)
+
+
+# Mistakes found by thinking like a learner: one module in two roles, the lambda's argument.
+
+
+@wrong("DecoderLayer.attention_module_reused")
+class SelfAttentionModuleTwice(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.sublayers[1](x, lambda y: self.self_attn(y, memory, memory, src_mask)[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
+@wrong("DecoderLayer.sublayer_reused")
+class FirstSublayerEverywhere(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = self.sublayers[0](x, lambda y: self.cross_attn(y, memory, memory, src_mask)[0])
+        return self.sublayers[0](x, self.feed_forward)
+
+
+@wrong("DecoderLayer.not_chained")
+class EverySublayerOnTheInput(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        y = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask)[0])
+        return self.sublayers[2](y, self.feed_forward)
+
+
+@wrong("DecoderLayer.argument_ignored")
+class LambdaUsesTheOuterX(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.sublayers[0](x, lambda _: self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask)[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
+@wrong("DecoderLayer.by_hand")
+class ResidualsByHand(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        norms = [s.norm for s in self.sublayers]
+        if self.sublayers[0].norm_first:
+            y = norms[0](x)
+            x = x + self.self_attn(y, y, y, tgt_mask)[0]
+            x = x + self.cross_attn(norms[1](x), memory, memory, src_mask)[0]
+            return x + self.feed_forward(norms[2](x))
+        x = norms[0](x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = norms[1](x + self.cross_attn(x, memory, memory, src_mask)[0])
+        return norms[2](x + self.feed_forward(x))
+
+
+@wrong("DecoderLayer.masks_combined")
+class MasksCombined(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        mask = tgt_mask if src_mask is None or tgt_mask is None else tgt_mask & src_mask
+        return self.block(x, memory, mask, mask)
+
+
+@wrong("DecoderLayer.src_mask_transposed")
+class SourceMaskTransposed(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return self.block(x, memory, tgt_mask, None if src_mask is None else src_mask.transpose(-1, -2))
+
+
+@wrong("DecoderLayer.memory_normalized")
+class MemoryNormalized(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        if self.sublayers[1].norm_first:
+            memory = self.sublayers[1].norm(memory)
+        return self.block(x, memory, tgt_mask, src_mask)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from tfcourse.data import BOS, EOS, PAD, Batch, pad_sequences
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 
-from . import diagnosis
+from . import wrong
 
 # ------------------------------------------------------------------------------ make_batch
 
@@ -19,7 +19,7 @@ def _ids(pairs, vocab):
     return [vocab.encode(s) for s, _ in pairs], [vocab.encode(t) for _, t in pairs]
 
 
-@diagnosis("Decoder targets not shifted")
+@wrong("make_batch.not_shifted")
 def same_input_and_target(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src = pad_sequences(xs)
@@ -27,7 +27,7 @@ def same_input_and_target(pairs, vocab):
     return Batch(src, tgt, tgt, padding_mask(src, PAD), target_mask(tgt, PAD))
 
 
-@diagnosis("Decoder targets not shifted")
+@wrong("make_batch.not_shifted")
 def no_bos(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in, tgt_out = pad_sequences(xs), pad_sequences(ys), pad_sequences(
@@ -35,7 +35,7 @@ def no_bos(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
 
 
-@diagnosis("EOS missing from the targets")
+@wrong("make_batch.no_eos")
 def no_eos(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -43,7 +43,7 @@ def no_eos(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
 
 
-@diagnosis("Target mask not causal")
+@wrong("make_batch.tgt_mask_not_causal")
 def padding_only_target_mask(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -51,7 +51,7 @@ def padding_only_target_mask(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), padding_mask(tgt_in, PAD))
 
 
-@diagnosis("Target mask without padding")
+@wrong("make_batch.tgt_mask_no_padding")
 def causal_only_target_mask(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -59,7 +59,7 @@ def causal_only_target_mask(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), causal_mask(tgt_in.size(1)))
 
 
-@diagnosis("Source padding not masked")
+@wrong("make_batch.src_padding")
 def no_source_mask(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -68,7 +68,7 @@ def no_source_mask(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, everything, target_mask(tgt_in, PAD))
 
 
-@diagnosis("Mask polarity inverted")
+@wrong("make_batch.polarity")
 def source_mask_inverted(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -76,7 +76,7 @@ def source_mask_inverted(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, (src == PAD)[:, None, None], target_mask(tgt_in, PAD))
 
 
-@diagnosis("make_batch should return a Batch")
+@wrong("make_batch.wrong_type")
 def returns_a_tuple(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
     src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
@@ -91,20 +91,20 @@ def _smoothed(logits, target, eps):
     return q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(q[..., :1], 1 - eps))
 
 
-@diagnosis("Loss counts padding")
+@wrong("label_smoothing_loss.counts_padding")
 def mean_over_everything(logits, target, eps=0.1, pad_id=PAD):
     q = _smoothed(logits, target, eps)
     return -(q * F.log_softmax(logits, -1)).sum(-1).mean()
 
 
-@diagnosis("Loss counts padding")
+@wrong("label_smoothing_loss.counts_padding")
 def padding_zeroed_but_counted(logits, target, eps=0.1, pad_id=PAD):
     q = _smoothed(logits, target, eps)
     loss = -(q * F.log_softmax(logits, -1)).sum(-1)
     return (loss * (target != pad_id)).sum() / target.numel()
 
 
-@diagnosis("Smoothing mass put onto the true class")
+@wrong("label_smoothing_loss.onto_true_class")
 def eps_back_on_true_class(logits, target, eps=0.1, pad_id=PAD):
     one_hot = F.one_hot(target, logits.size(-1)).to(logits.dtype)
     q = one_hot * (1 - eps) + eps * one_hot
@@ -112,7 +112,7 @@ def eps_back_on_true_class(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
-@diagnosis("Smoothing mass put onto padding")
+@wrong("label_smoothing_loss.onto_padding")
 def eps_onto_padding_class(logits, target, eps=0.1, pad_id=PAD):
     log_p = F.log_softmax(logits, -1)
     nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -120,7 +120,7 @@ def eps_onto_padding_class(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
-@diagnosis("Smoothing mass put onto padding")
+@wrong("label_smoothing_loss.onto_padding")
 def smoothing_at_padding_positions(logits, target, eps=0.1, pad_id=PAD):
     log_p = F.log_softmax(logits, -1)
     keep = target != pad_id
@@ -129,7 +129,7 @@ def smoothing_at_padding_positions(logits, target, eps=0.1, pad_id=PAD):
     return ((1 - eps) * nll + eps * smooth).sum() / keep.sum()
 
 
-@diagnosis("Smoothing spread over the other classes only")
+@wrong("label_smoothing_loss.other_classes_only")
 def annotated_transformer_smoothing(logits, target, eps=0.1, pad_id=PAD):
     q = torch.full_like(logits, eps / (logits.size(-1) - 2))
     q.scatter_(-1, target.unsqueeze(-1), 1 - eps)
@@ -138,7 +138,7 @@ def annotated_transformer_smoothing(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
-@diagnosis("Smoothing spread over the other classes only")
+@wrong("label_smoothing_loss.other_classes_only")
 def smoothing_over_v_minus_1(logits, target, eps=0.1, pad_id=PAD):
     q = torch.full_like(logits, eps / (logits.size(-1) - 1))
     q.scatter_(-1, target.unsqueeze(-1), 1 - eps)
@@ -146,32 +146,32 @@ def smoothing_over_v_minus_1(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
-@diagnosis("Loss summed instead of averaged")
+@wrong("label_smoothing_loss.summed")
 def summed(logits, target, eps=0.1, pad_id=PAD):
     loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
     return loss[target != pad_id].sum()
 
 
-@diagnosis("pad_id ignored")
+@wrong("label_smoothing_loss.pad_id_ignored")
 def padding_is_zero(logits, target, eps=0.1, pad_id=PAD):
     loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
     return loss[target != 0].mean()
 
 
-@diagnosis("Built-in loss called")
+@wrong("label_smoothing_loss.builtin")
 def builtin(logits, target, eps=0.1, pad_id=PAD):
     return F.cross_entropy(logits.flatten(0, -2), target.flatten(), label_smoothing=eps,
                            ignore_index=pad_id)
 
 
-@diagnosis("No gradient flows back to the logits")
+@wrong("label_smoothing_loss.no_gradient")
 def detached(logits, target, eps=0.1, pad_id=PAD):
     logits = logits.detach()
     loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
     return loss[target != pad_id].mean()
 
 
-@diagnosis("Input modified in place")
+@wrong("label_smoothing_loss.in_place")
 def in_place(logits, target, eps=0.1, pad_id=PAD):
     target[target == pad_id] = pad_id  # harmless, but logits below are changed
     logits -= logits.max(-1, keepdim=True).values
@@ -188,58 +188,58 @@ def _rate(step, d_model, warmup, warm=-1.5, decay=-0.5):
     return d_model**-0.5 * min(step**decay, step * warmup**warm)
 
 
-@diagnosis("Warmup exponent wrong")
+@wrong("noam_lr.warmup_exponent")
 def warmup_square_root(step, d_model, warmup):
     return _rate(step, d_model, warmup, warm=-0.5)
 
 
-@diagnosis("Warmup exponent wrong")
+@wrong("noam_lr.warmup_exponent")
 def warmup_positive_exponent(step, d_model, warmup):
     return _rate(step, d_model, warmup, warm=1.5)
 
 
-@diagnosis("Decay exponent wrong")
+@wrong("noam_lr.decay_exponent")
 def decay_inverse(step, d_model, warmup):
     return _rate(step, d_model, warmup, decay=-1)
 
 
-@diagnosis("max instead of min")
+@wrong("noam_lr.max")
 def maximum(step, d_model, warmup):
     if step < 1:
         raise ValueError("step counts from 1")
     return d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)
 
 
-@diagnosis("d_model factor wrong")
+@wrong("noam_lr.d_model_factor")
 def no_d_model(step, d_model, warmup):
     if step < 1:
         raise ValueError("step counts from 1")
     return min(step**-0.5, step * warmup**-1.5)
 
 
-@diagnosis("Step 0 not handled")
+@wrong("noam_lr.step_zero")
 def divides_by_zero_at_step_0(step, d_model, warmup):
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-@diagnosis("Step 0 not handled")
+@wrong("noam_lr.step_zero")
 def clamps_step_0(step, d_model, warmup):
     step = max(step, 1)  # The Annotated Transformer's way: step 0 gets step 1's rate
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-@diagnosis("Step 0 not handled")
+@wrong("noam_lr.step_zero")
 def torch_rate(step, d_model, warmup):
     step = torch.tensor(float(step))
     return d_model**-0.5 * torch.minimum(step**-0.5, step * warmup**-1.5)  # inf at 0, then 0
 
 
-@diagnosis("noam_lr should return a number")
+@wrong("noam_lr.wrong_type")
 def returns_none(step, d_model, warmup):
     d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-@diagnosis("Too slow")
+@wrong("noam_lr.too_slow")
 def endless(step, d_model, warmup):
     while True:
         time.sleep(0.01)
@@ -254,7 +254,7 @@ def _loss(model, batch, eps, ignore_index=PAD):
                            ignore_index=ignore_index)
 
 
-@diagnosis("Gradients not zeroed between steps")
+@wrong("train_step.not_zeroed")
 def never_zeroed(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autocast_dtype=None):
     total = 0.0
     for batch in batches:
@@ -267,7 +267,7 @@ def never_zeroed(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autoc
     return total / len(batches)
 
 
-@diagnosis("Gradients not zeroed between steps")
+@wrong("train_step.not_zeroed")
 def zeroed_through_the_model_before_use(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                                         autocast_dtype=None):
     losses = [_loss(model, batch, label_smoothing) for batch in batches]
@@ -279,7 +279,7 @@ def zeroed_through_the_model_before_use(model, batches, optimizer, label_smoothi
     return sum(loss.item() for loss in losses) / len(losses)
 
 
-@diagnosis("Gradients zeroed for every micro-batch")
+@wrong("train_step.zeroed_each")
 def zeroed_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                            autocast_dtype=None):
     total = 0.0
@@ -294,7 +294,7 @@ def zeroed_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=
     return total / len(batches)
 
 
-@diagnosis("Micro-batch losses not divided by their number")
+@wrong("train_step.not_divided")
 def summed_micro_batches(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                          autocast_dtype=None):
     optimizer.zero_grad()
@@ -309,7 +309,7 @@ def summed_micro_batches(model, batches, optimizer, label_smoothing=0.1, clip=1.
     return total / len(batches)
 
 
-@diagnosis("clip=0 clips every gradient to 0")
+@wrong("train_step.clip_zero")
 def clips_to_zero(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autocast_dtype=None):
     optimizer.zero_grad()
     total = 0.0
@@ -322,7 +322,7 @@ def clips_to_zero(model, batches, optimizer, label_smoothing=0.1, clip=1.0, auto
     return total / len(batches)
 
 
-@diagnosis("Gradients not clipped")
+@wrong("train_step.not_clipped")
 def no_clipping(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autocast_dtype=None):
     optimizer.zero_grad()
     total = 0.0
@@ -334,7 +334,7 @@ def no_clipping(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autoca
     return total / len(batches)
 
 
-@diagnosis("Gradients not clipped")
+@wrong("train_step.not_clipped")
 def clipped_after_the_step(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                            autocast_dtype=None):
     optimizer.zero_grad()
@@ -349,7 +349,7 @@ def clipped_after_the_step(model, batches, optimizer, label_smoothing=0.1, clip=
     return total / len(batches)
 
 
-@diagnosis("Loss counts padding")
+@wrong("train_step.counts_padding")
 def padding_in_the_loss(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                         autocast_dtype=None):
     optimizer.zero_grad()
@@ -364,7 +364,7 @@ def padding_in_the_loss(model, batches, optimizer, label_smoothing=0.1, clip=1.0
     return total / len(batches)
 
 
-@diagnosis("Label smoothing not used in the loss")
+@wrong("train_step.no_smoothing")
 def plain_cross_entropy(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                         autocast_dtype=None):
     optimizer.zero_grad()
@@ -379,7 +379,7 @@ def plain_cross_entropy(model, batches, optimizer, label_smoothing=0.1, clip=1.0
     return total / len(batches)
 
 
-@diagnosis("The weights did not change")
+@wrong("train_step.no_step")
 def no_optimizer_step(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                       autocast_dtype=None):
     optimizer.zero_grad()
@@ -388,7 +388,7 @@ def no_optimizer_step(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
     return sum(loss.item() for loss in losses) / len(losses)
 
 
-@diagnosis("train_step should return the loss as a Python float")
+@wrong("train_step.loss_tensor")
 def returns_a_tensor(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                      autocast_dtype=None):
     optimizer.zero_grad()
@@ -401,7 +401,7 @@ def returns_a_tensor(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
     return loss
 
 
-@diagnosis("Wrong loss returned")
+@wrong("train_step.wrong_loss")
 def returns_the_last_loss(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                           autocast_dtype=None):
     optimizer.zero_grad()
@@ -414,9 +414,262 @@ def returns_the_last_loss(model, batches, optimizer, label_smoothing=0.1, clip=1
     return loss.item() / len(batches)
 
 
-@diagnosis("Raised RuntimeError")
+@wrong("train_step.raised")
 def prints_then_raises(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                        autocast_dtype=None):
     for _ in range(10_000):
         print("step", math.pi)
     raise RuntimeError("element 0 of tensors does not require grad")
+
+
+# Mistakes found by thinking like a learner
+
+
+def _pairs_ids(pairs, vocab, swap=False):
+    xs, ys = _ids(pairs, vocab)
+    return (ys, xs) if swap else (xs, ys)
+
+
+@wrong("make_batch.eos_in_input")
+def eos_in_decoder_input(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in = pad_sequences([[BOS, *y, EOS] for y in ys])
+    tgt_out = pad_sequences([[*y, EOS, PAD] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.swapped")
+def source_and_target_swapped(pairs, vocab):
+    ys, xs = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.source_wrapped")
+def source_with_eos(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences([[*x, EOS] for x in xs])
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.mass_not_taken")
+def one_hot_plus_eps(logits, target, eps=0.1, pad_id=PAD):
+    q = F.one_hot(target, logits.size(-1)).to(logits.dtype) + eps / logits.size(-1)
+    loss = -(q * F.log_softmax(logits, -1)).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.mass_dropped")
+def eps_dropped(logits, target, eps=0.1, pad_id=PAD):
+    q = (1 - eps) * F.one_hot(target, logits.size(-1)).to(logits.dtype)
+    loss = -(q * F.log_softmax(logits, -1)).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.per_sentence")
+def mean_of_sentence_means(logits, target, eps=0.1, pad_id=PAD):
+    keep = (target != pad_id).to(logits.dtype)
+    loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1) * keep
+    return (loss.sum(-1) / keep.sum(-1)).mean()
+
+
+@wrong("label_smoothing_loss.over_vocabulary")
+def mean_over_everything_kept(logits, target, eps=0.1, pad_id=PAD):
+    loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1))
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.sign")
+def sign_flipped(logits, target, eps=0.1, pad_id=PAD):
+    loss = (_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.no_log_softmax")
+def logits_as_log_probabilities(logits, target, eps=0.1, pad_id=PAD):
+    loss = -(_smoothed(logits, target, eps) * logits).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.log_softmax_axis")
+def log_softmax_over_positions(logits, target, eps=0.1, pad_id=PAD):
+    loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, 0)).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("noam_lr.warmup_parentheses")
+def warmup_grouped(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model**-0.5 * min(step**-0.5, (step * warmup) ** -1.5)
+
+
+@wrong("noam_lr.d_model_one_branch")
+def d_model_on_decay_only(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return min(d_model**-0.5 * step**-0.5, step * warmup**-1.5)
+
+
+@wrong("noam_lr.step_shifted")
+def counts_from_zero(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    step += 1  # "the scheduler counts from 0"
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def _step_with(model, batches, optimizer, label_smoothing, clip, per_batch=(), target="tgt_out"):
+    optimizer.zero_grad()
+    total = 0.0
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits.flatten(0, 1), getattr(batch, target).flatten(),
+                               label_smoothing=label_smoothing, ignore_index=PAD)
+        (loss / len(batches)).backward()
+        total += loss.item()
+        if "clip" in per_batch and clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if "step" in per_batch:
+            optimizer.step()
+    if "clip" not in per_batch and clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    if "step" not in per_batch:
+        optimizer.step()
+    return total / len(batches)
+
+
+@wrong("train_step.clipped_each")
+def clipped_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                            autocast_dtype=None):
+    return _step_with(model, batches, optimizer, label_smoothing, clip, per_batch=("clip",))
+
+
+@wrong("train_step.stepped_each")
+def stepped_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                            autocast_dtype=None):
+    return _step_with(model, batches, optimizer, label_smoothing, clip, per_batch=("clip", "step"))
+
+
+@wrong("train_step.wrong_target")
+def loss_against_the_input(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                           autocast_dtype=None):
+    return _step_with(model, batches, optimizer, label_smoothing, clip, target="tgt_in")
+
+
+@wrong("make_batch.src_mask_shape")
+def source_mask_2d(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, src != PAD, target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.src_mask_from_target")
+def source_mask_from_the_target(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(tgt_in, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.eps_not_divided")
+def eps_not_divided(logits, target, eps=0.1, pad_id=PAD):
+    q = (1 - eps) * F.one_hot(target, logits.size(-1)).to(logits.dtype) + eps
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.one_hot_width")
+def one_hot_without_num_classes(logits, target, eps=0.1, pad_id=PAD):
+    q = (1 - eps) * F.one_hot(target).to(logits.dtype) + eps / logits.size(-1)
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.probabilities")
+def probabilities_not_log(logits, target, eps=0.1, pad_id=PAD):
+    return -(_smoothed(logits, target, eps) * F.softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.divided_by_sentences")
+def divided_by_the_batch(logits, target, eps=0.1, pad_id=PAD):
+    loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
+    return (loss * (target != pad_id)).sum() / (target.size(0) if target.dim() > 1 else 1)
+
+
+@wrong("label_smoothing_loss.pad_logit_blocked")
+def padding_never_predicted(logits, target, eps=0.1, pad_id=PAD):
+    logits = logits.clone()
+    logits[..., pad_id] = float("-inf")
+    return -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+
+@wrong("noam_lr.warmup_swapped")
+def warmup_branch_swapped(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model**-0.5 * min(step**-0.5, warmup * step**-1.5)
+
+
+@wrong("train_step.zeroed_at_end")
+def zeroed_after_the_step(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                          autocast_dtype=None):
+    total = 0.0
+    for batch in batches:
+        loss = _loss(model, batch, label_smoothing)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    optimizer.zero_grad()
+    return total / len(batches)
+
+
+@wrong("train_step.clipped_by_value")
+def clipped_by_value(model, batches, optimizer, label_smoothing=0.1, clip=1.0, autocast_dtype=None):
+    optimizer.zero_grad()
+    total = 0.0
+    for batch in batches:
+        loss = _loss(model, batch, label_smoothing)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+    optimizer.step()
+    return total / len(batches)
+
+
+@wrong("make_batch.in_out_swapped")
+def input_and_target_swapped(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt_in, tgt_out = pad_sequences([[*y, EOS] for y in ys]), pad_sequences([[BOS, *y] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.kl_divergence")
+def kl_divergence(logits, target, eps=0.1, pad_id=PAD):
+    keep = target != pad_id
+    q = _smoothed(logits, target, eps)
+    loss = F.kl_div(F.log_softmax(logits, -1), q, reduction="none").sum(-1)
+    return loss[keep].sum() / keep.sum()
+
+
+@wrong("train_step.not_flattened")
+def logits_not_flattened(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                         autocast_dtype=None):
+    optimizer.zero_grad()
+    total = 0.0
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits, batch.tgt_out, label_smoothing=label_smoothing,
+                               ignore_index=PAD)
+        (loss / len(batches)).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return total / len(batches)

@@ -6,11 +6,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from tfcourse.decoding import decode_step as right_step
+from tfcourse.decoding import decode_step as reference_step
 from tfcourse.decoding import length_penalty
 from tfcourse.masks import causal_mask, target_mask
 
-from . import diagnosis
+from . import wrong
 
 # --------------------------------------------------------------------------- greedy
 
@@ -19,7 +19,7 @@ def _next(model, ys, memory, src_mask):
     return model.generator(model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))[:, -1])
 
 
-@diagnosis("Greedy decoding does not stop at EOS")
+@wrong("greedy_decode.no_stop")
 def never_stops(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -28,7 +28,7 @@ def never_stops(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("Greedy decoding does not stop at EOS")
+@wrong("greedy_decode.no_stop")
 def stops_but_does_not_pad(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -39,7 +39,7 @@ def stops_but_does_not_pad(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("Greedy decoding does not stop at EOS")
+@wrong("greedy_decode.no_stop")
 def pads_but_runs_to_max_len(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -51,7 +51,7 @@ def pads_but_runs_to_max_len(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("Greedy decoding does not stop at EOS")
+@wrong("greedy_decode.no_stop")
 def one_sentence_at_a_time_no_stop(model, src, src_mask, max_len, bos_id, eos_id):
     rows = []
     for i in range(src.size(0)):
@@ -66,7 +66,7 @@ def one_sentence_at_a_time_no_stop(model, src, src_mask, max_len, bos_id, eos_id
     return torch.tensor(rows)
 
 
-@diagnosis("Stops when the first sequence ends")
+@wrong("greedy_decode.stops_at_first")
 def stops_at_first_eos(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -80,7 +80,7 @@ def stops_at_first_eos(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("BOS included in the output")
+@wrong("greedy_decode.keeps_bos")
 def keeps_bos(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -94,7 +94,7 @@ def keeps_bos(model, src, src_mask, max_len, bos_id, eos_id):
     return ys
 
 
-@diagnosis("Finished sequences filled with EOS, not padding")
+@wrong("greedy_decode.eos_filled")
 def fills_with_eos(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -108,7 +108,7 @@ def fills_with_eos(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("Wrong output: the output has shape (4, 9), expected (4, 6)")
+@wrong("greedy_decode.wrong_position")
 def first_position_logits(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -123,12 +123,12 @@ def first_position_logits(model, src, src_mask, max_len, bos_id, eos_id):
     return ys[:, 1:]
 
 
-@diagnosis("Wrong output: the output is None")
+@wrong("greedy_decode.nothing_returned")
 def forgot_return(model, src, src_mask, max_len, bos_id, eos_id):
     model.encode(src, src_mask)
 
 
-@diagnosis("Too slow")
+@wrong("greedy_decode.too_slow")
 def endless_loop(model, src, src_mask, max_len, bos_id, eos_id):
     while True:
         time.sleep(0.01)
@@ -143,31 +143,31 @@ def _top(ranking, kept, beam):
     return kept.flatten(1).gather(1, best), best // vocab, best % vocab
 
 
-@diagnosis("Beam scores multiplied as probabilities instead of added as log-probabilities")
+@wrong("beam_search_step.multiplied")
 def probabilities_multiplied(scores, log_probs, lengths, alpha=0.6):
     candidates = scores[:, :, None].exp() * log_probs.exp()  # P(prefix) * p(token)
     return _top(candidates / length_penalty(lengths, alpha)[:, :, None], candidates, scores.size(1))
 
 
-@diagnosis("Beam scores multiplied as probabilities instead of added as log-probabilities")
+@wrong("beam_search_step.multiplied")
 def log_probs_multiplied(scores, log_probs, lengths, alpha=0.6):
     candidates = scores.unsqueeze(-1) * log_probs
     return _top(candidates / ((5 + lengths) / 6).pow(alpha).unsqueeze(-1), candidates, scores.size(1))
 
 
-@diagnosis("Beam scores multiplied as probabilities instead of added as log-probabilities")
+@wrong("beam_search_step.multiplied")
 def scores_times_probabilities_no_penalty(scores, log_probs, lengths, alpha=0.6):
     candidates = torch.einsum("bk,bkv->bkv", scores, torch.softmax(log_probs, -1))
     return _top(candidates, candidates, scores.size(1))
 
 
-@diagnosis("No length normalization")
+@wrong("beam_search_step.no_normalization")
 def raw_sums(scores, log_probs, lengths, alpha=0.6):
     candidates = scores[:, :, None] + log_probs
     return _top(candidates, candidates, scores.size(1))
 
 
-@diagnosis("No length normalization")
+@wrong("beam_search_step.no_normalization")
 def raw_sums_sorted(scores, log_probs, lengths, alpha=0.6):
     batch, beam, vocab = log_probs.shape
     flat = (scores.unsqueeze(2) + log_probs).view(batch, -1)
@@ -175,13 +175,13 @@ def raw_sums_sorted(scores, log_probs, lengths, alpha=0.6):
     return values[:, :beam], index[:, :beam] // vocab, index[:, :beam] % vocab
 
 
-@diagnosis("Normalized scores returned")
+@wrong("beam_search_step.normalized_returned")
 def returns_normalized(scores, log_probs, lengths, alpha=0.6):
     ranking = (scores[:, :, None] + log_probs) / length_penalty(lengths, alpha)[:, :, None]
     return _top(ranking, ranking, scores.size(1))
 
 
-@diagnosis("Wrong choice of candidates")
+@wrong("beam_search_step.index_split")
 def index_split_wrongly(scores, log_probs, lengths, alpha=0.6):
     batch, beam, vocab = log_probs.shape
     candidates = scores[:, :, None] + log_probs
@@ -190,13 +190,13 @@ def index_split_wrongly(scores, log_probs, lengths, alpha=0.6):
     return candidates.flatten(1).gather(1, best), best % beam, best // beam
 
 
-@diagnosis("Input modified in place")
+@wrong("beam_search_step.in_place")
 def adds_in_place(scores, log_probs, lengths, alpha=0.6):
     log_probs += scores[:, :, None]
     return _top(log_probs / length_penalty(lengths, alpha)[:, :, None], log_probs, scores.size(1))
 
 
-@diagnosis("beam_search_step should return a tuple (scores, beam, token), got Tensor")
+@wrong("beam_search_step.wrong_type")
 def returns_scores_only(scores, log_probs, lengths, alpha=0.6):
     candidates = scores[:, :, None] + log_probs
     return _top(candidates / length_penalty(lengths, alpha)[:, :, None], candidates, scores.size(1))[0]
@@ -205,20 +205,28 @@ def returns_scores_only(scores, log_probs, lengths, alpha=0.6):
 # -------------------------------------------------------------------------- decode_step
 
 
+def right_step(model, tokens, memory, src_mask, cache=None):
+    """A right decode_step, written out, for solutions whose mistake is elsewhere."""
+    if cache is None:
+        h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
+        return model.generator(h[:, -1]).log_softmax(-1)
+    return _cached(model, tokens, memory, src_mask, cache, start=len(cache))
+
+
 def _cached(model, tokens, memory, src_mask, cache, start):
     x = model.positional(model.tgt_embed(tokens[:, -1:]), start=start)
     h = model.decoder(x, memory, src_mask, None, cache=cache)
     return F.log_softmax(model.generator(h[:, -1]), dim=-1)
 
 
-@diagnosis("KV-cache positions not advanced")
+@wrong("decode_step.position_not_advanced")
 def position_stays_zero(model, tokens, memory, src_mask, cache=None):
     if cache is None:
         return right_step(model, tokens, memory, src_mask)
     return _cached(model, tokens, memory, src_mask, cache, start=0)
 
 
-@diagnosis("KV-cache positions not advanced")
+@wrong("decode_step.position_not_advanced")
 def model_positional_default(model, tokens, memory, src_mask, cache=None):
     if cache is None:
         return right_step(model, tokens, memory, src_mask)
@@ -226,26 +234,26 @@ def model_positional_default(model, tokens, memory, src_mask, cache=None):
     return model.generator(model.decoder(x, memory, src_mask, None, cache)).log_softmax(-1)[:, -1]
 
 
-@diagnosis("KV-cache position off by one")
+@wrong("decode_step.position_off_by_one")
 def position_is_length(model, tokens, memory, src_mask, cache=None):
     if cache is None:
         return right_step(model, tokens, memory, src_mask)
     return _cached(model, tokens, memory, src_mask, cache, start=tokens.size(1))
 
 
-@diagnosis("No causal mask without the cache")
+@wrong("decode_step.no_causal_mask")
 def no_causal_mask(model, tokens, memory, src_mask, cache=None):
     if cache is not None:
         return right_step(model, tokens, memory, src_mask, cache)
     return model.generator(model.decode(tokens, memory, src_mask, None))[:, -1].log_softmax(-1)
 
 
-@diagnosis("Source padding mask not passed on")
+@wrong("decode_step.no_src_mask")
 def no_src_mask(model, tokens, memory, src_mask, cache=None):
     return right_step(model, tokens, memory, None, cache)
 
 
-@diagnosis("Logits returned instead of log-probabilities")
+@wrong("decode_step.logits")
 def returns_logits(model, tokens, memory, src_mask, cache=None):
     if cache is None:
         h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
@@ -254,12 +262,12 @@ def returns_logits(model, tokens, memory, src_mask, cache=None):
     return model.generator(h[:, -1])
 
 
-@diagnosis("The cache holds 0 positions after step 1, expected 1: it was not used")
+@wrong("decode_step.cache_unused")
 def ignores_cache(model, tokens, memory, src_mask, cache=None):
     return right_step(model, tokens, memory, src_mask)
 
 
-@diagnosis("The cache holds 3 positions after step 2, expected 2")
+@wrong("decode_step.whole_prefix_cached")
 def whole_prefix_into_cache(model, tokens, memory, src_mask, cache=None):
     if cache is None:
         return right_step(model, tokens, memory, src_mask)
@@ -267,7 +275,211 @@ def whole_prefix_into_cache(model, tokens, memory, src_mask, cache=None):
     return model.generator(model.decoder(x, memory, src_mask, None, cache))[:, -1].log_softmax(-1)
 
 
-@diagnosis("Wrong output: the output has shape (3, 1, 12)")
+@wrong("decode_step.wrong_shape")
 def keeps_time_axis(model, tokens, memory, src_mask, cache=None):
     h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
     return model.generator(h[:, -1:]).log_softmax(-1)
+
+
+@wrong("decode_step.reference_used")
+def calls_the_reference(model, tokens, memory, src_mask, cache=None):
+    return reference_step(model, tokens, memory, src_mask, cache).clone()
+
+
+# Mistakes found by thinking like a learner
+
+
+def _loop(model, src, src_mask, max_len, bos_id, eos_id, steps=None, feed_last=False,
+          src_mask_used=True, causal=True, stop_before_eos=False):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len if steps is None else steps):
+        fed = ys[:, -1:] if feed_last else ys
+        h = model.decode(fed, memory, src_mask if src_mask_used else None,
+                         causal_mask(fed.size(1)) if causal else None)
+        token = model.generator(h[:, -1]).argmax(-1).masked_fill(done, model.config.pad_id)
+        if stop_before_eos and (done | (token == eos_id)).all():
+            break
+        ys = torch.cat((ys, token[:, None]), 1)
+        done |= token == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.eos_dropped")
+def breaks_before_the_last_eos(model, src, src_mask, max_len, bos_id, eos_id):
+    return _loop(model, src, src_mask, max_len, bos_id, eos_id, stop_before_eos=True)
+
+
+@wrong("greedy_decode.wrong_position")
+def feeds_the_last_token(model, src, src_mask, max_len, bos_id, eos_id):
+    return _loop(model, src, src_mask, max_len, bos_id, eos_id, feed_last=True)
+
+
+@wrong("greedy_decode.max_len_off_by_one")
+def bos_counted_in_max_len(model, src, src_mask, max_len, bos_id, eos_id):
+    return _loop(model, src, src_mask, max_len, bos_id, eos_id, steps=max_len - 1)
+
+
+@wrong("greedy_decode.no_src_mask")
+def decodes_without_the_source_mask(model, src, src_mask, max_len, bos_id, eos_id):
+    return _loop(model, src, src_mask, max_len, bos_id, eos_id, src_mask_used=False)
+
+
+@wrong("greedy_decode.no_causal_mask")
+def decodes_without_the_causal_mask(model, src, src_mask, max_len, bos_id, eos_id):
+    return _loop(model, src, src_mask, max_len, bos_id, eos_id, causal=False)
+
+
+@wrong("beam_search_step.own_score_missing")
+def token_log_probs_only(scores, log_probs, lengths, alpha=0.6):
+    return _top(log_probs / length_penalty(lengths, alpha)[:, :, None], log_probs, scores.size(1))
+
+
+@wrong("beam_search_step.penalty_multiplied")
+def penalty_multiplied(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    return _top(candidates * length_penalty(lengths, alpha)[:, :, None], candidates, scores.size(1))
+
+
+@wrong("beam_search_step.penalty_formula")
+def penalty_of_the_length_alone(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    lp = lengths**alpha
+    return _top(candidates / lp[:, :, None], candidates, scores.size(1))
+
+
+@wrong("beam_search_step.smallest")
+def sorted_ascending(scores, log_probs, lengths, alpha=0.6):
+    batch, beam, vocab = log_probs.shape
+    candidates = scores[:, :, None] + log_probs
+    ranking = (candidates / length_penalty(lengths, alpha)[:, :, None]).flatten(1)
+    best = ranking.argsort(dim=1)[:, :beam]
+    return candidates.flatten(1).gather(1, best), best // vocab, best % vocab
+
+
+@wrong("beam_search_step.per_beam")
+def best_token_of_each_beam(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    ranking = candidates / length_penalty(lengths, alpha)[:, :, None]
+    token = ranking.argmax(-1)
+    beam = torch.arange(scores.size(1)).expand_as(token)
+    return candidates.gather(2, token[..., None]).squeeze(-1), beam, token
+
+
+@wrong("decode_step.probabilities")
+def returns_probabilities(model, tokens, memory, src_mask, cache=None):
+    return right_step(model, tokens, memory, src_mask, cache).exp()
+
+
+@wrong("decode_step.log_softmax_axis")
+def log_softmax_over_the_batch(model, tokens, memory, src_mask, cache=None):
+    h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
+    return F.log_softmax(model.generator(h[:, -1]), dim=0)
+
+
+@wrong("decode_step.no_positional")
+def no_positional_encoding(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        return right_step(model, tokens, memory, src_mask)
+    h = model.decoder(model.tgt_embed(tokens[:, -1:]), memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+def _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, pad=None, done_first=False,
+                    keep_done=True, first_row=False, bounded=True, generator=True):
+    pad = model.config.pad_id if pad is None else pad
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    step = 0
+    while (step < max_len) if bounded else not done.all():
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))[:, -1]
+        token = (model.generator(h) if generator else h).argmax(-1)
+        if first_row:
+            token = token[0].repeat(src.size(0))
+        if done_first:
+            done = done | (token == eos_id)
+            token = token.masked_fill(done, pad)
+        else:
+            token = token.masked_fill(done, pad)
+            done = (done if keep_done else torch.zeros_like(done)) | (token == eos_id)
+        ys = torch.cat((ys, token[:, None]), 1)
+        step += 1
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.pad_hardcoded")
+def pads_with_zero(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, pad=0)
+
+
+@wrong("greedy_decode.eos_replaced")
+def eos_replaced_by_padding(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, done_first=True)
+
+
+@wrong("greedy_decode.done_not_kept")
+def done_overwritten(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, keep_done=False)
+
+
+@wrong("greedy_decode.one_sentence")
+def first_sentence_only(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, first_row=True)
+
+
+@wrong("greedy_decode.max_len_ignored")
+def until_every_eos(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, bounded=False)
+
+
+@wrong("greedy_decode.no_generator")
+def no_generator(model, src, src_mask, max_len, bos_id, eos_id):
+    return _greedy_variant(model, src, src_mask, max_len, bos_id, eos_id, generator=False)
+
+
+@wrong("beam_search_step.alpha_ignored")
+def alpha_hard_coded(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    return _top(candidates / length_penalty(lengths, 0.6)[:, :, None], candidates, scores.size(1))
+
+
+@wrong("beam_search_step.partly_normalized")
+def token_part_normalized(scores, log_probs, lengths, alpha=0.6):
+    ranking = scores[:, :, None] + log_probs / length_penalty(lengths, alpha)[:, :, None]
+    return _top(ranking, scores[:, :, None] + log_probs, scores.size(1))
+
+
+@wrong("beam_search_step.ranked_by_token")
+def ranked_by_the_token(scores, log_probs, lengths, alpha=0.6):
+    ranking = log_probs / length_penalty(lengths, alpha)[:, :, None]
+    return _top(ranking, scores[:, :, None] + log_probs, scores.size(1))
+
+
+@wrong("beam_search_step.batch_flattened")
+def whole_batch_flattened(scores, log_probs, lengths, alpha=0.6):
+    beam, vocab = log_probs.shape[1:]
+    candidates = scores[:, :, None] + log_probs
+    best = (candidates / length_penalty(lengths, alpha)[:, :, None]).flatten().topk(beam).indices
+    return candidates.flatten()[best], (best // vocab) % beam, best % vocab
+
+
+@wrong("decode_step.newest_only_uncached")
+def newest_token_only(model, tokens, memory, src_mask, cache=None):
+    if cache is not None:
+        return right_step(model, tokens, memory, src_mask, cache)
+    return model.generator(model.decode(tokens[:, -1:], memory, src_mask, None)[:, -1]).log_softmax(-1)
+
+
+@wrong("decode_step.rescaled")
+def embedding_scaled_again(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        return right_step(model, tokens, memory, src_mask)
+    x = model.tgt_embed(tokens[:, -1:]) * model.config.d_model**0.5
+    h = model.decoder(model.positional(x, start=len(cache)), memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]), dim=-1)

@@ -1,138 +1,318 @@
-"""Checks for exercise 01: scaled dot-product attention, and its catalogue of mistakes."""
+"""Exercise 01: scaled dot-product attention, its cases and its catalogue of mistakes."""
 
+import dataclasses
 import math
 
 import torch
 
 from ..attention import scaled_dot_product_attention as reference
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake
 
+EXERCISE = "ex01_attention"
 NAME = "scaled_dot_product_attention"
+MIN = torch.finfo(torch.float32).min
 
 
-def _attend(scores, value, mask=None, masked=float("-inf"), after=False, dim=-1):
-    """softmax(scores) @ value with the variations that mistakes make."""
-    if mask is not None and not after:
-        scores = scores.masked_fill(~mask, masked)
-    weights = torch.softmax(scores, dim=dim)
-    if mask is not None and after:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ value, weights
-
-
-def _scores(q, k, scale):
-    return q @ k.transpose(-2, -1) / scale
-
-
-def _sqrt_dk(q):
+def _scale(q, k, v):
     return math.sqrt(q.size(-1))
 
 
+def _attend(q, k, v, m=None, *, scale=_scale, fill=float("-inf"), after=False, dim=-1,
+            normalize=torch.softmax, empty=True, swap=False, mix="weights", give="weights",
+            weights_scale=1.0):
+    """softmax(Q K^T / scale) V, with the variations that mistakes make. `scale` and
+    `fill` are what the scores are divided by and what masked scores become; `empty`:
+    fully masked rows get zero weights, as in the reference."""
+    scores = (k @ q.transpose(-2, -1) if swap else q @ k.transpose(-2, -1)) / scale(q, k, v)
+    if m is not None and not after:
+        scores = scores.masked_fill(~m, fill)
+    weights = scores if normalize is None else normalize(scores, dim=dim)
+    if m is not None and after:
+        weights = weights.masked_fill(~m, 0.0)
+    if m is not None and empty and not after:
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+    weights = weights / weights_scale
+    output = (scores if mix == "scores" else weights) @ v
+    return output, (scores if give == "scores" else weights)
+
+
+def _not(mask):
+    return None if mask is None else ~mask
+
+
+def _with(**bug):
+    return lambda q, k, v, m=None: _attend(q, k, v, m, **bug)
+
+
+def _float32_softmax(q, k, v, m=None):
+    """softmax(..., dtype=torch.float32): float64 weights meet float64 values and fail."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores.masked_fill(~m, MIN)
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32)
+    if m is not None:
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def _as_3d(case, error):
+    """A 4-D case with its (batch, heads) axes flattened into one: what 3-D-only code gets right."""
+    q, k, v, *mask = case.args
+    if q.dim() != 4:
+        return None
+    flat = [x.flatten(0, 1) for x in (q, k, v)]
+    if mask and mask[0].dim() == 4:
+        flat.append(mask[0].expand(*q.shape[:2], *mask[0].shape[2:]).flatten(0, 1))
+    elif mask:
+        flat.append(mask[0])
+    return dataclasses.replace(case, args=tuple(flat))
+
+
+def _added(q, k, v, m=None):
+    """The bool mask added to the scores, as if it were an additive float mask."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores + m
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _dropped(p):
+    """F.dropout(weights, p) inside attention: on in every mode."""
+
+    def compute(q, k, v, m=None):
+        output, weights = reference(q, k, v, m)
+        weights = torch.nn.functional.dropout(weights, p)
+        return weights @ v, weights
+
+    return compute
+
+
+def _raw(scores, q, v, m):
+    """Attention from already multiplied scores (the wrong-axes computations)."""
+    scores = scores / _scale(q, None, v)
+    if m is not None:
+        scores = scores.masked_fill(~m, MIN)
+    weights = torch.softmax(scores, dim=-1)
+    if m is not None:
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+    return weights @ v, weights
+
+
+def _scaled_output(q, k, v, m):
+    """The scale applied to the output instead of the scores."""
+    output, weights = _attend(q, k, v, m, scale=lambda *a: 1.0)
+    return output / _scale(q, k, v), weights
+
+
 BUILTIN = Mistake(
-    "Built-in attention called",
+    "builtin", "Built-in attention called",
     "you called torch.nn.functional.scaled_dot_product_attention; the exercise is to write "
     "softmax(Q K^T / sqrt(d_k)) V yourself with @ (matmul) and torch.softmax.",
+    uses=("scaled_dot_product_attention",),
 )
-IN_PLACE = Mistake(
-    "Input modified in place",
-    "your function changed the caller's {names}. Use out-of-place operations "
-    "(x = x / s, not x /= s; masked_fill, not masked_fill_).",
-)
-WRONG_ORDER = Mistake(
-    "Output and weights returned in the wrong order",
-    "return `output, weights`: the attended values first, the attention weights second.",
-    (lambda q, k, v, m=None: reference(q, k, v, m)[::-1],),
-)
-MISTAKES = (
-    Mistake(
-        "Scores not scaled",
-        "divide Q K^T by sqrt(d_k) before the softmax; without it large d_k saturates the softmax.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, 1.0), v, m),),
-    ),
-    Mistake(
-        "Scaled by d_k instead of sqrt(d_k)",
-        "the dot product of two random d_k-vectors has variance d_k, so its standard deviation "
-        "is sqrt(d_k): that is what to divide by.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, q.size(-1)), v, m),),
-    ),
-    Mistake(
-        "Scaled by sqrt(d_v) instead of sqrt(d_k)",
-        "the scale comes from the width of the vectors being multiplied in Q K^T (queries and "
-        "keys), not from the values.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, math.sqrt(v.size(-1))), v, m),),
-    ),
-    Mistake(
-        "Scores multiplied by sqrt(d_k) instead of divided",
-        "scaling should make the scores smaller, not larger.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, 1 / _sqrt_dk(q)), v, m),),
-    ),
-    Mistake(
-        "Softmax over the wrong axis",
-        "each query's weights must sum to 1 over the keys: the last axis of the scores (dim=-1).",
-        tuple(
-            (lambda q, k, v, m=None, d=d: _attend(_scores(q, k, _sqrt_dk(q)), v, m, dim=d))
-            for d in (-2, -3, -4, 0, 1)
-        ),
-    ),
-    Mistake(
-        "Mask polarity inverted",
-        "here True means 'may attend' (as in F.scaled_dot_product_attention); you blocked the "
-        "keys that are allowed and let through the masked ones.",
-        (lambda q, k, v, m=None: reference(q, k, v, ~m),),
-    ),
-    Mistake(
-        "Mask applied after the softmax",
-        "zeroing weights after the softmax leaves rows that no longer sum to 1. Fill the masked "
-        "scores before the softmax so the remaining keys share all the weight.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, _sqrt_dk(q)), v, m, after=True),),
-    ),
-    Mistake(
-        "Masked scores set to 0 instead of -inf",
-        "exp(0) = 1, so masked keys still get weight. Fill masked scores with -inf (or a very "
-        "negative number) so that exp() makes them 0.",
-        (lambda q, k, v, m=None: _attend(_scores(q, k, _sqrt_dk(q)), v, m, masked=0.0),),
-    ),
-    Mistake(
-        "Mask ignored",
-        "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
-        (lambda q, k, v, m=None: reference(q, k, v),),
-    ),
-)
-WRONG_AXES = Mistake(
-    "Key transposed on the wrong axes",
-    "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, d_k). "
-    "Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
-    (lambda q, k, v, m=None: _attend(q @ k.transpose(1, 2) / _sqrt_dk(q), v, m),),
-)
+def _additive(q, k, v, m=None):
+    """An additive mask, scores + (~mask) * -1e9: a fully masked row keeps its scores' softmax."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    if m is not None:
+        scores = scores + (~m).to(scores.dtype) * -1e9
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 FULLY_MASKED = Mistake(
-    "Fully masked query row not handled",
+    "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
     "finite fill). Such a query attends to nothing: make its weights (and so its output) 0.",
+    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)) + (_additive,),
 )
 NO_GRADIENT = Mistake(
-    "No gradient flows back to the inputs",
+    "no_gradient", "No gradient flows back to the inputs",
     "training needs gradients through attention: stay in torch (no .detach(), .item(), "
     ".numpy(), torch.no_grad() or new tensors built from values).",
 )
+MISTAKES = (
+    BUILTIN,
+    Mistake(
+        "wrong_order", "Output and weights returned in the wrong order",
+        "return `output, weights`: the attended values first, the attention weights second.",
+        (lambda q, k, v, m=None: reference(q, k, v, m)[::-1],),
+    ),
+    Mistake(
+        "no_scaling", "Scores not scaled",
+        "divide Q K^T by sqrt(d_k) before the softmax; without it large d_k saturates the softmax.",
+        (_with(scale=lambda q, k, v: 1.0),),
+    ),
+    Mistake(
+        "scaled_by_d_k", "Scaled by d_k instead of sqrt(d_k)",
+        "the dot product of two random d_k-vectors has variance d_k, so its standard deviation "
+        "is sqrt(d_k): that is what to divide by (once).",
+        (_with(scale=lambda q, k, v: q.size(-1)),),
+    ),
+    Mistake(
+        "scaled_by_sqrt_d_v", "Scaled by sqrt(d_v) instead of sqrt(d_k)",
+        "the scale comes from the width of the vectors being multiplied in Q K^T (queries and "
+        "keys), not from the values.",
+        (_with(scale=lambda q, k, v: math.sqrt(v.size(-1))),),
+    ),
+    Mistake(
+        "multiplied", "Scores multiplied by sqrt(d_k) instead of divided",
+        "scaling should make the scores smaller, not larger.",
+        (_with(scale=lambda q, k, v: 1 / _scale(q, k, v)),),
+    ),
+    Mistake(
+        "scaled_by_wrong_size", "Scaled by the square root of the wrong size",
+        "d_k is the width of each query and key vector, query.size(-1): not a sequence length, "
+        "the batch size or the number of heads.",
+        tuple(_with(scale=lambda q, k, v, size=size: math.sqrt(size(q, k)))
+              for size in (lambda q, k: q.size(-2), lambda q, k: k.size(-2),
+                           lambda q, k: q.size(1), lambda q, k: q.size(0))),
+    ),
+    Mistake(
+        "scaled_after_softmax", "Scaled after the softmax",
+        "divide the scores by sqrt(d_k) BEFORE the softmax: after it, the weights no longer "
+        "sum to 1 (and the softmax still saturates).",
+        (lambda q, k, v, m=None: _attend(q, k, v, m, scale=lambda *a: 1.0,
+                                         weights_scale=_scale(q, k, v)),
+         lambda q, k, v, m=None: _scaled_output(q, k, v, m)),
+    ),
+    Mistake(
+        "softmax_wrong_axis", "Softmax over the wrong axis",
+        "each query's weights must sum to 1 over the keys: the last axis of the scores (dim=-1).",
+        tuple(_with(dim=d) for d in (-2, -3, -4, 0, 1)),
+    ),
+    Mistake(
+        "no_softmax", "Softmax missing",
+        "the weights are softmax(scores): positive, summing to 1 over the keys. Without it the "
+        "raw scores weigh the values.",
+        tuple(_with(normalize=None, fill=fill) for fill in (float("-inf"), -1e9, MIN, 0.0)),
+    ),
+    Mistake(
+        "log_softmax", "log_softmax used instead of softmax",
+        "the weights are probabilities, softmax(scores), not their logarithms.",
+        (_with(normalize=torch.log_softmax, empty=False), _with(normalize=torch.log_softmax)),
+    ),
+    Mistake(
+        "values_times_scores", "Values combined with the scores instead of the weights",
+        "output = weights @ V, with weights = softmax(scores): the softmax's result, not the "
+        "scores, weighs the values.",
+        (_with(mix="scores"), _with(mix="scores", fill=-1e9), _with(mix="scores", fill=MIN)),
+    ),
+    Mistake(
+        "scores_returned", "Scores returned instead of the weights",
+        "return the attention weights, softmax(scores) (each row sums to 1), not the scores.",
+        (_with(give="scores"), _with(give="scores", fill=-1e9), _with(give="scores", fill=MIN)),
+    ),
+    Mistake(
+        "key_not_transposed", "Key not transposed",
+        "the scores are Q K^T: multiply the queries by the TRANSPOSED keys, "
+        "key.transpose(-2, -1), so that each query meets each key over their d_k features.",
+        (lambda q, k, v, m=None: _raw(q @ k, q, v, m),
+         lambda q, k, v, m=None: _raw(torch.matmul(q, k), q, v, m)),
+    ),
+    Mistake(
+        "torch_sqrt_of_int", "torch.sqrt of a Python number",
+        "query.size(-1) is an int, and torch.sqrt takes tensors: use math.sqrt(d_k) (or d_k ** 0.5).",
+        (lambda q, k, v, m=None: _raw(q @ k.transpose(-2, -1) * torch.sqrt(q.size(-1)), q, v, m),),
+    ),
+    Mistake(
+        "keys_combined", "Keys combined instead of the values",
+        "the output is weights @ V: the weights say how much of each key's VALUE to take.",
+        (lambda q, k, v, m=None: (reference(q, k, v, m)[1] @ k, reference(q, k, v, m)[1]),),
+    ),
+    Mistake(
+        "float32", "Computed in float32 whatever the inputs' dtype",
+        "keep the inputs' dtype: float64 inputs give float64 weights and output (no "
+        "dtype=torch.float32 in the softmax, no .float()).",
+        (_float32_softmax,
+         lambda q, k, v, m=None: reference(q.float(), k.float(), v.float(), m)),
+    ),
+    Mistake(
+        "dropout", "Dropout in attention",
+        "this function has no training mode, so no dropout (the module that calls it applies "
+        "dropout to the weights, in training only); and F.dropout drops by default, which makes "
+        "the output random.",
+        tuple(_dropped(p) for p in (0.1, 0.2, 0.3, 0.5)),
+    ),
+    Mistake(
+        "mask_added", "Mask added to the scores",
+        "this mask is bool, True = may attend; adding it adds 1 to the allowed scores and blocks "
+        "nothing. Fill the blocked scores instead: scores.masked_fill(~mask, float('-inf')).",
+        (_added,),
+    ),
+    Mistake(
+        "mask_axis_added", "Mask given an extra axis",
+        "the mask already broadcasts to the scores (..., q_len, k_len): use it as it is. An axis "
+        "added for the heads (unsqueeze) makes the weights and the output grow one.",
+        (lambda q, k, v, m=None: _attend(q, k, v, None if m is None else m.unsqueeze(1)),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted",
+        "here True means 'may attend' (as in F.scaled_dot_product_attention); you blocked the "
+        "keys that are allowed and let through the masked ones.",
+        (lambda q, k, v, m=None: reference(q, k, v, _not(m)),
+         lambda q, k, v, m=None: _attend(q, k, v, _not(m), empty=False, fill=-1e9)),
+    ),
+    Mistake(
+        "mask_after_softmax", "Mask applied after the softmax",
+        "zeroing weights after the softmax leaves rows that no longer sum to 1. Fill the masked "
+        "scores before the softmax so the remaining keys share all the weight.",
+        (_with(after=True),),
+    ),
+    Mistake(
+        "masked_to_zero", "Masked scores set to 0 instead of -inf",
+        "exp(0) = 1, so masked keys still get weight. Fill masked scores with -inf (or a very "
+        "negative number) so that exp() makes them 0.",
+        (_with(fill=0.0),),
+    ),
+    Mistake(
+        "mask_ignored", "Mask ignored",
+        "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
+        (lambda q, k, v, m=None: reference(q, k, v),),
+    ),
+    Mistake(
+        "query_key_swapped", "Queries and keys swapped",
+        "the scores are Q K^T: row i holds query i's dot product with every key, so that the "
+        "softmax over a row chooses among the keys. K Q^T is its transpose.",
+        (_with(swap=True),),
+    ),
+    Mistake(
+        "wrong_axes", "Key transposed on the wrong axes",
+        "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, "
+        "d_k). Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
+        (
+            lambda q, k, v, m=None: _raw(q @ k.transpose(1, 2), q, v, m),
+            lambda q, k, v, m=None: _raw(q @ k.permute(0, 2, 1), q, v, m),
+        ),
+    ),
+    Mistake(
+        "three_d_only", "Works only for 3-D inputs",
+        "your code works for (batch, seq, d_k) but not for (batch, heads, seq, d_k): torch.bmm, "
+        "permute(0, 2, 1) and einsum('bqd,bkd->bqk') take 3-D tensors only. Use @ (matmul) and "
+        "key.transpose(-2, -1), which work whatever the number of leading axes.",
+        (
+            lambda q, k, v, m=None: _raw(torch.bmm(q, k.transpose(1, 2)), q, v, m),
+            lambda q, k, v, m=None: _raw(torch.einsum("bqd,bkd->bqk", q, k), q, v, m),
+        ),
+        probe=_as_3d,
+    ),
+    FULLY_MASKED,
+)
 
 
-def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32):
+def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(*batch, q_len, d_k, generator=g, dtype=dtype)
     k = torch.randn(*batch, k_len, d_k, generator=g, dtype=dtype)
     v = torch.randn(*batch, k_len, d_v, generator=g, dtype=dtype)
-    return q, k, v, mask
+    return q, k, v
+
+
+def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32):
+    args = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
+    if mask is not None:
+        args += (mask,)
+    return Case(args, names=("query", "key", "value", "mask"), seed=seed)
 
 
 def _lengths_mask(lengths, k_len):
@@ -145,6 +325,34 @@ def _offset_causal(q_len, k_len, offset):
     return torch.ones(q_len, k_len, dtype=torch.bool).tril(offset)
 
 
+def _gradients(fn, args, case):
+    """The gradients of output.sum() with respect to query, key and value."""
+    leaves = [a.requires_grad_() for a in args]
+    fn(*leaves)[0].sum().backward()
+    return tuple(a.grad for a in leaves)
+
+
+def _detached(*which):
+    """The gradients when the inputs `which` are cut off from the graph."""
+
+    def compute(q, k, v):
+        def attend(*inputs):
+            return reference(*(x.detach() if i in which else x for i, x in enumerate(inputs)))
+
+        return _gradients(attend, (q, k, v), None)
+
+    return compute
+
+
+GRADIENT = Case(
+    _inputs(7, (2,), 3, 4, 5, 2, torch.float64), names=("query", "key", "value"), seed=7,
+    label="query (2, 3, 5), key (2, 4, 5), value (2, 4, 2), backward from output.sum()",
+    run=_gradients, what="gradients", parts=("the query's gradient", "the key's gradient",
+                                             "the value's gradient"),
+    mistakes=(NO_GRADIENT.computing(_detached(0, 1, 2), _detached(0), _detached(1),
+                                    _detached(2), _detached(0, 1)),),
+)
+
 # Every row of every partial mask has both allowed and blocked keys, so each mask mistake
 # computes something different from the reference. Fully masked rows come last.
 CASES = [
@@ -154,81 +362,12 @@ CASES = [
     _case(3, (2,), 5, 7, 16, 6, mask=_lengths_mask([4, 6], 7)),
     _case(4, (2, 3), 5, 7, 8, 6, mask=_offset_causal(5, 7, 1)),
     _case(5, (3,), 1, 1, 3, 2, dtype=torch.float64),
+    _case(8, (2,), 6, 6, 8, 8),  # q_len == k_len: queries and keys swapped still runs
     _case(6, (2, 2), 3, 5, 4, 6, mask=_lengths_mask([0, 3], 5)[:, None]),  # batch 0: all padding
+    GRADIENT,
 ]
 
-
-def _same(actual, predicted):
-    return (
-        isinstance(actual, (tuple, list))
-        and len(actual) == 2
-        and close(actual[0], predicted[0])
-        and close(actual[1], predicted[1])
-    )
-
-
-@checks(NAME)
-def check_scaled_dot_product_attention(fn):
-    """Compare `fn` with the reference on CASES; name the mistake when one matches."""
-    passed_3d = False
-    for q, k, v, mask in CASES:
-        inputs = describe(query=q, key=k, value=v, mask=mask)
-        args = (q, k, v) if mask is None else (q, k, v, mask)
-        given = [a.clone() for a in args]  # the learner may change these; CASES stay intact
-        outcome = call(fn, *given)
-        if "scaled_dot_product_attention" in outcome.torch_calls:
-            BUILTIN.fail()
-        if outcome.error is not None and q.dim() == 4 and passed_3d:
-            if not isinstance(outcome.error, NotImplementedError):
-                WRONG_AXES.fail(f"  on {inputs} it raised {type(outcome.error).__name__}")
-        fail_on_error(outcome, NAME, inputs)
-        changed = [n for n, a, b in zip(("query", "key", "value", "mask"), given, args)
-                   if not torch.equal(a, b)]
-        if changed:
-            raise CheckFailure(f"{IN_PLACE.title}: {IN_PLACE.hint.format(names=' and '.join(changed))}")
-        expected = reference(*args)
-        result = outcome.value
-        if _same(result, expected):
-            passed_3d |= q.dim() == 3
-            continue
-        if _same(result, WRONG_ORDER.computes[0](*args)):
-            WRONG_ORDER.fail(f"  on {inputs}")
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            kind = type(result).__name__ if result is not None else "None"
-            raise CheckFailure(
-                f"{NAME} should return a tuple (output, weights), got {kind} on {inputs}"
-                + ("\n  did you forget `return output, weights`?" if result is None else "")
-            )
-        for value, want, what in zip(result, expected, ("output", "weights")):
-            problem = tensor_problem(value, want, what, dtype_from="the inputs' dtype")
-            if problem:
-                raise CheckFailure(f"Wrong {what}: {problem} on {inputs}")
-        mistake = first_match(MISTAKES, result, *args, same=_same)
-        if mistake is None and q.dim() == 4 and passed_3d:
-            mistake = first_match((WRONG_AXES,), result, *args, same=_same)
-        if mistake is None and mask is not None and not mask.all(-1).all():
-            empty = ~mask.any(-1, keepdim=True).expand_as(expected[1])  # fully masked rows
-            if empty.any() and close(result[1].masked_fill(empty, 0), expected[1]):
-                mistake = FULLY_MASKED
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        what = "weights" if not close(result[1], expected[1]) else "output"
-        got, want = (result[1], expected[1]) if what == "weights" else (result[0], expected[0])
-        raise CheckFailure(
-            f"Wrong {what} on {inputs}, and no common mistake matches: {difference(got, want)}. "
-            "Compare each step with softmax(Q K^T / sqrt(d_k)) V."
-        )
-    _check_gradient(fn)
-
-
-def _check_gradient(fn):
-    q, k, v, _ = _case(7, (2,), 3, 4, 5, 2, dtype=torch.float64)
-    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    outcome = call(lambda *a: fn(*a)[0].sum().backward(), *leaves)
-    if outcome.error is not None and not isinstance(outcome.error, RuntimeError):
-        fail_on_error(outcome, NAME, describe(query=q, key=k, value=v))
-    reference(*(expected := [t.clone().requires_grad_() for t in (q, k, v)]))[0].sum().backward()
-    if outcome.error is not None or not all(
-        a.grad is not None and close(a.grad, b.grad) for a, b in zip(leaves, expected)
-    ):
-        NO_GRADIENT.fail()
+ITEM = Item(
+    EXERCISE, NAME, reference, CASES, MISTAKES, parts=("output", "weights"),
+    formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.",
+)

@@ -1,27 +1,19 @@
-"""Checks for exercise 02: multi-head attention, and its catalogue of mistakes."""
+"""Exercise 02: multi-head attention (split_heads, merge_heads, MultiHeadAttention.forward),
+their cases and their catalogue of mistakes."""
 
+import dataclasses
 import math
-from dataclasses import dataclass
-from itertools import permutations
+from itertools import permutations, product
 
 import torch
 
+from ..attention import scaled_dot_product_attention as attend
 from ..masks import causal_mask
-from ..multi_head import MultiHeadAttention as Reference
-from ..multi_head import merge_heads, split_heads
+from ..multi_head import MultiHeadAttention, merge_heads, split_heads
 from .ch01_attention import FULLY_MASKED
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, describe, shape_error
+
+EXERCISE = "ex02_multi_head_attention"
 
 # ---------------------------------------------------------------------------------------
 # Wrong ways to split and merge heads
@@ -45,6 +37,31 @@ def _split_strided(x, n_heads):
     return x.reshape(batch, seq, d_model // n_heads, n_heads).permute(0, 3, 1, 2)
 
 
+def _split_features_first(x, n_heads):
+    """(batch, heads, d_head, seq): the positions and the features of each head swapped."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).permute(0, 2, 3, 1)
+
+
+def _split_folded(x, n_heads):
+    """(batch * heads, seq, d_head): the heads folded into the batch, as torch.nn does."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).transpose(1, 2).reshape(
+        batch * n_heads, seq, d_model // n_heads)
+
+
+def _split_count_and_width_swapped(x, n_heads):
+    """(batch, d_head, seq, heads): the last axis cut as (d_head, heads), then transposed."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, d_model // n_heads, n_heads).transpose(1, 2)
+
+
+def _split_transpose_first(x, n_heads):
+    """The positions and features transposed first, then one view: both mixed."""
+    batch, seq, d_model = x.shape
+    return x.transpose(1, 2).reshape(batch, n_heads, seq, d_model // n_heads)
+
+
 def _merge_without_transpose(x):
     """(batch, heads, seq, d_head) viewed straight to (batch, seq, d_model): positions mixed."""
     batch, heads, seq, d_head = x.shape
@@ -63,53 +80,117 @@ def _merge_strided(x):
     return x.permute(0, 2, 3, 1).reshape(batch, seq, heads * d_head)
 
 
+def _merge_by_view(x):
+    """view after the transpose: raises, the transposed tensor is not contiguous."""
+    batch, heads, seq, d_head = x.shape
+    return x.transpose(1, 2).view(batch, seq, heads * d_head)
+
+
 SPLIT_WITHOUT_TRANSPOSE = Mistake(
-    "Heads split by view without the transpose",
+    "split_without_transpose", "Heads split by view without the transpose",
     "view (batch, seq, d_model) as (batch, seq, heads, d_head) first, then swap axes 1 and 2. "
     "A single view to (batch, heads, seq, d_head) fills each head with pieces of several "
     "positions: positions get mixed.",
     (_split_without_transpose, _split_heads_last),
 )
 SPLIT_STRIDED = Mistake(
-    "Head features taken with a stride",
+    "split_strided", "Head features taken with a stride",
     "head i must get the contiguous features i * d_head ... (i + 1) * d_head - 1: cut the last "
     "axis as (heads, d_head), not (d_head, heads).",
     (_split_strided,),
 )
+SPLIT_AXES = Mistake(
+    "split_axes", "Heads split onto the wrong axes",
+    "the result is (batch, heads, seq, d_head): after the view to (batch, seq, heads, d_head), "
+    "swap axes 1 and 2 only (transpose(1, 2)); the features stay last.",
+    (_split_features_first,),
+)
+SPLIT_FOLDED = Mistake(
+    "split_folded", "Heads folded into the batch",
+    "return (batch, heads, seq, d_head), 4-D: torch.nn.MultiheadAttention folds the heads into "
+    "the batch axis, (batch * heads, seq, d_head); this course keeps them on an axis of their own.",
+    (_split_folded,),
+)
+SPLIT_SWAPPED = Mistake(
+    "split_count_width_swapped", "Number of heads and head width swapped",
+    "cut d_model as (n_heads, d_head): view(batch, seq, n_heads, d_head), or -1 in place of "
+    "d_head; then transpose(1, 2).",
+    (_split_count_and_width_swapped,),
+)
+SPLIT_TRANSPOSE_FIRST = Mistake(
+    "transpose_before_view", "Transposed before the view",
+    "view (batch, seq, d_model) as (batch, seq, heads, d_head) FIRST, then transpose(1, 2): "
+    "transposed first, the features come before the positions and the view mixes them.",
+    (_split_transpose_first,),
+)
 MERGE_ORDER = Mistake(
-    "Heads merged in the wrong order",
+    "merge_order", "Heads merged in the wrong order",
     "first bring (batch, heads, seq, d_head) back to (batch, seq, heads, d_head) (swap axes 1 "
     "and 2), then reshape to (batch, seq, d_model): each position concatenates its own heads, "
     "head 0 first.",
     (_merge_without_transpose, _merge_feature_major, _merge_strided),
 )
-SPLIT_MISTAKES = (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED)
-MERGE_MISTAKES = (MERGE_ORDER,)
+MERGE_BY_VIEW = Mistake(
+    "view_after_transpose", "view after a transpose",
+    "after transpose(1, 2) the numbers are no longer laid out in memory in the new order, so "
+    "`view` refuses: use `reshape` (or `.contiguous().view(...)`).",
+    (_merge_by_view,),
+)
 
 
 # ---------------------------------------------------------------------------------------
 # Wrong ways to write MultiHeadAttention.forward
 
 
-def _forward(mha, query, key, value, mask=None, *, split=split_heads, merge=merge_heads,
-             roles="qkv", scale=lambda mha: mha.d_head, adapt_mask=None, fill=None,
-             empty_rows=True, project=True, average=False):
-    """The reference's forward, with the variations that mistakes make."""
-    projection = {"q": mha.w_q, "k": mha.w_k, "v": mha.w_v}
-    q, k, v = (split(projection[r](x), mha.n_heads) for r, x in zip(roles, (query, key, value)))
-    scores = q @ k.transpose(-2, -1) / math.sqrt(scale(mha))  # (batch, heads, q_len, k_len)
-    if mask is not None:
-        mask = mask if adapt_mask is None else adapt_mask(mask, q)
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
-    weights = torch.softmax(scores, dim=-1)
-    if mask is not None and empty_rows:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    out = merge(weights @ v)  # (batch, q_len, d_model)
-    return (mha.w_o(out) if project else out), (weights.mean(1) if average else weights)
+def _linear(layer, x, how):
+    """A projection as the learner wrote it: the layer, or by hand with its weight."""
+    if how == "layer":
+        return layer(x)
+    bias = layer.bias if layer.bias is not None and how == "untransposed" else 0
+    return x @ layer.weight + bias if how.startswith("untransposed") else x @ layer.weight.T
+
+
+def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=split_heads,
+             merge=merge_heads, roles="qkv", out_role="o", inputs=None, scale=None,
+             adapt_mask=None, fill=None, empty_rows=True, project=True, average=False,
+             linear="layer", heads=None, weights_when=None, dim=-1, drop=0.0):
+    """The reference's forward, with the variations that mistakes make.
+
+    roles: which projection (w_q, w_k or w_v) is applied to the query, key and value;
+    inputs: which tensors ("q", "k", "v") go in as query, key and value; scale: d -> what the
+    scores are divided by (d_head by default); heads: the number of heads split into."""
+    projection = {"q": mha.w_q, "k": mha.w_k, "v": mha.w_v, "o": mha.w_o}
+    given = {"q": query, "k": key, "v": value}
+    xs = (query, key, value) if inputs is None else tuple(given[i] for i in inputs)
+    n_heads = mha.n_heads if heads is None else heads
+    d_head = query.size(-1) // n_heads
+    q, k, v = (split(_linear(projection[r], x, linear), n_heads) for r, x in zip(roles, xs))
+    if mask is not None and adapt_mask is not None:
+        mask = adapt_mask(mask, q)
+    if scale is None and fill is None and empty_rows and dim == -1 and not drop:
+        out, weights = attend(q, k, v, mask)
+    else:
+        d = scale(d_head, mha) if scale is not None else d_head
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (batch, heads, q_len, k_len)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
+        weights = torch.softmax(scores, dim=dim)
+        if mask is not None and empty_rows:
+            weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        if drop:  # F.dropout(weights, p): on whatever the mode
+            weights = torch.nn.functional.dropout(weights, drop)
+        out = weights @ v
+    out = merge(out)  # (batch, q_len, d_model)
+    if project:
+        out = _linear(projection[out_role], out, linear)
+    weights = weights.mean(1) if average else weights
+    wanted = need_weights if weights_when is None else weights_when
+    return out, (weights if wanted else None)
 
 
 def _variant(**changes):
-    return lambda mha, query, key, value, mask=None: _forward(mha, query, key, value, mask, **changes)
+    return lambda mha, q, k, v, mask=None, need_weights=True: _forward(
+        mha, q, k, v, mask, need_weights, **changes)
 
 
 def _mask_repeated(mask, q):
@@ -120,93 +201,189 @@ def _mask_repeated(mask, q):
     return per_batch.repeat(heads, 1, 1).view(batch, heads, q_len, -1)
 
 
-def _same_for(mistake, *computes):
-    """The same mistake, recognised in the output of the whole module."""
-    return Mistake(mistake.title, mistake.hint, computes)
+def _split_by_query_length(query):
+    """split_heads that takes the sequence length from the query (a self-attention habit)."""
+    batch, seq, _ = query.shape
+
+    def split(x, n_heads):
+        return x.view(batch, seq, n_heads, x.size(-1) // n_heads).transpose(1, 2)
+
+    return split
+
+
+def _with_query_length(mha, query, key, value, mask=None, need_weights=True):
+    return _forward(mha, query, key, value, mask, need_weights,
+                    split=_split_by_query_length(query))
+
+
+def _one_head(scale, squeeze):
+    """Attention over all d_model features at once; its weights (batch, q_len, k_len) when
+    `squeeze`, else (batch, 1, q_len, k_len)."""
+
+    def compute(mha, q, k, v, mask=None, need_weights=True):
+        out, weights = _forward(mha, q, k, v, mask, need_weights, heads=1, scale=scale)
+        return out, (weights[:, 0] if squeeze and weights is not None else weights)
+
+    return compute
+
+
+def _roles_repeated():
+    """Every assignment of projections to (query, key, value) that uses one of them twice."""
+    return tuple("".join(r) for r in product("qkv", repeat=3) if len(set(r)) < 3)
+
+
+def _without_mask(case, error):
+    """The same case without its mask (for an error on a masked case)."""
+    query, key, value, mask = case.args
+    if mask is None or not shape_error(error):
+        return None
+    return dataclasses.replace(case, args=(query, key, value, None))
+
+
+def _equal_lengths(case, error):
+    """The same case with key and value cut to the query's length, and no mask."""
+    query, key, value, mask = case.args
+    if key.size(1) <= query.size(1) or not shape_error(error):
+        return None
+    q_len = query.size(1)
+    return dataclasses.replace(case, args=(query, key[:, :q_len], value[:, :q_len], None))
 
 
 MASK_HEADS = Mistake(
-    "Mask not broadcast over heads",
+    "mask_heads", "Mask not broadcast over heads",
     "the mask, e.g. (batch, 1, 1, k_len) or (q_len, k_len), already broadcasts to the scores' "
     "(batch, heads, q_len, k_len); the heads axis is axis 1. Inserting an axis elsewhere, or "
     "repeating the mask for (batch * heads), pairs masks with the wrong heads or sequences.",
-    (_variant(adapt_mask=_mask_repeated), _variant(adapt_mask=lambda m, q: m.unsqueeze(1))),
+    tuple(_variant(adapt_mask=adapt, fill=fill)
+          for adapt in (_mask_repeated, lambda m, q: m.unsqueeze(1),
+                        lambda m, q: m.unsqueeze(1) if m.dim() < 4 else m,
+                        lambda m, q: m.unsqueeze(1) if m.dim() < 3 else m)
+          for fill in (None, float("-inf"), -1e9)),
+    probe=_without_mask,
 )
 KEY_LENGTH = Mistake(
-    "Works only when key and value are as long as the query",
+    "key_length", "Works only when key and value are as long as the query",
     "in cross-attention k_len differs from q_len: split key and value with their own length "
     "(or -1 in view), not the query's.",
-)
-WEIGHTS_NOT_RETURNED = Mistake(
-    "Weights not returned",
-    "with need_weights=True return (output, weights), the weights of every head "
-    "(batch, heads, q_len, k_len).",
+    (_with_query_length,),
+    probe=_equal_lengths,
 )
 WEIGHTS_NOT_ASKED = Mistake(
-    "Weights returned when not asked for",
+    "weights_not_asked", "Weights returned when not asked for",
     "with need_weights=False (the default) return (output, None), as the reference does.",
-)
-RENAMED = Mistake(
-    "Parameters renamed",
-    "the checks copy the reference's weights into w_q, w_k, w_v and w_o by name: keep "
-    "__init__ as given and write only forward.",
+    (_variant(weights_when=True),),
 )
 MISTAKES = (
-    _same_for(SPLIT_WITHOUT_TRANSPOSE, _variant(split=_split_without_transpose)),
-    _same_for(SPLIT_STRIDED, _variant(split=_split_strided)),
-    _same_for(MERGE_ORDER, _variant(merge=_merge_without_transpose), _variant(merge=_merge_strided)),
+    SPLIT_WITHOUT_TRANSPOSE.computing(_variant(split=_split_without_transpose)),
+    SPLIT_STRIDED.computing(_variant(split=_split_strided)),
+    SPLIT_SWAPPED.computing(_variant(split=_split_count_and_width_swapped)),
+    SPLIT_TRANSPOSE_FIRST.computing(_variant(split=_split_transpose_first)),
+    MERGE_ORDER.computing(_variant(merge=_merge_without_transpose), _variant(merge=_merge_strided),
+                          _variant(merge=_merge_feature_major)),
+    MERGE_BY_VIEW.computing(_variant(merge=_merge_by_view)),
     Mistake(
-        "Output projection missing",
+        "no_output_projection", "Output projection missing",
         "MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O: after merging the heads, apply "
         "self.w_o, which mixes what the heads found.",
         (_variant(project=False),),
     ),
     Mistake(
-        "Scaled by sqrt(d_model) instead of sqrt(d_head)",
-        "each head compares queries and keys of d_head = d_model / n_heads features, so its "
-        "scores are divided by sqrt(d_head). The input's width, query.size(-1), is d_model: "
-        "take the width after the split.",
-        (_variant(scale=lambda mha: mha.d_head * mha.n_heads),),
+        "projection_reused", "One projection used for two roles",
+        "w_q, w_k, w_v and w_o are four different projections, one per role: queries "
+        "w_q(query), keys w_k(key), values w_v(value), and w_o after the merge. A copy-pasted "
+        "line probably still names the first one.",
+        tuple(_variant(roles=r) for r in _roles_repeated())
+        + tuple(_variant(out_role=o) for o in "qkv"),
     ),
     Mistake(
-        "Scores not scaled",
-        "divide each head's Q K^T by sqrt(d_head), as in chapter 01.",
-        (_variant(scale=lambda mha: 1.0),),
-    ),
-    Mistake(
-        "Query, key and value mixed up",
+        "qkv_mixed_up", "Query, key and value mixed up",
         "queries are w_q(query), keys w_k(key), values w_v(value). In cross-attention these "
         "are three different tensors: keys and values do not come from the query.",
         tuple(_variant(roles="".join(r)) for r in permutations("qkv") if r != tuple("qkv"))
-        + (
-            lambda mha, q, k, v, m=None: _forward(mha, q, q, q, m),
-            lambda mha, q, k, v, m=None: _forward(mha, q, k, k, m),
-            lambda mha, q, k, v, m=None: _forward(mha, q, v, k, m),
-        ),
+        + tuple(_variant(inputs="".join(i)) for i in product("qkv", repeat=3) if i != tuple("qkv")),
     ),
     Mistake(
-        "Mask polarity inverted",
+        "weight_untransposed", "Linear layer written as x @ weight",
+        "nn.Linear stores its weight as (out_features, in_features) and computes x @ weight.T + "
+        "bias. Call the layer, self.w_q(x), rather than write the paper's X W^Q with its weight.",
+        (_variant(linear="untransposed"), _variant(linear="untransposed_no_bias")),
+    ),
+    Mistake(
+        "bias_dropped", "Projection biases left out",
+        "each projection is a whole nn.Linear, x @ weight.T + bias (the paper's equations leave "
+        "the biases out, its model has them): call the layers, self.w_q(x), ..., self.w_o(x).",
+        (_variant(linear="transposed_no_bias"),),
+    ),
+    Mistake(
+        "softmax_wrong_axis", "Softmax over the wrong axis",
+        "each query's weights are a softmax over the keys: the last axis of the scores "
+        "(batch, heads, q_len, k_len), dim=-1.",
+        tuple(_variant(dim=d, fill=float("-inf")) for d in (1, -2, 0, 2)),
+    ),
+    Mistake(
+        "scaled_by_d_model", "Scaled by sqrt(d_model) instead of sqrt(d_head)",
+        "each head compares queries and keys of d_head = d_model / n_heads features, so its "
+        "scores are divided by sqrt(d_head). The input's width, query.size(-1), is d_model: "
+        "take the width after the split.",
+        (_variant(scale=lambda d, mha: d * mha.n_heads),),
+    ),
+    Mistake(
+        "scaled_by_d_head", "Scaled by d_head instead of sqrt(d_head)",
+        "divide the scores by sqrt(d_head), once. (Dividing the queries by sqrt(d_head) and then "
+        "calling attention, which scales again, divides by d_head.)",
+        (_variant(scale=lambda d, mha: d * d), _variant(scale=lambda d, mha: (d * mha.n_heads) ** 2)),
+    ),
+    Mistake(
+        "no_scaling", "Scores not scaled",
+        "divide each head's Q K^T by sqrt(d_head), as in chapter 01.",
+        (_variant(scale=lambda d, mha: 1.0),),
+    ),
+    Mistake(
+        "heads_not_split", "Heads not split",
+        "project, then split d_model into n_heads heads of d_head features, each attending on "
+        "its own: weights (batch, heads, q_len, k_len). One attention over all d_model features "
+        "is a single head.",
+        tuple(_one_head(scale, squeeze) for scale in (None, lambda d, mha: mha.d_head)
+              for squeeze in (False, True)),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted",
         "True means 'may attend' here, as in F.scaled_dot_product_attention (torch.nn."
         "MultiheadAttention takes the opposite): pass the mask on without inverting it.",
-        (_variant(adapt_mask=lambda m, q: ~m),),
+        (_variant(adapt_mask=lambda m, q: ~m), _variant(adapt_mask=lambda m, q: ~m, fill=-1e9,
+                                                        empty_rows=False)),
     ),
     Mistake(
-        "Mask ignored",
+        "mask_ignored", "Mask ignored",
         "your output is the same as with no mask: pass `mask` on to the attention.",
-        (lambda mha, q, k, v, m=None: _forward(mha, q, k, v),),
+        (lambda mha, q, k, v, m=None, need_weights=True: _forward(mha, q, k, v, None, need_weights),),
     ),
     MASK_HEADS,
     Mistake(
-        "Weights averaged over heads",
+        "dropout_in_eval", "Dropout applied in eval mode",
+        "F.dropout(weights, p) drops in every mode (its `training` is True by default): use "
+        "self.dropout, which drops only in training mode (the checks run in eval mode).",
+        tuple(_variant(drop=p) for p in (0.1, 0.2, 0.5, 0.3)),
+    ),
+    Mistake(
+        "weights_averaged", "Weights averaged over heads",
         "return the weights of every head, (batch, heads, q_len, k_len), not their mean "
         "(torch.nn.MultiheadAttention averages by default; the reference does not).",
         (_variant(average=True),),
     ),
-    _same_for(
-        FULLY_MASKED,
+    Mistake(
+        "weights_not_returned", "Weights not returned",
+        "with need_weights=True return (output, weights), the weights of every head "
+        "(batch, heads, q_len, k_len).",
+        (_variant(weights_when=False),),
+    ),
+    WEIGHTS_NOT_ASKED,
+    FULLY_MASKED.computing(
         _variant(fill=float("-inf"), empty_rows=False),
         _variant(fill=-1e9, empty_rows=False),
+        _variant(empty_rows=False),
     ),
+    KEY_LENGTH,
 )
 
 
@@ -219,54 +396,36 @@ def _lengths_mask(lengths, k_len):
     return (torch.arange(k_len) < torch.tensor(lengths)[:, None])[:, None, None, :]
 
 
-@dataclass
-class Case:
-    seed: int
-    d_model: int
-    n_heads: int
-    batch: int
-    q_len: int
-    k_len: int = None  # None: self-attention (key and value are the query)
-    mask: torch.Tensor = None
-    bias: bool = True
-
-    def tensors(self):
-        g = torch.Generator().manual_seed(self.seed)
-        query = torch.randn(self.batch, self.q_len, self.d_model, generator=g)
-        if self.k_len is None:
-            return query, query, query, self.mask
-        key = torch.randn(self.batch, self.k_len, self.d_model, generator=g)
-        value = torch.randn(self.batch, self.k_len, self.d_model, generator=g)
-        return query, key, value, self.mask
-
-    def modules(self, cls):
-        """The reference and the learner's module (built by `call`), with the same weights."""
-        torch.manual_seed(self.seed)
-        reference = Reference(self.d_model, self.n_heads, bias=self.bias).eval()
-        torch.manual_seed(self.seed)
-        built = call(cls, self.d_model, self.n_heads, bias=self.bias)
-        fail_on_error(built, "MultiHeadAttention", f"d_model={self.d_model}, n_heads={self.n_heads}")
-        try:
-            built.value.load_state_dict(reference.state_dict())
-            built.value.eval()
-        except Exception as error:
-            RENAMED.fail(f"  {str(error).strip().splitlines()[-1].strip()}")
-        return reference, built.value
+def _mha_case(seed, d_model, n_heads, batch, q_len, k_len=None, mask=None, bias=True,
+              need_weights=True):
+    g = torch.Generator().manual_seed(seed)
+    query = torch.randn(batch, q_len, d_model, generator=g)
+    if k_len is None:  # self-attention: key and value are the query
+        key = value = query
+    else:
+        key = torch.randn(batch, k_len, d_model, generator=g)
+        value = torch.randn(batch, k_len, d_model, generator=g)
+    label = describe(query=query, key=key, value=value, mask=mask)
+    label += f" (d_model={d_model}, n_heads={n_heads}" + (")" if need_weights else ", need_weights=False)")
+    return Case((query, key, value, mask), {"need_weights": need_weights}, label=label,
+                names=("query", "key", "value", "mask"), init=(d_model, n_heads),
+                init_kwargs={} if bias else {"bias": False}, seed=seed)
 
 
 # Unmasked cases first (self, then cross), then masks whose rows mix True and False:
 # padding (batch, 1, 1, k_len); causal (q_len, k_len) with q_len == heads, so that a mask
-# unsqueezed on axis 1 still broadcasts (to the wrong heads); padding & causal; and last a
-# sequence made only of padding.
+# unsqueezed on axis 1 still broadcasts (to the wrong heads); padding & causal; a sequence
+# made only of padding; last, need_weights=False.
 MHA_CASES = [
-    Case(0, d_model=12, n_heads=3, batch=2, q_len=5),
-    Case(1, d_model=8, n_heads=2, batch=3, q_len=4, bias=False),
-    Case(2, d_model=12, n_heads=3, batch=2, q_len=3, k_len=6),
-    Case(3, d_model=12, n_heads=3, batch=2, q_len=5, mask=_lengths_mask([5, 3], 5)),
-    Case(4, d_model=16, n_heads=4, batch=2, q_len=4, mask=causal_mask(4)),
-    Case(5, d_model=8, n_heads=2, batch=3, q_len=3, k_len=6, mask=_lengths_mask([6, 4, 2], 6)),
-    Case(6, d_model=12, n_heads=3, batch=2, q_len=5, mask=_lengths_mask([5, 2], 5) & causal_mask(5)),
-    Case(7, d_model=8, n_heads=2, batch=2, q_len=3, k_len=4, mask=_lengths_mask([0, 3], 4)),
+    _mha_case(0, d_model=12, n_heads=3, batch=2, q_len=5),
+    _mha_case(1, d_model=8, n_heads=2, batch=3, q_len=4, bias=False),
+    _mha_case(2, d_model=12, n_heads=3, batch=2, q_len=3, k_len=6),
+    _mha_case(3, d_model=12, n_heads=3, batch=2, q_len=5, mask=_lengths_mask([5, 3], 5)),
+    _mha_case(4, d_model=16, n_heads=4, batch=2, q_len=4, mask=causal_mask(4)),
+    _mha_case(5, d_model=8, n_heads=2, batch=3, q_len=3, k_len=6, mask=_lengths_mask([6, 4, 2], 6)),
+    _mha_case(6, d_model=12, n_heads=3, batch=2, q_len=5, mask=_lengths_mask([5, 2], 5) & causal_mask(5)),
+    _mha_case(7, d_model=8, n_heads=2, batch=2, q_len=3, k_len=4, mask=_lengths_mask([0, 3], 4)),
+    _mha_case(0, d_model=12, n_heads=3, batch=2, q_len=5, need_weights=False),
 ]
 
 
@@ -274,134 +433,30 @@ def _randn(seed, *shape, dtype=torch.float32):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
 
 
-SPLIT_CASES = [  # (x (batch, seq, d_model), n_heads)
-    (_randn(10, 2, 5, 12), 3),
-    (_randn(11, 1, 7, 8), 4),
-    (_randn(12, 3, 4, 6, dtype=torch.float64), 2),
+def _split_case(x, n_heads, seed):
+    return Case((x, n_heads), names=("x", None), label=describe(x=x, n_heads=n_heads), seed=seed)
+
+
+SPLIT_CASES = [
+    _split_case(_randn(10, 2, 5, 12), 3, 10),
+    _split_case(_randn(11, 1, 7, 8), 4, 11),
+    _split_case(_randn(12, 3, 4, 6, dtype=torch.float64), 2, 12),
 ]
-MERGE_CASES = [_randn(20, 2, 3, 5, 4), _randn(21, 1, 4, 7, 2), _randn(22, 3, 2, 4, 3, dtype=torch.float64)]
+MERGE_CASES = [Case((x,), names=("x",), seed=seed) for seed, x in (
+    (20, _randn(20, 2, 3, 5, 4)), (21, _randn(21, 1, 4, 7, 2)),
+    (22, _randn(22, 3, 2, 4, 3, dtype=torch.float64)))]
 
-
-# ---------------------------------------------------------------------------------------
-# Checks
-
-
-def _compare_tensor(name, fn, args, inputs, reference, mistakes):
-    """Call fn(*clones of args); fail naming the mistake unless it equals reference(*args)."""
-    given = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-    outcome = call(fn, *given)
-    fail_on_error(outcome, name, inputs)
-    if not all(torch.equal(a, b) for a, b in zip(given, args) if isinstance(a, torch.Tensor)):
-        raise CheckFailure(
-            f"Input modified in place: {name} changed the caller's tensor. Use out-of-place "
-            "operations (view, transpose, reshape) and return a new tensor."
-        )
-    expected = reference(*args)
-    if close(outcome.value, expected):
-        return
-    mistake = first_match(mistakes, outcome.value, *args, same=close)
-    if mistake is not None:
-        mistake.fail(f"  on {inputs}")
-    problem = tensor_problem(outcome.value, expected, "the result")
-    if problem:
-        raise CheckFailure(f"Wrong result of {name}: {problem} on {inputs}")
-    raise CheckFailure(
-        f"Wrong result of {name} on {inputs}, and no common mistake matches: "
-        f"{difference(outcome.value, expected)}."
-    )
-
-
-@checks("split_heads")
-def check_split_heads(fn):
-    for x, n_heads in SPLIT_CASES:
-        _compare_tensor("split_heads", fn, (x, n_heads), describe(x=x, n_heads=n_heads),
-                        split_heads, SPLIT_MISTAKES)
-
-
-@checks("merge_heads")
-def check_merge_heads(fn):
-    for x in MERGE_CASES:
-        _compare_tensor("merge_heads", fn, (x,), describe(x=x), merge_heads, MERGE_MISTAKES)
-
-
-def _same(actual, predicted):
-    return (
-        isinstance(actual, (tuple, list))
-        and len(actual) == 2
-        and close(actual[0], predicted[0])
-        and close(actual[1], predicted[1])
-    )
-
-
-@checks("MultiHeadAttention")
-def check_multi_head_attention(cls):
-    """Copy the reference's weights into the learner's module and compare on MHA_CASES."""
-    name = "MultiHeadAttention"
-    passed = {"self": False, "cross": False}  # a case of each kind without a mask passed
-    for case in MHA_CASES:
-        reference, module = case.modules(cls)
-        query, key, value, mask = args = case.tensors()
-        inputs = describe(query=query, key=key, value=value, mask=mask)
-        inputs += f" (d_model={case.d_model}, n_heads={case.n_heads})"
-        with torch.no_grad():  # first, so torch's one-off start-up is not timed as learner code
-            expected = reference(*args, need_weights=True)
-        given = [a.clone() if a is not None else None for a in args]
-        outcome = call(module, *given, need_weights=True)
-        unmasked_passed = passed["self"] and passed["cross"]
-        if outcome.error is not None and not isinstance(outcome.error, NotImplementedError):
-            if mask is not None and unmasked_passed:
-                MASK_HEADS.fail(_raised(outcome, inputs))
-            if case.k_len is not None and passed["self"] and not passed["cross"]:
-                KEY_LENGTH.fail(_raised(outcome, inputs))
-        fail_on_error(outcome, name, inputs)
-        changed = [n for n, a, b in zip(("query", "key", "value", "mask"), given, args)
-                   if a is not None and not torch.equal(a, b)]
-        if changed:
-            raise CheckFailure(
-                f"Input modified in place: forward changed the caller's {' and '.join(changed)}. "
-                "Use out-of-place operations (x = x / s, not x /= s; masked_fill, not masked_fill_)."
-            )
-        result = outcome.value
-        if _same(result, expected):
-            passed["self" if case.k_len is None else "cross"] = True
-            continue
-        if not isinstance(result, (tuple, list)) or len(result) != 2:
-            kind = type(result).__name__ if result is not None else "None"
-            raise CheckFailure(
-                f"{name} should return a tuple (output, weights), got {kind} on {inputs}"
-                + ("\n  did you forget `return output, weights`?" if result is None else "")
-            )
-        mistake = first_match(MISTAKES, result, reference, *args, same=_same)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        if close(result[0], expected[0]) and result[1] is None:
-            WEIGHTS_NOT_RETURNED.fail(f"  on {inputs} with need_weights=True it returned None")
-        for value_, want, what in zip(result, expected, ("output", "weights")):
-            problem = tensor_problem(value_, want, what)
-            if problem and mask is not None and unmasked_passed:
-                MASK_HEADS.fail(f"  on {inputs}: {problem}")
-            if problem:
-                raise CheckFailure(f"Wrong {what}: {problem} on {inputs}")
-        what = "output" if not close(result[0], expected[0]) else "weights"
-        got, want = (result[0], expected[0]) if what == "output" else (result[1], expected[1])
-        raise CheckFailure(
-            f"Wrong {what} on {inputs}, and no common mistake matches: {difference(got, want)}. "
-            "Compare each step with Concat(head_1, ..., head_h) W^O."
-        )
-    _check_weights_only_when_asked(cls)
-
-
-def _raised(outcome, inputs):
-    message = str(outcome.error).strip().splitlines()
-    return f"  on {inputs} it raised {type(outcome.error).__name__}: {message[0] if message else ''}"
-
-
-def _check_weights_only_when_asked(cls):
-    case = MHA_CASES[0]
-    reference, module = case.modules(cls)
-    query, key, value, _ = case.tensors()
-    outcome = call(module, query.clone(), key.clone(), value.clone())
-    fail_on_error(outcome, "MultiHeadAttention", describe(query=query, key=key, value=value))
-    result = outcome.value
-    if not (isinstance(result, (tuple, list)) and len(result) == 2 and result[1] is None):
-        WEIGHTS_NOT_ASKED.fail(f"  on {describe(query=query, key=key, value=value)}")
+SPLIT = Item(
+    EXERCISE, "split_heads", split_heads, SPLIT_CASES,
+    (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
+     SPLIT_TRANSPOSE_FIRST),
+    formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
+)
+MERGE = Item(
+    EXERCISE, "merge_heads", merge_heads, MERGE_CASES, (MERGE_ORDER, MERGE_BY_VIEW),
+    formula="merge_heads(split_heads(x, n)) must give x back.",
+)
+MHA = Item(
+    EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, MISTAKES, what="the result",
+    parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
+)

@@ -1,242 +1,287 @@
-"""Checks for exercise 03: positional encoding, and its catalogue of mistakes."""
+"""Exercise 03: positional encoding (sinusoidal_encoding, PositionalEncoding.forward,
+embed_and_encode), their cases and their catalogue of mistakes."""
 
 import math
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from ..positional import PositionalEncoding, sinusoidal_encoding
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, close, describe, gradient_case
+
+EXERCISE = "ex03_positional_encoding"
+
+# ---------------------------------------------------------------------------------------
+# sinusoidal_encoding(max_len, d_model)
 
 
-def _table(max_len, d_model, sin_first=True, interleave=True, first=0, exponent=None):
+def _table(max_len, d_model, sin_first=True, interleave=True, first=0, exponent=None,
+           base=10000.0, pair=None, positions=None):
     """The sinusoidal table with the variations that mistakes make."""
-    position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]
+    if positions is None:
+        position = torch.arange(first, first + max_len, dtype=torch.float64)[:, None]
+    else:
+        position = positions(max_len)[:, None]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i = 0, 2, 4, ...
-    angle = position * 10000.0 ** (-(two_i if exponent is None else exponent(two_i)) / d_model)
-    pair = (angle.sin(), angle.cos()) if sin_first else (angle.cos(), angle.sin())
+    power = two_i / d_model if exponent is None else exponent(two_i, d_model)
+    angle = position * base ** -power
+    if pair is None:
+        pair = (angle.sin(), angle.cos()) if sin_first else (angle.cos(), angle.sin())
+    else:
+        pair = pair(angle)
     pe = torch.stack(pair, -1).flatten(1) if interleave else torch.cat(pair, -1)
     return pe.to(torch.get_default_dtype())
 
 
+def _angle_table(max_len, d_model, angle_of):
+    """The table with angles computed by `angle_of(pos, two_i)` (a formula's parentheses)."""
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angle = angle_of(position, torch.arange(0, d_model, 2, dtype=torch.float64))
+    return torch.stack((angle.sin(), angle.cos()), -1).flatten(1).to(torch.get_default_dtype())
+
+
 def _cos_with_2i_plus_1(max_len, d_model):
     pe = _table(max_len, d_model)
-    pe[:, 1::2] = _table(max_len, d_model, exponent=lambda two_i: two_i + 1)[:, 1::2]
+    pe[:, 1::2] = _table(max_len, d_model, exponent=lambda two_i, d: (two_i + 1) / d)[:, 1::2]
     return pe
 
 
 TABLE_MISTAKES = (
     Mistake(
-        "sin and cos swapped",
+        "sin_cos_swapped", "sin and cos swapped",
         "even features 2i take the sine, odd features 2i+1 the cosine (so position 0 is "
         "[0, 1, 0, 1, ...]).",
         (lambda n, d: _table(n, d, sin_first=False),),
     ),
     Mistake(
-        "Halves concatenated instead of interleaved",
+        "halves_concatenated", "Halves concatenated instead of interleaved",
         "your table has all the sines first, then all the cosines. The paper pairs them: "
         "feature 2i is a sine and feature 2i+1 the cosine of the same angle.",
         (lambda n, d: _table(n, d, interleave=False), lambda n, d: _table(n, d, False, False)),
     ),
     Mistake(
-        "Exponent uses i instead of 2i",
+        "exponent_i", "Exponent uses i instead of 2i",
         "the wavelength of pair i is 10000^(2i / d_model): with i alone the frequencies only "
         "fall to 10000^(-1/2) instead of spanning the whole range.",
-        (lambda n, d: _table(n, d, exponent=lambda two_i: two_i / 2),),
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i / 2 / d),),
     ),
     Mistake(
-        "Cosine features use exponent 2i+1",
+        "cos_exponent_2i_plus_1", "Cosine features use exponent 2i+1",
         "features 2i and 2i+1 share one frequency, 1 / 10000^(2i / d_model): a sin/cos pair "
         "of the same angle.",
         (_cos_with_2i_plus_1,),
     ),
     Mistake(
-        "Frequencies inverted",
+        "frequencies_inverted", "Frequencies inverted",
         "the angle is pos / 10000^(2i / d_model): divide by the power (or multiply by its "
         "inverse), so wavelengths grow from 2 pi to 10000 * 2 pi.",
-        (lambda n, d: _table(n, d, exponent=lambda two_i: -two_i),),
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: -two_i / d),),
     ),
     Mistake(
-        "Positions start at 1",
+        "exponent_parentheses", "Parentheses of the exponent wrong",
+        "the angle is pos / 10000^(2i / d_model): the whole fraction 2i / d_model is the "
+        "exponent, 10000 ** (two_i / d_model).",
+        (lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / (10000.0**2 * two_i / d)),
+         lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / 10000.0**2 * two_i / d),
+         lambda n, d: _angle_table(n, d, lambda pos, two_i: pos / 10000.0**two_i / d)),
+    ),
+    Mistake(
+        "exponent_not_divided", "Exponent not divided by d_model",
+        "the exponent is 2i / d_model, between 0 and 1: 10000^(2i / d_model). Without the "
+        "division every pair but the first has an angle of about 0.",
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i),
+         lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i / 2)),
+    ),
+    Mistake(
+        "integer_division", "Exponent computed with integer division",
+        "2i // d_model is 0 for every pair, so every pair gets the same angle, pos. Divide with "
+        "/ (and keep the values floats).",
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i * 0),),
+    ),
+    Mistake(
+        "wrong_base", "Frequencies not based on 10000",
+        "the paper's wavelengths form a geometric progression from 2 pi to 10000 * 2 pi: the "
+        "base of the power is 10000.",
+        tuple((lambda n, d, b=b: _table(n, d, base=b))
+              for b in (1000.0, 100000.0, 100.0, math.e, math.exp(4), 10.0)),
+    ),
+    Mistake(
+        "one_function", "Only sines (or only cosines)",
+        "feature 2i is sin(angle) and feature 2i+1 cos(angle): the pair of both is what lets "
+        "attention shift positions by a rotation.",
+        (lambda n, d: _table(n, d, pair=lambda a: (a.sin(), a.sin())),
+         lambda n, d: _table(n, d, pair=lambda a: (a.cos(), a.cos()))),
+    ),
+    Mistake(
+        "positions_not_integers", "Positions not 0, 1, ..., max_len - 1",
+        "row pos of the table is position pos: torch.arange(max_len) gives 0, 1, ..., "
+        "max_len - 1 (torch.linspace spreads max_len points over a range instead).",
+        (lambda n, d: _table(n, d, positions=lambda n: torch.linspace(0, n, n, dtype=torch.float64)),
+         lambda n, d: _table(n, d, positions=lambda n: torch.linspace(0, 1, n, dtype=torch.float64))),
+    ),
+    Mistake(
+        "positions_from_1", "Positions start at 1",
         "the first position is pos = 0 (row 0 is [0, 1, 0, 1, ...]); use torch.arange(max_len).",
         (lambda n, d: _table(n, d, first=1),),
     ),
 )
 
-MULTIPLIED = Mistake(
-    "Encoding multiplied instead of added",
-    "the positional encoding is added to the input, x + PE, so the content survives "
-    "whatever the position.",
-    (
-        lambda x, pe, start=0: x * pe[start : start + x.size(1)],
-        lambda x, pe, start=0: x * math.sqrt(x.size(-1)) * pe[start : start + x.size(1)],
-    ),
-)
-START_IGNORED = Mistake(
-    "`start` ignored",
-    "with start=s the rows of x are positions s, s+1, ...: add PE[start : start + seq], "
-    "not PE[:seq] (decoding one token at a time needs this).",
-    (lambda x, pe, start=0: x + pe[: x.size(1)],),
-)
-def _embedded(how):
-    """A mistake's computation from (tokens, embedding, positional_encoding), given `how`
-    it combines the embeddings e, the encoding pe and s = sqrt(d_model)."""
-
-    def compute(tokens, embedding, positional_encoding):
-        e = embedding(tokens)  # (batch, seq, d_model)
-        pe = positional_encoding(torch.zeros_like(e))  # PE[:seq], broadcast over the batch
-        return how(e, pe, math.sqrt(embedding.embedding_dim))
-
-    return (compute,)
-
-
-SCALE_MISTAKES = (
-    Mistake(
-        "Embeddings not scaled by sqrt(d_model)",
-        "the paper multiplies the token embeddings by sqrt(d_model) before the positional "
-        "encoding is added (section 3.4).",
-        _embedded(lambda e, pe, s: e + pe),
-    ),
-    Mistake(
-        "Encoding scaled along with the embeddings",
-        "scale the embeddings, then add the positional encoding: sqrt(d_model) * E[tokens] + PE, "
-        "not sqrt(d_model) * (E[tokens] + PE).",
-        _embedded(lambda e, pe, s: s * (e + pe)),
-    ),
-    Mistake(
-        "Encoding scaled instead of the embeddings",
-        "it is the embeddings that are multiplied by sqrt(d_model), not the positional encoding.",
-        _embedded(lambda e, pe, s: e + s * pe),
-    ),
-    Mistake(
-        "Scaled by d_model instead of sqrt(d_model)",
-        "multiply by the square root of d_model: math.sqrt(d_model).",
-        _embedded(lambda e, pe, s: s * s * e + pe),
-    ),
-    Mistake(
-        "Embeddings divided by sqrt(d_model)",
-        "multiply the embeddings by sqrt(d_model); dividing makes them smaller than the encoding.",
-        _embedded(lambda e, pe, s: e / s + pe),
-    ),
-    Mistake(MULTIPLIED.title, MULTIPLIED.hint, _embedded(lambda e, pe, s: s * e * pe)),
-)
-
-
-# ---------------------------------------------------------------------------------------
-# sinusoidal_encoding
 
 def _roughly(actual, predicted):
     """Equal up to float32 rounding of large angles (inverted frequencies reach pos * 10^4,
     where sin in float32 is off by ~0.01); the mistakes differ from each other by ~1."""
-    return close(actual, predicted) or torch.allclose(actual.double(), predicted.double(), atol=0.05)
+    return close(actual, predicted) or (
+        isinstance(actual, torch.Tensor) and actual.shape == predicted.shape
+        and torch.allclose(actual.double(), predicted.double(), atol=0.05))
 
 
-TABLE_CASES = [(50, 16), (7, 6), (20, 10), (1, 4)]
-
-
-@checks("sinusoidal_encoding")
-def check_sinusoidal_encoding(fn):
-    name = "sinusoidal_encoding"
-    for max_len, d_model in TABLE_CASES:
-        inputs = f"max_len={max_len}, d_model={d_model}"
-        outcome = call(fn, max_len, d_model)
-        fail_on_error(outcome, name, inputs)
-        expected = sinusoidal_encoding(max_len, d_model)
-        problem = tensor_problem(outcome.value, expected, "the table")
-        if problem:
-            raise CheckFailure(f"Wrong table: {problem} on {inputs}")
-        if close(outcome.value, expected):
-            continue
-        mistake = first_match(TABLE_MISTAKES, outcome.value, max_len, d_model, same=_roughly)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong table on {inputs}, and no common mistake matches: "
-            f"{difference(outcome.value, expected)}. "
-            "Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same)."
-        )
+TABLE = Item(
+    EXERCISE, "sinusoidal_encoding", sinusoidal_encoding,
+    [Case((n, d), label=f"max_len={n}, d_model={d}", seed=0)
+     for n, d in [(50, 16), (7, 6), (20, 10), (1, 4)]],
+    TABLE_MISTAKES, match=_roughly, what="table",
+    formula="Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).",
+)
 
 
 # ---------------------------------------------------------------------------------------
-# PositionalEncoding (the stub gives __init__; the learner writes forward)
+# PositionalEncoding.forward(x, start=0) (the stub gives __init__)
 
-
-def _positional_case(seed, batch, seq, d_model, start):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, seq, d_model, generator=g), start
-
-
-POSITIONAL_CASES = [
-    _positional_case(0, 2, 5, 8, 0),
-    _positional_case(1, 3, 4, 6, 7),  # start > 0: positions 7..10
-    _positional_case(2, 1, 12, 8, 0),  # the whole table
-]
 MAX_LEN = 12
 
 
-def _construct(cls, d_model):
-    """The learner's PositionalEncoding with the reference table, so that an unfinished
+def _construct(cls, case):
+    """cls(d_model, max_len, dropout) holding the reference table, so that an unfinished
     sinusoidal_encoding does not block this item (the table has its own check)."""
-    namespace = cls.__init__.__globals__ if hasattr(cls.__init__, "__globals__") else {}
-    saved = namespace.get("sinusoidal_encoding")
+    init = getattr(cls.__init__, "__globals__", {})
+    saved = init.get("sinusoidal_encoding")
     if saved is not None:
-        namespace["sinusoidal_encoding"] = sinusoidal_encoding
+        init["sinusoidal_encoding"] = sinusoidal_encoding
     try:
-        module = cls(d_model, max_len=MAX_LEN)
+        module = cls(*case.init)
     finally:
         if saved is not None:
-            namespace["sinusoidal_encoding"] = saved
-    module.eval()
+            init["sinusoidal_encoding"] = saved
     if isinstance(getattr(module, "pe", None), torch.Tensor):
-        module.pe = sinusoidal_encoding(MAX_LEN, d_model)
+        module.pe = sinusoidal_encoding(*case.init[1::-1])
     return module
 
 
-@checks("PositionalEncoding")
-def check_positional_encoding(cls):
-    name = "PositionalEncoding"
-    for x, start in POSITIONAL_CASES:
-        d_model = x.size(-1)
-        inputs = describe(x=x, start=start) + f", d_model={d_model}, max_len={MAX_LEN}"
-        made = call(_construct, cls, d_model)
-        fail_on_error(made, f"{name}.__init__", f"d_model={d_model}, max_len={MAX_LEN}")
-        given = x.clone()
-        outcome = call(made.value, given, start)
-        fail_on_error(outcome, f"{name}.forward", inputs)
-        if not torch.equal(given, x):
-            raise CheckFailure(
-                "Input modified in place: forward changed the caller's x; "
-                "return x + ..., do not use x += ..."
-            )
-        table = sinusoidal_encoding(MAX_LEN, d_model)
-        expected = PositionalEncoding(d_model, MAX_LEN).eval()(x, start)
-        if close(outcome.value, expected):
-            continue
-        problem = tensor_problem(outcome.value, expected, "the output")
-        if problem:
-            raise CheckFailure(f"Wrong output: {problem} on {inputs}")
-        mistake = first_match((MULTIPLIED, START_IGNORED), outcome.value, x, table, start, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong output on {inputs}, and no common mistake matches: "
-            f"{difference(outcome.value, expected)}. The output is x + PE[start : start + seq]."
-        )
+def _rows(pe, x, start):
+    return pe[start : start + x.size(1)]
+
+
+def _pe(how):
+    """A computation of the module's output from x, PE[start : start + seq] and the module."""
+    return lambda module, x, start=0: how(x, _rows(module.pe, x, start), module)
+
+
+def _dropout(module, t, always=False):
+    return F.dropout(t, module.dropout.p, training=True) if always else module.dropout(t)
+
+
+MULTIPLIED = Mistake(
+    "multiplied", "Encoding multiplied instead of added",
+    "the positional encoding is added to the input, x + PE, so the content survives "
+    "whatever the position.",
+    (_pe(lambda x, pe, m: m.dropout(x * pe)),
+     _pe(lambda x, pe, m: m.dropout(x * math.sqrt(x.size(-1)) * pe))),
+)
+POSITIONAL_MISTAKES = (
+    MULTIPLIED,
+    Mistake(
+        "input_left_out", "Input left out",
+        "the output is x + PE: the encoding is added to the input, not returned instead of it.",
+        (_pe(lambda x, pe, m: m.dropout(pe.expand_as(x))), _pe(lambda x, pe, m: m.dropout(pe))),
+    ),
+    Mistake(
+        "start_ignored", "`start` ignored",
+        "with start=s the rows of x are positions s, s+1, ...: add PE[start : start + seq], "
+        "not PE[:seq] (decoding one token at a time needs this).",
+        (lambda m, x, start=0: m.dropout(x + m.pe[: x.size(1)]),),
+    ),
+    Mistake(
+        "slice_end", "Slice end ignores `start`",
+        "the rows of x are positions start, ..., start + seq - 1: PE[start : start + seq]. "
+        "PE[start : seq] is too short (or empty) when start > 0.",
+        (lambda m, x, start=0: m.dropout(x + m.pe[start : x.size(1)]),),
+    ),
+    Mistake(
+        "wrong_axis_sliced", "Table sliced on the wrong axis",
+        "self.pe is (max_len, d_model): its rows are the positions, so slice the first axis, "
+        "self.pe[start : start + seq].",
+        (lambda m, x, start=0: m.dropout(x + m.pe[:, start : start + x.size(1)]),),
+    ),
+    Mistake(
+        "whole_table", "Whole table added",
+        "self.pe holds max_len positions; x has seq of them: add only its rows, "
+        "PE[start : start + seq] (broadcast over the batch).",
+        (lambda m, x, start=0: m.dropout(x + m.pe),),
+    ),
+    Mistake(
+        "start_off_by_one", "Positions off by one",
+        "the rows of x are positions start, start + 1, ..., start + seq - 1: "
+        "PE[start : start + seq].",
+        (lambda m, x, start=0: m.dropout(x + m.pe[start + 1 : start + 1 + x.size(1)]),
+         lambda m, x, start=0: m.dropout(x + m.pe[max(start - 1, 0) : max(start - 1, 0) + x.size(1)])),
+    ),
+    Mistake(
+        "scaled_here", "Input scaled by sqrt(d_model) in the positional encoding",
+        "this module only adds PE; the embeddings are scaled by sqrt(d_model) before it "
+        "(embed_and_encode below, and Embeddings in chapter 05).",
+        (_pe(lambda x, pe, m: m.dropout(x * math.sqrt(x.size(-1)) + pe)),),
+    ),
+    Mistake(
+        "dropout_missing", "Dropout not applied",
+        "in training the sum goes through self.dropout: dropout(x + PE) (the paper's section "
+        "5.4 applies dropout to the sums of the embeddings and the positional encodings).",
+        (_pe(lambda x, pe, m: x + pe),),
+    ),
+    Mistake(
+        "dropout_misplaced", "Dropout in the wrong place",
+        "dropout goes on the sum, dropout(x + PE): not on x alone, nor on the encoding alone.",
+        (_pe(lambda x, pe, m: m.dropout(x) + pe),
+         _pe(lambda x, pe, m: x + m.dropout(pe.expand_as(x))),
+         _pe(lambda x, pe, m: x + m.dropout(pe)),
+         _pe(lambda x, pe, m: m.dropout(m.dropout(x) + pe))),
+    ),
+    Mistake(
+        "dropout_in_eval", "Dropout applied in eval mode",
+        "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
+        "self.dropout, which drops only in training mode (model.train()), not in eval mode.",
+        (_pe(lambda x, pe, m: _dropout(m, x + pe, always=True)),),
+    ),
+)
+
+
+def _positional_case(seed, batch, seq, d_model, start, dropout=0.0, train=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, seq, d_model, generator=g)
+    label = describe(x=x, start=start) + f", d_model={d_model}, max_len={MAX_LEN}"
+    if dropout:
+        label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
+    return Case((x, start), names=("x", None), label=label, init=(d_model, MAX_LEN, dropout),
+                train=train, seed=seed)
+
+
+POSITIONAL = Item(
+    EXERCISE, "PositionalEncoding", PositionalEncoding,
+    [
+        _positional_case(0, 2, 5, 8, 0),
+        _positional_case(1, 3, 4, 6, 7),  # start > 0: positions 7..10
+        _positional_case(2, 1, 12, 8, 0),  # the whole table
+        _positional_case(3, 2, 4, 8, 3, dropout=0.5, train=True),
+        _positional_case(4, 2, 4, 8, 2, dropout=0.5),
+        gradient_case(_positional_case(5, 2, 3, 8, 1), "x"),
+    ],
+    POSITIONAL_MISTAKES, build=_construct,
+    formula="The output is dropout(x + PE[start : start + seq]).",
+)
 
 
 # ---------------------------------------------------------------------------------------
-# embed_and_encode
+# embed_and_encode(tokens, embedding, positional_encoding)
 
 
 def embed_and_encode(tokens, embedding, positional_encoding):
@@ -245,40 +290,77 @@ def embed_and_encode(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) * math.sqrt(embedding.embedding_dim))
 
 
+def _embedded(how):
+    """A mistake's computation from (tokens, embedding, positional_encoding), given `how`
+    it combines the embeddings e, the encoding pe and s = sqrt(d_model) (and the tokens t)."""
+
+    def compute(tokens, embedding, positional_encoding):
+        e = embedding(tokens)  # (batch, seq, d_model)
+        pe = positional_encoding(torch.zeros_like(e))  # PE[:seq], broadcast over the batch
+        return how(e, pe, math.sqrt(embedding.embedding_dim), tokens, embedding,
+                   positional_encoding)
+
+    return (compute,)
+
+
+SCALE_MISTAKES = (
+    Mistake(
+        "not_scaled", "Embeddings not scaled by sqrt(d_model)",
+        "the paper multiplies the token embeddings by sqrt(d_model) before the positional "
+        "encoding is added (section 3.4).",
+        _embedded(lambda e, pe, s, t, emb, penc: e + pe),
+    ),
+    Mistake(
+        "scaled_with_encoding", "Encoding scaled along with the embeddings",
+        "scale the embeddings, then add the positional encoding: sqrt(d_model) * E[tokens] + PE, "
+        "not sqrt(d_model) * (E[tokens] + PE).",
+        _embedded(lambda e, pe, s, t, emb, penc: s * (e + pe)),
+    ),
+    Mistake(
+        "encoding_scaled", "Encoding scaled instead of the embeddings",
+        "it is the embeddings that are multiplied by sqrt(d_model), not the positional encoding.",
+        _embedded(lambda e, pe, s, t, emb, penc: e + s * pe),
+    ),
+    Mistake(
+        "scaled_by_d_model", "Scaled by d_model instead of sqrt(d_model)",
+        "multiply by the square root of d_model: math.sqrt(d_model).",
+        _embedded(lambda e, pe, s, t, emb, penc: s * s * e + pe),
+    ),
+    Mistake(
+        "divided", "Embeddings divided by sqrt(d_model)",
+        "multiply the embeddings by sqrt(d_model); dividing makes them smaller than the encoding.",
+        _embedded(lambda e, pe, s, t, emb, penc: e / s + pe),
+    ),
+    Mistake(
+        "wrong_size", "Scaled by the square root of the wrong size",
+        "d_model is the width of each embedding vector (embedding.embedding_dim), not the "
+        "sequence length, the batch size, the vocabulary size or max_len.",
+        tuple(_embedded(lambda e, pe, s, t, emb, penc, size=size: math.sqrt(size(t, emb, penc)) * e + pe)[0]
+              for size in (lambda t, emb, penc: t.size(-1), lambda t, emb, penc: t.size(0),
+                           lambda t, emb, penc: emb.num_embeddings,
+                           lambda t, emb, penc: penc.pe.size(0))),
+    ),
+    Mistake(
+        "encoding_twice", "Positional encoding added twice",
+        "positional_encoding(x) already returns x + PE: add it once.",
+        _embedded(lambda e, pe, s, t, emb, penc: s * e + 2 * pe),
+    ),
+    MULTIPLIED.computing(*_embedded(lambda e, pe, s, t, emb, penc: s * e * pe)),
+)
+
+
 def _embedding_case(seed, vocab, d_model, batch, seq):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab, (batch, seq), generator=g)
     embedding = nn.Embedding.from_pretrained(torch.randn(vocab, d_model, generator=g), freeze=False)
-    return tokens, embedding, PositionalEncoding(d_model, max_len=16)
+    args = (tokens, embedding, PositionalEncoding(d_model, max_len=16))
+    return Case(args, names=("tokens", "embedding", "positional_encoding"),
+                label=describe(tokens=tokens) + f", d_model={d_model}", seed=seed)
 
 
-EMBEDDING_CASES = [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9)]
-
-
-@checks("embed_and_encode")
-def check_embed_and_encode(fn):
-    name = "embed_and_encode"
-    for tokens, embedding, positional_encoding in EMBEDDING_CASES:
-        d_model = embedding.embedding_dim
-        inputs = describe(tokens=tokens) + f", d_model={d_model}"
-        given = tokens.clone()
-        outcome = call(fn, given, embedding, positional_encoding)
-        fail_on_error(outcome, name, inputs)
-        if not torch.equal(given, tokens):
-            raise CheckFailure("Input modified in place: embed_and_encode changed the tokens.")
-        with torch.no_grad():
-            expected = embed_and_encode(tokens, embedding, positional_encoding)
-        if close(outcome.value, expected):
-            continue
-        problem = tensor_problem(outcome.value, expected, "the output")
-        if problem:
-            raise CheckFailure(f"Wrong output: {problem} on {inputs}")
-        args = (tokens, embedding, positional_encoding)
-        mistake = first_match(SCALE_MISTAKES, outcome.value, *args, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong output on {inputs}, and no common mistake matches: "
-            f"{difference(outcome.value, expected)}. "
-            "Look up the embeddings, scale them, then apply positional_encoding."
-        )
+EMBED = Item(
+    EXERCISE, "embed_and_encode", embed_and_encode,
+    [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9)],
+    SCALE_MISTAKES,
+    formula="Look up the embeddings, scale them, then apply positional_encoding.",
+)

@@ -1,8 +1,9 @@
-"""Checks for exercise 04: layer normalization, the feed-forward network and the residual
-sublayer, and their catalogue of mistakes.
+"""Exercise 04: layer normalization, the feed-forward network and the residual sublayer,
+their cases and their catalogue of mistakes.
 
-The stubs give each class's __init__, so the checks can copy the reference's parameters
-into the learner's module (load_state_dict) and compare forward passes exactly.
+The stubs give each class's __init__, so the checks copy the reference's parameters into
+the learner's module (load_state_dict) and compare forward passes exactly, in eval mode and
+in training mode (dropout on, the same seeded randomness for both).
 """
 
 import torch
@@ -10,342 +11,424 @@ from torch.nn import functional as F
 
 from ..feed_forward import PositionWiseFeedForward
 from ..normalization import LayerNorm, SublayerConnection
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, describe, gradient_case
 
-
-def _module(cls, args, state):
-    """The learner's cls(*args) holding the reference's parameters `state`, in eval mode.
-    Built under a fixed seed, and the caller's random state is left as it was."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        module = cls(*args)
-    module.to(next(iter(state.values())).dtype).load_state_dict(state)
-    return module.eval()
-
-
-def _compare(name, cls, args, state, inputs, forward_args, expected, mistakes, mistake_args,
-             seed=None):
-    """Run the learner's module on `forward_args` (clones); fail naming a mistake, or return.
-
-    With `seed`, the module runs in training mode after torch.manual_seed(seed) (dropout)."""
-    made = call(_module, cls, args, state)
-    fail_on_error(made, f"{name}.__init__", ", ".join(map(repr, args)))
-    module = made.value
-    given = [a.clone() if isinstance(a, torch.Tensor) else a for a in forward_args]
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            module.train()
-            torch.manual_seed(seed)
-        outcome = call(module, *given)
-    fail_on_error(outcome, f"{name}.forward", inputs)
-    if any(isinstance(a, torch.Tensor) and not torch.equal(a, b) for a, b in zip(given, forward_args)):
-        raise CheckFailure(
-            f"Input modified in place: {name}.forward changed the caller's x. Use out-of-place "
-            "operations (x = x - mean, not x -= mean)."
-        )
-    problem = tensor_problem(outcome.value, expected, "the output")
-    if problem:
-        raise CheckFailure(f"Wrong output: {problem} on {inputs}")
-    if close(outcome.value, expected):
-        return outcome
-    mistake = first_match(mistakes, outcome.value, *mistake_args, same=close)
-    if mistake is not None:
-        mistake.fail(f"  on {inputs}")
-    raise CheckFailure(
-        f"Wrong output on {inputs}, and no common mistake matches: "
-        f"{difference(outcome.value, expected)}."
-    )
+EXERCISE = "ex04_feed_forward_and_norm"
 
 
 def _randn(g, *shape, dtype=torch.float32):
     return torch.randn(*shape, generator=g, dtype=dtype)
 
 
+def _dropout_in_eval(module, t):
+    """F.dropout(t, p) without training=...: drops in eval mode too."""
+    return F.dropout(t, module.dropout.p, training=True)
+
+
+DROPOUT_IN_EVAL_HINT = (
+    "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
+    "self.dropout, which drops only in training mode (model.train()), not in eval mode.")
+
 # ---------------------------------------------------------------------------------------
 # LayerNorm
 
 
-def _norm(x, weight, bias, eps, dim=-1, correction=0, eps_inside=True, affine=(True, True)):
+def _norm(module, x, dim=-1, correction=0, eps="inside", affine="after", center=True,
+          root=True):
     """Layer normalization with the variations that mistakes make."""
-    mean = x.mean(dim, keepdim=True)
-    var = x.var(dim, keepdim=True, correction=correction)
-    std = torch.sqrt(var + eps) if eps_inside else torch.sqrt(var) + eps
-    y = (x - mean) / std
-    return y * (weight if affine[0] else 1) + (bias if affine[1] else 0)
+    w, b, e = module.weight, module.bias, module.eps
+    mean = x.mean(dim, keepdim=True) if center else 0
+    if center:
+        var = x.var(dim, keepdim=True, correction=correction)
+    else:
+        var = (x * x).mean(dim, keepdim=True)
+    if isinstance(eps, float):  # a number of the learner's own instead of self.eps
+        e, eps = eps, "inside"
+    if eps == "inside":
+        std = torch.sqrt(var + e) if root else var + e
+    else:
+        std = torch.sqrt(var) + (e if eps == "outside" else 0)
+    y = (x - mean) / std + (e if eps == "after" else 0)
+    if affine == "after":
+        return y * w + b
+    if affine == "swapped":
+        return y * b + w
+    if affine == "bias_first":
+        return (y + b) * w
+    return y * (w if "w" in affine else 1) + (b if "b" in affine else 0)
 
 
-NORM_BUILTIN = Mistake(
-    "Built-in layer norm called",
-    "you called torch.nn.LayerNorm or F.layer_norm; the exercise is to write "
-    "(x - mean) / sqrt(var + eps) * weight + bias yourself.",
-)
+def _norm_with(**bug):
+    return lambda module, x: _norm(module, x, **bug)
+
+
 NORM_MISTAKES = (
     Mistake(
-        "Unbiased variance",
+        "builtin", "Built-in layer norm called",
+        "you called torch.nn.LayerNorm or F.layer_norm; the exercise is to write "
+        "(x - mean) / sqrt(var + eps) * weight + bias yourself.",
+        uses=("layer_norm",),
+    ),
+    Mistake(
+        "no_keepdim", "keepdim=True missing",
+        "x.mean(-1) drops the last axis, so it no longer lines up with x: keep it, "
+        "x.mean(-1, keepdim=True) (the same for the variance).",
+        (lambda m, x: (x - x.mean(-1)) / torch.sqrt(x.var(-1, correction=0) + m.eps) * m.weight + m.bias,),
+    ),
+    Mistake(
+        "unbiased", "Unbiased variance",
         "LayerNorm divides by d_model, not d_model - 1: x.var(-1, unbiased=False) (or "
         "correction=0), or the mean of the squared deviations. torch.var is unbiased by default.",
-        (lambda x, w, b, eps: _norm(x, w, b, eps, correction=1),),
+        (_norm_with(correction=1), _norm_with(correction=1, eps="outside")),
     ),
     Mistake(
-        "Epsilon outside the square root",
-        "eps goes under the root, sqrt(var + eps), as in torch.nn.LayerNorm; not sqrt(var) + eps.",
-        (lambda x, w, b, eps: _norm(x, w, b, eps, eps_inside=False),),
+        "eps_outside", "Epsilon outside the square root",
+        "eps goes under the root, sqrt(var + eps), as in torch.nn.LayerNorm; not sqrt(var) + eps, "
+        "nor added after the division.",
+        (_norm_with(eps="outside"), _norm_with(eps="after")),
     ),
     Mistake(
-        "Epsilon missing",
+        "no_eps", "Epsilon missing",
         "divide by sqrt(var + eps): eps (self.eps) keeps the division safe when a position's "
         "features are (nearly) all equal.",
-        (lambda x, w, b, eps: _norm(x, w, b, 0.0),),
+        (_norm_with(eps="none"),),
     ),
     Mistake(
-        "Normalized over the wrong axis",
+        "eps_ignored", "self.eps ignored",
+        "use the module's own eps, self.eps (set by __init__), not a number of your own.",
+        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7)),
+    ),
+    Mistake(
+        "wrong_axis", "Normalized over the wrong axis",
         "LayerNorm takes the mean and variance of each position's own d_model features: the "
         "last axis (dim=-1, keepdim=True), whatever the number of leading axes.",
-        tuple(
-            (lambda x, w, b, eps, d=d: _norm(x, w, b, eps, dim=d))
-            for d in (0, 1, -2, (-2, -1), (0, 1), (0, -1), (1, 2), (0, 1, 2))
-        ),
+        tuple(_norm_with(dim=d) for d in (0, 1, 2, -2, (-2, -1), (0, 1), (0, -1), (1, 2), (0, 1, 2))),
     ),
     Mistake(
-        "Gain or bias missing",
+        "no_square_root", "Divided by the variance instead of the standard deviation",
+        "normalize by sqrt(var + eps), the standard deviation: dividing by the variance leaves "
+        "the features with a spread of 1 / std, not 1.",
+        (_norm_with(root=False),),
+    ),
+    Mistake(
+        "not_centered", "Mean not subtracted",
+        "normalize (x - mean) / sqrt(var + eps): subtract each position's mean first (and take "
+        "the variance around it).",
+        (lambda module, x: x / torch.sqrt(x.var(-1, keepdim=True, correction=0) + module.eps)
+         * module.weight + module.bias,
+         _norm_with(center=False)),
+    ),
+    Mistake(
+        "variance_not_centered", "Variance not centered",
+        "the variance is the mean of the squared deviations from the mean, ((x - mean) ** 2)"
+        ".mean(-1); the mean of x ** 2 is not (unless the mean is 0).",
+        (lambda m, x: (x - x.mean(-1, keepdim=True)) / torch.sqrt((x * x).mean(-1, keepdim=True) + m.eps)
+         * m.weight + m.bias,),
+    ),
+    Mistake(
+        "l2_normalized", "Divided by the L2 norm instead of standardized",
+        "LayerNorm subtracts each position's mean and divides by its standard deviation, "
+        "(x - mean) / sqrt(var + eps); x / ||x|| (F.normalize) is another normalization.",
+        (lambda m, x: F.normalize(x, dim=-1, eps=m.eps) * m.weight + m.bias,
+         lambda m, x: F.normalize(x - x.mean(-1, keepdim=True), dim=-1, eps=m.eps) * m.weight + m.bias),
+    ),
+    Mistake(
+        "gain_bias_swapped", "Gain and bias swapped",
+        "self.weight (gamma, starts at 1) multiplies, self.bias (beta, starts at 0) is added: "
+        "weight * x_hat + bias.",
+        (_norm_with(affine="swapped"),),
+    ),
+    Mistake(
+        "bias_before_gain", "Bias added before the gain",
+        "scale first, then shift: weight * x_hat + bias, not (x_hat + bias) * weight.",
+        (_norm_with(affine="bias_first"),),
+    ),
+    Mistake(
+        "no_affine", "Gain or bias missing",
         "after normalizing, scale by the learned gain self.weight and shift by the learned bias "
         "self.bias (they start at 1 and 0, so the mistake only shows once they are trained).",
-        tuple(
-            (lambda x, w, b, eps, a=a: _norm(x, w, b, eps, affine=a))
-            for a in ((False, True), (True, False), (False, False))
-        ),
+        tuple(_norm_with(affine=a) for a in ("b", "w", "")),
     ),
 )
 
 
-def _norm_case(seed, shape, scale, dtype=torch.float32):
+def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None):
     g = torch.Generator().manual_seed(seed)
     x = scale * _randn(g, *shape, dtype=dtype) + 0.5
     d_model = shape[-1]
     state = {"weight": 1 + _randn(g, d_model, dtype=dtype), "bias": _randn(g, d_model, dtype=dtype)}
-    return x, state
+    label = describe(x=x) + f", {x.dtype}, d_model={d_model}" + (f", eps={eps}" if eps else "")
+    return Case((x,), names=("x",), label=label, init=(d_model,) + ((eps,) if eps else ()),
+                state=state, dtype=dtype, seed=seed)
 
 
-NORM_CASES = [
-    _norm_case(0, (2, 5, 8), 3.0),
-    _norm_case(1, (3, 4, 6), 0.003),  # variance ~ 1e-5 ~ eps: where eps matters
-    _norm_case(2, (2, 3, 4, 8), 1.0),  # 4-D: the axis must be -1
-    _norm_case(3, (4, 6), 2.0, torch.float64),
-]
-
-
-@checks("LayerNorm")
-def check_layer_norm(cls):
-    for x, state in NORM_CASES:
-        d_model = x.size(-1)
-        reference = LayerNorm(d_model).to(x.dtype)
-        reference.load_state_dict(state)
-        inputs = describe(x=x) + f", {x.dtype}, d_model={d_model}"
-        with torch.no_grad():
-            expected = reference(x)
-        params = (reference.weight.detach(), reference.bias.detach(), reference.eps)
-        outcome = _compare("LayerNorm", cls, (d_model,), state, inputs, (x,), expected,
-                           NORM_MISTAKES, (x, *params))
-        if "layer_norm" in outcome.torch_calls:
-            NORM_BUILTIN.fail()
+NORM = Item(
+    EXERCISE, "LayerNorm", LayerNorm,
+    [
+        _norm_case(0, (2, 5, 8), 3.0),
+        _norm_case(1, (3, 4, 6), 0.003),  # variance ~ 1e-5 ~ eps: where eps matters
+        _norm_case(2, (2, 3, 4, 8), 1.0),  # 4-D: the axis must be -1
+        _norm_case(3, (4, 6), 2.0, torch.float64),
+        _norm_case(4, (2, 3, 6), 0.03, eps=1e-3),  # eps of its own: self.eps matters
+        gradient_case(_norm_case(5, (2, 3, 6), 1.0), "x"),
+    ],
+    NORM_MISTAKES,
+    formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
+)
 
 
 # ---------------------------------------------------------------------------------------
 # PositionWiseFeedForward
 
 
-def _ffn(x, ffn, first=True, second=False, activation=None):
-    """linear2(act(linear1(x))) with the variations that mistakes make."""
+def _ffn(ffn, x, first=True, second=False, activation=None, drop="hidden", residual=False,
+         linear="layer"):
+    """linear2(dropout(act(linear1(x)))) with the variations that mistakes make. drop: where
+    the dropout goes ("hidden" is right; "eval": there, in eval mode too; "hidden+output":
+    twice). linear: "layer", "no_bias" (x @ W.T) or "untransposed" (x @ W + b)."""
     act = activation or ffn.activation
-    h = ffn.linear1(x)
+
+    def maybe(where, t):
+        if drop == "eval" and where == "hidden":
+            return _dropout_in_eval(ffn, t)
+        return ffn.dropout(t) if where in (drop or "").split("+") else t
+
+    def apply(layer, t):
+        if linear == "no_bias":
+            return t @ layer.weight.T
+        if linear == "untransposed":
+            return t @ layer.weight + layer.bias
+        return layer(t)
+
+    h = apply(ffn.linear1, maybe("input", x))
+    h = maybe("before", h)
     h = act(h) if first else h
-    y = ffn.linear2(h)
-    return act(y) if second else y
+    y = apply(ffn.linear2, maybe("hidden", h))
+    y = maybe("output", act(y) if second else y)
+    return x + y if residual else y
+
+
+def _ffn_with(**bug):
+    return lambda ffn, x: _ffn(ffn, x, **bug)
 
 
 FFN_MISTAKES = (
     Mistake(
-        "Activation after the second linear layer",
+        "activation_last", "Activation after the second linear layer",
         "FFN(x) = linear2(activation(linear1(x))): the activation sits between the two layers "
         "only; the output is not passed through it (it must be able to be negative).",
-        (
-            lambda x, ffn: _ffn(x, ffn, first=False, second=True),
-            lambda x, ffn: _ffn(x, ffn, second=True),
-        ),
+        (_ffn_with(first=False, second=True), _ffn_with(second=True)),
     ),
     Mistake(
-        "Activation missing",
+        "no_activation", "Activation missing",
         "without a nonlinearity the two linear layers collapse into one: apply self.activation "
         "to the hidden layer, between linear1 and linear2.",
-        (lambda x, ffn: _ffn(x, ffn, first=False),),
+        (_ffn_with(first=False),),
     ),
     Mistake(
-        "`activation` ignored",
+        "activation_ignored", "`activation` ignored",
         "with activation='gelu' the hidden layer goes through GELU: use self.activation, which "
         "__init__ set from the argument, not a fixed ReLU.",
-        (lambda x, ffn: _ffn(x, ffn, activation=F.relu),),
+        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu)),
     ),
+    Mistake(
+        "bias_dropped", "Biases left out",
+        "FFN(x) = max(0, x W_1 + b_1) W_2 + b_2: each nn.Linear adds its bias. Call the layers, "
+        "self.linear1(x), rather than multiply by their weights.",
+        (_ffn_with(linear="no_bias"),),
+    ),
+    Mistake(
+        "layers_misapplied", "Linear layers misapplied",
+        "self.linear1 maps d_model -> d_ff and self.linear2 d_ff -> d_model: call linear1 first, "
+        "then linear2, each once, as layers: self.linear1(x), not x @ self.linear1.weight "
+        "(nn.Linear stores its weight transposed, (out_features, in_features)).",
+        (lambda ffn, x: ffn.linear1(ffn.dropout(ffn.activation(ffn.linear2(x)))),
+         lambda ffn, x: ffn.linear1(ffn.dropout(ffn.activation(ffn.linear1(x)))),
+         _ffn_with(linear="untransposed")),
+    ),
+    Mistake(
+        "python_max", "Python's max used on a tensor",
+        "max(0, h) compares h with 0 as one Python value: for the paper's max(0, .) use "
+        "self.activation(h) (or torch.relu(h), h.clamp(min=0)).",
+        (lambda ffn, x: ffn.linear2(max(0, ffn.linear1(x))),
+         lambda ffn, x: ffn.linear2(max(ffn.linear1(x), 0))),
+    ),
+    Mistake(
+        "residual_inside", "Residual added inside the feed-forward network",
+        "FFN(x) is only linear2(activation(linear1(x))): the residual x + ... belongs to the "
+        "sublayer around it (SublayerConnection), which adds it once.",
+        (_ffn_with(residual=True),),
+    ),
+    Mistake(
+        "dropout_missing", "Dropout not applied",
+        "in training the hidden activations go through self.dropout before linear2: "
+        "linear2(dropout(activation(linear1(x)))).",
+        (_ffn_with(drop=None),),
+    ),
+    Mistake(
+        "dropout_misplaced", "Dropout in the wrong place",
+        "dropout goes on the hidden activations, after the activation and before linear2: "
+        "linear2(dropout(activation(linear1(x)))).",
+        tuple(_ffn_with(drop=d) for d in ("input", "before", "output", "hidden+output")),
+    ),
+    Mistake("dropout_in_eval", "Dropout applied in eval mode", DROPOUT_IN_EVAL_HINT,
+            (_ffn_with(drop="eval"),)),
 )
 
 
-def _ffn_case(seed, shape, d_ff, activation):
+def _ffn_case(seed, shape, d_ff, activation, dropout=0.0, train=False):
     g = torch.Generator().manual_seed(seed)
+    x = _randn(g, *shape)
     d_model = shape[-1]
-    with torch.random.fork_rng(devices=[]):  # importing the checks leaves the seed alone
-        reference = PositionWiseFeedForward(d_model, d_ff, activation=activation)
-    state = {
-        "linear1.weight": _randn(g, d_ff, d_model),
-        "linear1.bias": _randn(g, d_ff),
-        "linear2.weight": _randn(g, d_model, d_ff) / d_ff**0.5,
-        "linear2.bias": _randn(g, d_model),
-    }
-    reference.load_state_dict(state)
-    return _randn(g, *shape), d_ff, activation, reference.eval()
+    label = describe(x=x) + f", d_model={d_model}, d_ff={d_ff}, activation={activation!r}"
+    if dropout:
+        label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
+    return Case((x,), names=("x",), label=label, init=(d_model, d_ff, dropout, activation),
+                train=train, seed=seed)
 
 
-FFN_CASES = [
-    _ffn_case(0, (2, 5, 6), 10, "relu"),
-    _ffn_case(1, (3, 4, 6), 12, "gelu"),
-    _ffn_case(2, (7, 4), 9, "relu"),  # (..., d_model): any leading axes
-]
-
-
-@checks("PositionWiseFeedForward")
-def check_position_wise_feed_forward(cls):
-    for x, d_ff, activation, reference in FFN_CASES:
-        d_model = x.size(-1)
-        args = (d_model, d_ff, 0.0, activation)
-        inputs = describe(x=x) + f", d_model={d_model}, d_ff={d_ff}, activation={activation!r}"
-        with torch.no_grad():
-            expected = reference(x)
-        _compare("PositionWiseFeedForward", cls, args, reference.state_dict(), inputs, (x,),
-                 expected, FFN_MISTAKES, (x, reference))
+FFN = Item(
+    EXERCISE, "PositionWiseFeedForward", PositionWiseFeedForward,
+    [
+        _ffn_case(0, (2, 5, 6), 10, "relu"),
+        _ffn_case(1, (3, 4, 6), 12, "gelu"),
+        _ffn_case(2, (7, 4), 9, "relu"),  # (..., d_model): any leading axes
+        _ffn_case(3, (2, 3, 6), 10, "relu", dropout=0.5, train=True),
+        _ffn_case(4, (2, 3, 6), 10, "relu", dropout=0.5),
+    ],
+    FFN_MISTAKES,
+    formula="Compare with linear2(dropout(activation(linear1(x)))).",
+)
 
 
 # ---------------------------------------------------------------------------------------
 # SublayerConnection
 
 
-def _post(x, sub, norm):
-    return norm(x + sub(x))
+def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", use_norm=True):
+    """The residual sublayer with the variations that mistakes make. order: "right",
+    "flipped" (pre-norm and post-norm swapped), "normalized" (residual from norm(x)),
+    "norm_sum" (norm(x) + sub(x)), "both" (normalized before and after), "none" (no residual)."""
+    first = module.norm_first if norm_first is None else norm_first
+    if order == "flipped":
+        first = not first
+    norm = {True: module.norm, False: lambda t: t,
+            "plain": lambda t: F.layer_norm(t, t.shape[-1:], eps=module.norm.eps)}[use_norm]
+
+    def dropped(t, where):
+        if drop == "eval" and where == "sublayer":
+            return _dropout_in_eval(module, t)
+        return module.dropout(t) if drop == where else t
+
+    if order == "norm_sum":
+        return norm(x) + dropped(sub(x), "sublayer")
+    if order == "norm_branch":  # the norm on the sublayer's branch: x + norm(dropout(sublayer(x)))
+        return x + norm(dropped(sub(x), "sublayer"))
+    if order == "norm_output":  # x + dropout(norm(sublayer(x)))
+        return x + dropped(norm(sub(x)), "sublayer")
+    if order == "both":
+        return norm(x + dropped(sub(norm(x)), "sublayer"))
+    if first:
+        h = norm(x)
+        base = {"right": x, "flipped": x, "normalized": h, "none": 0}[order]
+        return dropped(base + dropped(sub(dropped(h, "input")), "sublayer"), "sum")
+    base = 0 if order == "none" else x
+    return norm(dropped(base + dropped(sub(dropped(x, "input")), "sublayer"), "sum"))
 
 
-def _pre(x, sub, norm):
-    return x + sub(norm(x))
+def _sub_with(norm_first_only=None, **bug):
+    """The mistake's computation; with norm_first_only=True (False), made only in pre-norm
+    (post-norm), the other mode right."""
+
+    def compute(module, x, sub):
+        if norm_first_only is not None and module.norm_first != norm_first_only:
+            return _sublayer(module, x, sub)
+        return _sublayer(module, x, sub, **bug)
+
+    return compute
 
 
 SUBLAYER_MISTAKES = (
     Mistake(
-        "Residual missing",
+        "no_residual", "Residual missing",
         "add the input back: the sublayer's output is x + Sublayer(...), so the input (and its "
         "gradient) always has a direct path through the layer.",
-        (
-            lambda x, sub, norm, norm_first: norm(sub(x)),
-            lambda x, sub, norm, norm_first: sub(norm(x)),
-            lambda x, sub, norm, norm_first: sub(x),
-        ),
+        (_sub_with(order="none"), _sub_with(order="none", use_norm=False)),
     ),
     Mistake(
-        "Norm on the wrong side of the residual (pre- and post-norm mixed up)",
+        "norm_misplaced", "Norm on the wrong side of the residual (pre- and post-norm mixed up)",
         "post-norm (norm_first=False, the paper): LayerNorm(x + Sublayer(x)); pre-norm "
         "(norm_first=True): x + Sublayer(LayerNorm(x)), the input itself is not normalized.",
-        (
-            lambda x, sub, norm, norm_first: (_post if norm_first else _pre)(x, sub, norm),
-            lambda x, sub, norm, norm_first: norm(x) + sub(x),
-            lambda x, sub, norm, norm_first: norm(x + sub(norm(x))),
-        ),
+        (_sub_with(order="flipped"), _sub_with(order="norm_sum"), _sub_with(order="both"),
+         _sub_with(norm_first=True), _sub_with(norm_first=False),
+         *(_sub_with(norm_first_only=mode, order=order) for mode in (True, False)
+           for order in ("norm_sum", "both", "norm_branch", "norm_output"))),
     ),
     Mistake(
-        "Residual taken from the normalized input",
+        "residual_normalized", "Residual taken from the normalized input",
         "in pre-norm the residual adds the raw input x, not LayerNorm(x): x + Sublayer(LayerNorm(x)).",
-        (lambda x, sub, norm, norm_first: norm(x) + sub(norm(x)),),
+        (_sub_with(order="normalized"),),
     ),
-)
-
-
-def _train_variant(where):
-    """The training-mode output when dropout is put `where`: 'sum' (around x + Sublayer)
-    or None (left out)."""
-
-    def compute(x, sub, norm, norm_first, seed):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            if norm_first:
-                y = x + sub(norm(x))
-                return y if where is None else F.dropout(y, DROPOUT)
-            y = x + sub(x)
-            return norm(y if where is None else F.dropout(y, DROPOUT))
-
-    return (compute,)
-
-
-DROPOUT = 0.5
-DROPOUT_MISTAKES = (
     Mistake(
-        "Dropout applied to the residual too",
+        "no_norm", "LayerNorm missing",
+        "apply self.norm: LayerNorm(x + Sublayer(x)) in post-norm, x + Sublayer(LayerNorm(x)) "
+        "in pre-norm.",
+        (_sub_with(use_norm=False),),
+    ),
+    Mistake(
+        "norm_parameters_unused", "self.norm's gain and bias not used",
+        "normalize with self.norm, the module's own LayerNorm: its learned gain and bias are part "
+        "of the sublayer (a LayerNorm made in forward, or F.layer_norm without them, leaves them out).",
+        (_sub_with(use_norm="plain"),),
+    ),
+    Mistake(
+        "dropout_on_sum", "Dropout applied to the residual too",
         "dropout goes on the sublayer's output only, x + Dropout(Sublayer(...)): the residual "
         "path carries x unchanged.",
-        _train_variant("sum"),
+        (_sub_with(drop="sum"),),
     ),
     Mistake(
-        "Dropout not applied",
+        "dropout_missing", "Dropout not applied",
         "in training the sublayer's output goes through self.dropout before it is added to x "
         "(the paper's residual dropout, section 5.4).",
-        _train_variant(None),
+        (_sub_with(drop=None),),
     ),
+    Mistake(
+        "dropout_on_input", "Dropout on the sublayer's input",
+        "dropout goes on the sublayer's output, x + Dropout(Sublayer(...)), not on what goes in.",
+        (_sub_with(drop="input"),),
+    ),
+    Mistake("dropout_in_eval", "Dropout applied in eval mode", DROPOUT_IN_EVAL_HINT,
+            (_sub_with(drop="eval"),)),
 )
 
 
-def _sublayer_case(seed, shape, norm_first, training=False):
+def _sublayer_case(seed, shape, norm_first, dropout=0.0, train=False):
     g = torch.Generator().manual_seed(seed)
     d_model = shape[-1]
     w = _randn(g, d_model, d_model) / d_model**0.5
-    state = {"norm.weight": 1 + 0.5 * _randn(g, d_model), "norm.bias": _randn(g, d_model)}
     x = 2 * _randn(g, *shape) + 1
-    return x, (lambda h: torch.tanh(h @ w)), norm_first, state, (seed if training else None)
+
+    def sublayer(h):
+        return torch.tanh(h @ w)
+
+    label = describe(x=x) + f", norm_first={norm_first}"
+    if dropout:
+        label += f", {'training' if train else 'eval mode'} with dropout={dropout}"
+    return Case((x, sublayer), names=("x", None), label=label,
+                init=(d_model, dropout, norm_first), train=train, seed=seed)
 
 
-SUBLAYER_CASES = [
-    _sublayer_case(0, (2, 5, 8), False),
-    _sublayer_case(1, (3, 4, 8), True),
-    _sublayer_case(2, (2, 3, 6), False, training=True),
-    _sublayer_case(3, (2, 3, 6), True, training=True),
-]
-
-
-@checks("SublayerConnection")
-def check_sublayer_connection(cls):
-    name = "SublayerConnection"
-    for x, sub, norm_first, state, seed in SUBLAYER_CASES:
-        d_model = x.size(-1)
-        dropout = DROPOUT if seed is not None else 0.0
-        args = (d_model, dropout, norm_first)
-        reference = SublayerConnection(*args)
-        reference.load_state_dict(state)
-        inputs = (
-            describe(x=x) + f", norm_first={norm_first}"
-            + (f", training with dropout={dropout}" if seed is not None else "")
-        )
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            if seed is None:
-                reference.eval()
-            else:
-                torch.manual_seed(seed)
-            expected = reference(x, sub)
-        if seed is None:
-            mistakes, mistake_args = SUBLAYER_MISTAKES, (x, sub, reference.norm, norm_first)
-        else:
-            mistakes, mistake_args = DROPOUT_MISTAKES, (x, sub, reference.norm, norm_first, seed)
-        _compare(name, cls, args, state, inputs, (x, sub), expected, mistakes, mistake_args,
-                 seed=seed)
+SUBLAYER = Item(
+    EXERCISE, "SublayerConnection", SublayerConnection,
+    [
+        _sublayer_case(0, (2, 5, 8), False),
+        _sublayer_case(1, (3, 4, 8), True),
+        _sublayer_case(2, (2, 3, 6), False, dropout=0.5, train=True),
+        _sublayer_case(3, (2, 3, 6), True, dropout=0.5, train=True),
+        _sublayer_case(4, (2, 3, 6), True, dropout=0.5),
+    ],
+    SUBLAYER_MISTAKES,
+    formula="Compare with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
+            "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
+)

@@ -1,44 +1,21 @@
-"""Checks for exercise 05: embeddings, the encoder layer and the encoder stack, and their
+"""Exercise 05: embeddings, the encoder layer and the encoder stack, their cases and their
 catalogue of mistakes.
 
-The exercise gives each class's __init__ complete, so a check can copy the reference's
-weights into the learner's module and compare outputs value by value. The reference's
-parameters are randomized first (LayerNorm gains and biases included): with the default
-init the two norms of a layer are the same function and some mistakes would be invisible.
+The exercise gives each class's __init__ complete, so a check copies the reference's
+(randomized) weights into the learner's module and compares outputs value by value, in
+eval mode and in training mode (dropout on, the same seeded randomness for both).
 """
 
 import math
 
 import torch
+from torch.nn import functional as F
 
 from .. import encoder as reference
 from ..masks import padding_mask
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, describe
 
-# The exercise's EncoderLayer names its norms like torch.nn.TransformerEncoderLayer.
-_LAYER_NAMES = (("sublayers.0.norm.", "norm1."), ("sublayers.1.norm.", "norm2."))
-
-IN_PLACE = Mistake(
-    "Input modified in place",
-    "your forward changed the caller's x. Use out-of-place operations (x = x + ..., not x += ...).",
-)
-RENAMED = Mistake(
-    "Parameters renamed",
-    "keep __init__ as the exercise gives it, so the check can copy the reference's weights "
-    "into your module; write only forward.",
-)
-
+EXERCISE = "ex05_encoder"
 
 # ---------------------------------------------------------------------------------------
 # Embeddings
@@ -54,24 +31,29 @@ def _sqrt_d_model(e, tokens):
 
 EMBEDDING_MISTAKES = (
     Mistake(
-        "Embeddings not scaled",
+        "not_scaled", "Embeddings not scaled",
         "multiply the looked-up vectors by sqrt(d_model) (paper, section 3.4), so that the "
         "positional encoding added next does not drown the tokens' identity.",
         (_embed(lambda e, t: 1.0),),
     ),
     Mistake(
-        "Embeddings scaled by d_model instead of sqrt(d_model)",
+        "scaled_by_d_model", "Embeddings scaled by d_model instead of sqrt(d_model)",
         "the scale is math.sqrt(d_model), the square root of the width; d_model itself makes "
         "the tokens drown the positional encoding instead.",
         (_embed(lambda e, t: e.embedding.embedding_dim),),
     ),
     Mistake(
-        "Embeddings divided by sqrt(d_model) instead of multiplied",
+        "divided", "Embeddings divided by sqrt(d_model) instead of multiplied",
         "the embeddings should get larger, not smaller.",
         (_embed(lambda e, t: 1 / _sqrt_d_model(e, t)),),
     ),
     Mistake(
-        "Embeddings scaled by the square root of the wrong size",
+        "scale_added", "sqrt(d_model) added instead of multiplied",
+        "scale the embeddings: embedding(tokens) * sqrt(d_model), a product, not a sum.",
+        (lambda e, tokens: e.embedding(tokens) + _sqrt_d_model(e, tokens),),
+    ),
+    Mistake(
+        "wrong_size", "Embeddings scaled by the square root of the wrong size",
         "d_model is the width of each vector (self.embedding.embedding_dim), not the sequence "
         "length, the batch size or the vocabulary size.",
         tuple(
@@ -84,11 +66,6 @@ EMBEDDING_MISTAKES = (
         ),
     ),
 )
-TABLE_CHANGED = Mistake(
-    "Embedding table changed in place",
-    "forward scaled self.embedding.weight itself, so every call makes it larger. Scale the "
-    "looked-up vectors, not the table.",
-)
 
 
 def _tokens(seed, batch, seq, vocab):
@@ -96,123 +73,76 @@ def _tokens(seed, batch, seq, vocab):
     return torch.randint(vocab, (batch, seq), generator=g)
 
 
-# (vocab_size, d_model, tokens): seq, batch, vocab and d_model all differ.
-EMBEDDING_CASES = [
-    (11, 16, _tokens(0, 2, 5, 11)),
-    (7, 9, _tokens(1, 3, 4, 7)),
-]
+def _embedding_case(vocab_size, d_model, tokens, seed):
+    return Case((tokens,), names=("tokens",), init=(vocab_size, d_model), seed=seed,
+                label=describe(vocab_size=vocab_size, d_model=d_model, tokens=tokens))
 
 
-def _randomize(module, seed):
-    """Random parameters: norms' gains around 1, everything else around 0."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            p.copy_(1 + 0.5 * noise if name.endswith("norm.weight") else 0.5 * noise)
-    return module
-
-
-def _build(cls, name, args, reference_module, renames=()):
-    """The learner's module, built and given the reference's weights."""
-    outcome = call(cls, *args)
-    fail_on_error(outcome, f"{name}.__init__", f"{name}{args}")
-    module = outcome.value
-    state = reference_module.state_dict()
-    if set(state) != set(module.state_dict()):  # the exercise's names, e.g. norm1 not sublayers.0.norm
-        for old, new in renames:
-            state = {key.replace(old, new): tensor for key, tensor in state.items()}
-    loaded = call(module.load_state_dict, state)
-    if loaded.error is not None:
-        message = str(loaded.error).strip().splitlines()
-        RENAMED.fail(f"  load_state_dict said: {' '.join(message[:3])[:300]}")
-    return module
-
-
-def _compare(name, result, expected, inputs):
-    problem = tensor_problem(result, expected, "the output")
-    if problem:
-        raise CheckFailure(f"Wrong output of {name}: {problem} on {inputs}")
-
-
-@checks("Embeddings")
-def check_embeddings(cls):
-    for vocab_size, d_model, tokens in EMBEDDING_CASES:
-        inputs = describe(vocab_size=vocab_size, d_model=d_model, tokens=tokens)
-        ref = _randomize(reference.Embeddings(vocab_size, d_model), vocab_size)
-        module = _build(cls, "Embeddings", (vocab_size, d_model), ref)
-        with torch.no_grad():
-            expected = ref(tokens)
-        outcome = call(module, tokens.clone())
-        fail_on_error(outcome, "Embeddings.forward", inputs)
-        if not torch.equal(module.embedding.weight, ref.embedding.weight):
-            TABLE_CHANGED.fail(f"  on {inputs}")
-        result = outcome.value
-        _compare("Embeddings", result, expected, inputs)
-        if close(result, expected):
-            continue
-        mistake = first_match(EMBEDDING_MISTAKES, result, ref, tokens, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong embeddings on {inputs}, and no common mistake matches: "
-            f"{difference(result, expected)}. Look up the vectors, then scale by sqrt(d_model)."
-        )
+# vocab_size, d_model, tokens: seq, batch, vocab and d_model all differ.
+EMBEDDINGS = Item(
+    EXERCISE, "Embeddings", reference.Embeddings,
+    [_embedding_case(11, 16, _tokens(0, 2, 5, 11), 11), _embedding_case(7, 9, _tokens(1, 3, 4, 7), 7)],
+    EMBEDDING_MISTAKES,
+    formula="Look up the vectors, then scale by sqrt(d_model).",
+)
 
 
 # ---------------------------------------------------------------------------------------
 # EncoderLayer
 
 
-def _layer(
-    layer,
-    x,
-    mask,
-    seed,
-    *,
-    mask_t=False,
-    norm_first=None,
-    norms=(0, 1),
-    residual="x",
-    dropout="sublayer",
-):
+def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
+           dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True):
     """The reference layer's computation, with the variations that mistakes make.
 
-    residual: "x" (right), "normalized" (x replaced by norm(x) before the sum) or None.
-    dropout: "sublayer" (right: on the sublayer's output), None, "input" (on the
-    sublayer's input), "sum" (on the residual sum) or "end" (on the sublayer block's result).
+    residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
+    (x normalized first, and the residual from it, in both modes) or None (no residual).
+    dropout: "sublayer" (right: on the sublayer's output), None, "input" (on the sublayer's
+    input), "sum" (on the residual sum), "end" (on the sublayer block's result) or "eval"
+    (on the sublayer's output, in eval mode too). order: the sublayers' order; norms[i]: the
+    norm that sublayer i uses. kv: "raw" gives self-attention the unnormalized x as keys
+    and values.
     """
-    if seed is not None:
-        torch.manual_seed(seed)
     if mask_t and mask is not None:
         mask = mask.transpose(-2, -1)
     if norm_first is None:
         norm_first = layer.sublayers[0].norm_first
     drop = layer.sublayers[0].dropout
-    functions = (lambda h: layer.self_attn(h, h, h, mask)[0], layer.feed_forward)
-    for function, i in zip(functions, norms, strict=True):
-        norm = layer.sublayers[i].norm
-        h = norm(x) if norm_first or residual == "normalized" else x
-        out = function(drop(h) if dropout == "input" else h)
+    if dropout == "eval":
+        p = drop.p
+        drop = lambda t: F.dropout(t, p, training=True)  # noqa: E731
+        dropout = "sublayer"
+    first = x
+    for i in order:
+        norm = layer.sublayers[norms[i]].norm
+        pre = norm_first or residual == "normalized_always"
+        h = norm(x) if pre else x
+        given = drop(h) if dropout == "input" else h
+        if i == 0:
+            source = x if kv == "raw" else given
+            query = x if kv == "raw_query" else given
+            out = layer.self_attn(query, source, source, mask)
+            out = out[0] if unpacked else out
+        else:
+            out = layer.feed_forward(given)
         if dropout == "sublayer":
             out = drop(out)
-        base = {"x": x, "normalized": h, None: 0}[residual]
-        x = base + out
-        if not norm_first and residual != "normalized":
-            x = norm(drop(x) if dropout == "sum" else x)
-        elif dropout == "sum":
-            x = drop(x)
-        if dropout == "end":
-            x = drop(x)
+        residual_x = x if chained or i == order[0] else first
+        y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[residual] + out
+        if dropout == "sum":
+            y = drop(y)
+        if not pre:
+            y = norm(y)
+        x = drop(y) if dropout == "end" else y
     return x
 
 
 def _layer_with(**bug):
-    return lambda layer, x, mask, seed: _layer(layer, x, mask, seed, **bug)
+    return lambda layer, x, mask=None: _layer(layer, x, mask, **bug)
 
 
 QUERY_AXIS = Mistake(
-    "Padding mask applied on the query axis instead of the key axis",
+    "mask_on_queries", "Padding mask applied on the query axis instead of the key axis",
     "a padding mask says which KEYS are real: (batch, 1, 1, seq) blocks columns of the "
     "(q_len, k_len) scores. Transposed, it blocks the padded queries instead, and real "
     "positions still attend to the padding. Pass the mask to self-attention as it is.",
@@ -221,45 +151,91 @@ QUERY_AXIS = Mistake(
 LAYER_MISTAKES = (
     QUERY_AXIS,
     Mistake(
-        "Padding mask ignored",
+        "mask_ignored", "Padding mask ignored",
         "pass `mask` to self-attention, so that no position attends to padding.",
-        (lambda layer, x, mask, seed: _layer(layer, x, None, seed),),
+        (lambda layer, x, mask=None: _layer(layer, x, None),),
     ),
     Mistake(
-        "Pre-norm and post-norm mixed up",
+        "pre_post_mixed", "Pre-norm and post-norm mixed up",
         "norm_first=False (the paper): x = LayerNorm(x + Dropout(Sublayer(x))). "
         "norm_first=True: x = x + Dropout(Sublayer(LayerNorm(x))). Check which one you do for each.",
-        (lambda layer, x, mask, seed: _layer(
-            layer, x, mask, seed, norm_first=not layer.sublayers[0].norm_first),),
+        (lambda layer, x, mask=None: _layer(layer, x, mask,
+                                            norm_first=not layer.sublayers[0].norm_first),
+         _layer_with(norm_first=True), _layer_with(norm_first=False)),
     ),
     Mistake(
-        "Residual taken from the normalized input",
+        "residual_normalized", "Residual taken from the normalized input",
         "the residual path carries x itself, untouched: x + Sublayer(LayerNorm(x)), not "
         "LayerNorm(x) + Sublayer(LayerNorm(x)). Keep x and the normalized copy in two variables.",
-        (_layer_with(residual="normalized"),),
+        (_layer_with(residual="normalized"), _layer_with(residual="normalized_always")),
     ),
     Mistake(
-        "Residual connection missing",
+        "no_residual", "Residual connection missing",
         "each sublayer's output is ADDED to its input (x + ...), before or after the norm.",
         (_layer_with(residual=None),),
     ),
     Mistake(
-        "One LayerNorm used for both sublayers",
+        "one_norm", "One LayerNorm used for both sublayers",
         "each sublayer has its own norm with its own gain and bias: norm1 around self-attention, "
         "norm2 around the feed-forward network.",
         (_layer_with(norms=(0, 0)), _layer_with(norms=(1, 1))),
     ),
     Mistake(
-        "Sublayer dropout missing",
+        "norms_swapped", "The two LayerNorms swapped",
+        "norm1 belongs to the self-attention sublayer, norm2 to the feed-forward sublayer.",
+        (_layer_with(norms=(1, 0)),),
+    ),
+    Mistake(
+        "order", "Sublayers in the wrong order",
+        "self-attention first, then the feed-forward network (paper, figure 1).",
+        (_layer_with(order=(1, 0)), _layer_with(order=(1, 0), norms=(1, 0))),
+    ),
+    Mistake(
+        "kv_unnormalized", "Self-attention given the unnormalized input",
+        "in pre-norm, self-attention's query, key and value are all the same normalized "
+        "tensor: h = norm1(x); self.self_attn(h, h, h, mask).",
+        (_layer_with(kv="raw"), _layer_with(kv="raw_query")),
+    ),
+    Mistake(
+        "not_chained", "Second sublayer's residual taken from the layer's input",
+        "the feed-forward sublayer works on the attention sublayer's output: x = sublayer1(x), "
+        "then x = sublayer2(x), each residual adding its own sublayer's input.",
+        (_layer_with(chained=False),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted",
+        "True means 'may attend' here (torch.nn's key_padding_mask is the opposite): pass the "
+        "mask on as it is.",
+        (lambda layer, x, mask=None: _layer(layer, x, None if mask is None else ~mask),),
+    ),
+    Mistake(
+        "mask_to_feed_forward", "Mask given to the feed-forward network",
+        "the feed-forward network takes x alone: self.feed_forward(x); the mask belongs to "
+        "self-attention.",
+        (lambda layer, x, mask=None: layer.feed_forward(x, mask),),
+    ),
+    Mistake(
+        "tuple", "Attention's (output, weights) used as a tensor",
+        "self.self_attn(...) returns a tuple (output, weights): take the output, [0].",
+        (_layer_with(unpacked=False), _layer_with(unpacked=False, dropout=None)),
+    ),
+    Mistake(
+        "dropout_missing", "Sublayer dropout missing",
         "in training, dropout goes on each sublayer's output before it is added to the "
         "residual: x + Dropout(Sublayer(x)) (paper, section 5.4).",
         (_layer_with(dropout=None),),
     ),
     Mistake(
-        "Dropout in the wrong place",
+        "dropout_misplaced", "Dropout in the wrong place",
         "dropout goes on each sublayer's output, before the residual sum: "
         "x + Dropout(Sublayer(...)), not on the sublayer's input or on the sum.",
         tuple(_layer_with(dropout=d) for d in ("input", "sum", "end")),
+    ),
+    Mistake(
+        "dropout_in_eval", "Dropout applied in eval mode",
+        "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
+        "self.dropout, which drops only in training mode (model.train()), not in eval mode.",
+        (_layer_with(dropout="eval"),),
     ),
 )
 
@@ -274,63 +250,54 @@ def _inputs(seed, batch, seq, d_model, lengths=None):
     return x, padding_mask(tokens, pad_id=0)
 
 
-# (d_model, n_heads, d_ff, dropout, norm_first, activation), x, mask, training
-LAYER_CASES = [
-    ((16, 4, 24, 0.1, False, "relu"), *_inputs(0, 2, 5, 16), False),
-    ((16, 4, 24, 0.1, False, "relu"), *_inputs(1, 3, 6, 16, [6, 4, 1]), False),
-    ((16, 2, 24, 0.1, True, "gelu"), *_inputs(2, 3, 6, 16, [6, 3, 2]), False),
-    ((12, 3, 20, 0.2, False, "gelu"), *_inputs(3, 2, 5, 12, [5, 3]), True),
-    ((12, 3, 20, 0.2, True, "relu"), *_inputs(4, 2, 5, 12, [5, 3]), True),
-]
+def _config(names, args):
+    return ", ".join(f"{n}={a!r}" for n, a in zip(names, args, strict=True))
 
 
-def _describe_layer(args, x, mask, training):
+def _layer_case(seed, args, x, mask, training=False):
     names = ("d_model", "n_heads", "d_ff", "dropout", "norm_first", "activation")
-    config = ", ".join(f"{n}={a!r}" for n, a in zip(names, args, strict=True))
     mode = "training (dropout on)" if training else "eval"
-    return f"EncoderLayer({config}) in {mode} mode, {describe(x=x, mask=mask)}"
+    label = f"EncoderLayer({_config(names, args)}) in {mode} mode, {describe(x=x, mask=mask)}"
+    return Case((x, mask), names=("x", "mask"), label=label, init=args, train=training, seed=seed)
 
 
-def _real_positions_match(result, expected, mask):
-    """True when only the padded positions' outputs differ."""
-    real = mask[:, 0, 0, :]  # (batch, seq)
-    return close(result[real], expected[real])
+def _padded_free(layer, x, mask=None):
+    """The reference's output with the padded positions' rows left free (NaN: anything)."""
+    out = _layer(layer, x, mask)
+    return out if mask is None else out.masked_fill(~mask[:, 0, 0, :, None], float("nan"))
 
 
-@checks("EncoderLayer")
-def check_encoder_layer(cls):
-    for seed, (args, x, mask, training) in enumerate(LAYER_CASES):
-        inputs = _describe_layer(args, x, mask, training)
-        torch.manual_seed(seed)
-        ref = _randomize(reference.EncoderLayer(*args), seed).train(training)
-        layer = _build(cls, "EncoderLayer", args, ref, _LAYER_NAMES).train(training)
-        with torch.no_grad():  # first, so torch's one-time warm-up does not count as slow
-            expected = _layer(ref, x, mask, seed)
-        given = x.clone()
-        torch.manual_seed(seed)  # the same dropout masks, if dropout is in the same places
-        outcome = call(layer, given, mask)
-        fail_on_error(outcome, "EncoderLayer.forward", inputs)
-        if not torch.equal(given, x):
-            IN_PLACE.fail(f"  on {inputs}")
-        result = outcome.value
-        _compare("EncoderLayer", result, expected, inputs)
-        if close(result, expected):
-            continue
-        mistake = first_match(LAYER_MISTAKES, result, ref, x, mask, seed, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        if mask is not None and _real_positions_match(result, expected, mask):
-            raise CheckFailure(
-                f"Wrong outputs at padded positions on {inputs}: real positions are right. "
-                "Compute every position the same way and pass the mask to self-attention "
-                "unchanged; the padded positions' outputs are ignored later, not zeroed here."
-            )
-        raise CheckFailure(
-            f"Wrong output on {inputs}, and no common mistake matches: "
-            f"{difference(result, expected)}. Compare each step with "
-            "LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or x + Dropout(Sublayer(LayerNorm(x))) "
-            "(pre-norm)."
-        )
+def _wild(actual, predicted):
+    """close(), where NaN in `predicted` stands for any value."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != predicted.shape:
+        return False
+    free = torch.isnan(predicted)
+    return actual.dtype == predicted.dtype and torch.allclose(
+        actual[~free], predicted[~free], rtol=1e-3, atol=1e-5)
+
+
+PADDED_POSITIONS = Mistake(
+    "padded_positions", "Wrong outputs at padded positions",
+    "real positions are right. Compute every position the same way and pass the mask to "
+    "self-attention unchanged; the padded positions' outputs are ignored later, not zeroed here.",
+    (_padded_free,),
+)
+
+
+LAYER = Item(
+    EXERCISE, "EncoderLayer", reference.EncoderLayer,
+    [
+        _layer_case(0, (16, 4, 24, 0.1, False, "relu"), *_inputs(0, 2, 5, 16)),
+        _layer_case(1, (16, 4, 24, 0.1, False, "relu"), *_inputs(1, 3, 6, 16, [6, 4, 1])),
+        _layer_case(2, (16, 2, 24, 0.1, True, "gelu"), *_inputs(2, 3, 6, 16, [6, 3, 2])),
+        _layer_case(3, (12, 3, 20, 0.2, False, "gelu"), *_inputs(3, 2, 5, 12, [5, 3]), True),
+        _layer_case(4, (12, 3, 20, 0.2, True, "relu"), *_inputs(4, 2, 5, 12, [5, 3]), True),
+    ],
+    LAYER_MISTAKES + (PADDED_POSITIONS,), match=_wild,
+    renames=(("sublayers.0.norm.", "norm1."), ("sublayers.1.norm.", "norm2.")),
+    formula="Compare each step with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
+            "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -340,7 +307,7 @@ def check_encoder_layer(cls):
 def _stack(encoder, x, mask, *, masks="all", chained=True, layers=None, final="end"):
     """The reference stack's computation, with the variations that mistakes make."""
     layers = list(encoder.layers) if layers is None else layers(encoder)
-    h = x
+    h = encoder.norm(x) if final == "start" else x
     for i, layer in enumerate(layers):
         use = mask if masks == "all" or (masks == "first" and i == 0) else None
         h = layer(h if chained else x, use)
@@ -350,75 +317,81 @@ def _stack(encoder, x, mask, *, masks="all", chained=True, layers=None, final="e
 
 
 def _stack_with(**bug):
-    return lambda encoder, x, mask: _stack(encoder, x, mask, **bug)
+    return lambda encoder, x, mask=None: _stack(encoder, x, mask, **bug)
+
+
+def _reads_norm_first(encoder, x, mask=None):
+    """The final norm applied `if self.norm_first`: Encoder has no such attribute."""
+    return _stack(encoder, x, mask, final="end" if encoder.norm_first else None)
 
 
 ENCODER_MISTAKES = (
     Mistake(
-        "Padding mask not passed to every layer",
+        "mask_not_passed", "Padding mask not passed to every layer",
         "every layer's self-attention must ignore the padding: call each layer with `mask`.",
         (_stack_with(masks=None), _stack_with(masks="first")),
     ),
     Mistake(
-        "Layers not chained",
+        "not_chained", "Layers not chained",
         "each layer takes the previous layer's output: x = layer(x, mask), not layer(input, mask).",
         (_stack_with(chained=False),),
     ),
     Mistake(
-        "One layer applied N times",
+        "one_layer", "One layer applied N times",
         "the N layers have their own weights: loop over self.layers, not self.layers[0].",
-        (_stack_with(layers=lambda e: [e.layers[0]] * len(e.layers)),),
+        (_stack_with(layers=lambda e: [e.layers[0]] * len(e.layers)),
+         _stack_with(layers=lambda e: [e.layers[-1]] * len(e.layers))),
     ),
     Mistake(
-        "Final LayerNorm missing",
+        "layer_skipped", "Not every layer applied",
+        "apply all N layers, in order: for layer in self.layers (no range(n - 1), no slice).",
+        (_stack_with(layers=lambda e: list(e.layers)[:-1]),
+         _stack_with(layers=lambda e: list(e.layers)[1:])),
+    ),
+    Mistake(
+        "layers_reversed", "Layers applied in reverse order",
+        "the input goes through self.layers[0] first, then [1], and so on.",
+        (_stack_with(layers=lambda e: list(e.layers)[::-1]),),
+    ),
+    Mistake(
+        "no_final_norm", "Final LayerNorm missing",
         "with pre-norm (norm_first=True) the last layer's output is never normalized: apply "
         "self.norm once, after the last layer (it is an identity for post-norm).",
         (_stack_with(final=None),),
     ),
     Mistake(
-        "Final LayerNorm applied after every layer",
+        "final_norm_each", "Final LayerNorm applied after every layer",
         "self.norm belongs after the last layer only, once.",
         (_stack_with(final="each"),),
     ),
+    Mistake(
+        "norm_first_read", "self.norm_first read in Encoder",
+        "Encoder keeps no norm_first: self.norm is a LayerNorm for pre-norm and an identity "
+        "for post-norm, so apply it after the loop whatever the kind.",
+        (_reads_norm_first,),
+    ),
+    Mistake(
+        "final_norm_first", "Final LayerNorm applied before the layers",
+        "self.norm normalizes the last layer's output: apply it once, after the loop.",
+        (_stack_with(final="start"),),
+    ),
 )
 
-# (d_model, n_heads, d_ff, n_layers, dropout, norm_first, activation), x, mask
-ENCODER_CASES = [
-    ((16, 4, 24, 3, 0.1, False, "relu"), *_inputs(5, 2, 5, 16)),
-    ((16, 4, 24, 3, 0.1, False, "relu"), *_inputs(6, 3, 6, 16, [6, 4, 2])),
-    ((12, 3, 20, 2, 0.1, True, "gelu"), *_inputs(7, 3, 5, 12, [5, 3, 1])),
-]
 
-
-def _describe_encoder(args, x, mask):
+def _encoder_case(seed, args, x, mask):
     names = ("d_model", "n_heads", "d_ff", "n_layers", "dropout", "norm_first", "activation")
-    config = ", ".join(f"{n}={a!r}" for n, a in zip(names, args, strict=True))
-    return f"Encoder({config}) in eval mode, {describe(x=x, mask=mask)}"
+    label = f"Encoder({_config(names, args)}) in eval mode, {describe(x=x, mask=mask)}"
+    return Case((x, mask), names=("x", "mask"), label=label, init=args, seed=seed)
 
 
-@checks("Encoder")
-def check_encoder(cls):
-    for seed, (args, x, mask) in enumerate(ENCODER_CASES):
-        inputs = _describe_encoder(args, x, mask)
-        torch.manual_seed(seed)
-        ref = _randomize(reference.Encoder(*args), seed).eval()
-        encoder = _build(cls, "Encoder", args, ref).eval()
-        with torch.no_grad():
-            expected = ref(x, mask)
-        given = x.clone()
-        outcome = call(encoder, given, mask)
-        fail_on_error(outcome, "Encoder.forward", inputs)
-        if not torch.equal(given, x):
-            IN_PLACE.fail(f"  on {inputs}")
-        result = outcome.value
-        _compare("Encoder", result, expected, inputs)
-        if close(result, expected):
-            continue
-        mistake = first_match(ENCODER_MISTAKES, result, ref, x, mask, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong output on {inputs}, and no common mistake matches: "
-            f"{difference(result, expected)}. Each layer takes the previous one's output and "
-            "the mask; self.norm comes once, at the end."
-        )
+ENCODER = Item(
+    EXERCISE, "Encoder", reference.Encoder,
+    [
+        _encoder_case(0, (16, 4, 24, 3, 0.1, False, "relu"), *_inputs(5, 2, 5, 16)),
+        _encoder_case(1, (16, 4, 24, 3, 0.1, False, "relu"), *_inputs(6, 3, 6, 16, [6, 4, 2])),
+        _encoder_case(2, (12, 3, 20, 2, 0.1, True, "gelu"), *_inputs(7, 3, 5, 12, [5, 3, 1])),
+    ],
+    ENCODER_MISTAKES,
+    formula="Each layer takes the previous one's output and the mask; self.norm comes once, "
+            "at the end.",
+)

@@ -1,25 +1,23 @@
-"""Checks for exercise 06: the causal mask and the decoder layer, and their catalogue of mistakes."""
+"""Exercise 06: the causal mask and the decoder layer, their cases and their catalogue of
+mistakes.
+
+The decoder layer's check copies the reference's weights, every parameter randomized (the
+LayerNorms' gains and biases too: with their defaults the three sublayers' norms are the
+same function, and a layer that reuses one of them would pass), into the learner's layer.
+"""
 
 import copy
 from itertools import product
 
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from ..decoder import DecoderLayer as ReferenceLayer
-from ..masks import causal_mask as reference_mask
-from ..masks import padding_mask, target_mask
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from ..decoder import DecoderLayer
+from ..masks import causal_mask, padding_mask, target_mask
+from .core import Case, Item, Mistake, call, describe, fail_on_error
+
+EXERCISE = "ex06_decoder"
 
 # ---------------------------------------------------------------------------------------
 # causal_mask(size, device=None)
@@ -29,75 +27,45 @@ def _ones(size):
     return torch.ones(size, size, dtype=torch.bool)
 
 
-NOT_BOOL = Mistake(
-    "Causal mask is not boolean",
-    "masks in this course are bool tensors, True = may attend (dtype=torch.bool, or .bool()). "
-    "A 0/-inf float mask, as nn.Transformer.generate_square_subsequent_mask makes, is another "
-    "convention.",
-)
-DEVICE_IGNORED = Mistake(
-    "Causal mask not created on `device`",
-    "pass device=device to the tensor you build the mask from, so that it sits beside the "
-    "scores on a GPU.",
-)
 MASK_MISTAKES = (
     Mistake(
-        "Causal mask off by one: a position cannot see itself",
+        "sees_nothing_of_itself", "Causal mask off by one: a position cannot see itself",
         "query i may attend to every key j <= i, its own position included: keep the diagonal.",
         (lambda size, device=None: _ones(size).tril(-1),),
     ),
     Mistake(
-        "Causal mask off by one: a position sees the next one",
+        "sees_next", "Causal mask off by one: a position sees the next one",
         "query i may attend to keys j <= i only; the key at i + 1 is the very token it must "
         "predict.",
         (lambda size, device=None: _ones(size).tril(1),),
     ),
     Mistake(
-        "Causal mask polarity inverted",
+        "polarity", "Causal mask polarity inverted",
         "here True means 'may attend' (torch.nn.Transformer's masks use True = blocked): each "
         "position should see itself and the past, not only the future.",
         (lambda size, device=None: _ones(size).triu(1),),
     ),
     Mistake(
-        "Causal mask transposed: positions see the future",
+        "transposed", "Causal mask transposed: positions see the future",
         "rows are queries, columns keys; query i may attend to keys j <= i: the lower triangle.",
         (lambda size, device=None: _ones(size).triu(),),
     ),
+    Mistake(
+        "not_bool", "Causal mask is not boolean",
+        "masks in this course are bool tensors, True = may attend (dtype=torch.bool, or .bool()). "
+        "A 0/-inf float mask, as nn.Transformer.generate_square_subsequent_mask makes, is another "
+        "convention.",
+        tuple((lambda size, device=None, dtype=dtype: _ones(size).tril().to(dtype))
+              for dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8))
+        + (lambda size, device=None: nn.Transformer.generate_square_subsequent_mask(size),
+           lambda size, device=None: (~_ones(size).tril()).float()),
+    ),
 )
-MASK_NAME = "causal_mask"
-
-
-@checks(MASK_NAME)
-def check_causal_mask(fn):
-    """Compare `fn(size)` with the reference for a few sizes, then its `device` argument."""
-    for size in (5, 1, 8):
-        outcome = call(fn, size)
-        fail_on_error(outcome, MASK_NAME, f"size={size}")
-        mask, expected = outcome.value, reference_mask(size)
-        problem = tensor_problem(mask, expected, "the mask")
-        if problem and isinstance(mask, torch.Tensor) and mask.shape == expected.shape:
-            NOT_BOOL.fail(f"  got dtype {mask.dtype} for size={size}")
-        if problem:
-            raise CheckFailure(f"Wrong mask: {problem} for size={size}")
-        if torch.equal(mask, expected):
-            continue
-        mistake = first_match(MASK_MISTAKES, mask, size, same=_same_mask)
-        if mistake is not None:
-            mistake.fail(f"  for size={size} you returned\n{_draw(mask)}")
-        raise CheckFailure(
-            f"Wrong mask for size={size}, and no common mistake matches: you returned\n"
-            f"{_draw(mask)}\n  expected query i to see keys j <= i:\n{_draw(expected)}"
-        )
-    reference_mask(1, device="meta")  # the first use of "meta" takes seconds: not the learner's
-    outcome = call(fn, 4, device="meta")
-    fail_on_error(outcome, MASK_NAME, "size=4, device='meta'")
-    if not isinstance(outcome.value, torch.Tensor) or outcome.value.device.type != "meta":
-        where = getattr(outcome.value, "device", type(outcome.value).__name__)
-        DEVICE_IGNORED.fail(f"  causal_mask(4, device='meta') gave a tensor on {where}")
-
-
-def _same_mask(actual, predicted):
-    return actual.shape == predicted.shape and torch.equal(actual, predicted)
+DEVICE_IGNORED = Mistake(
+    "device_ignored", "Causal mask not created on `device`",
+    "pass device=device to the tensor you build the mask from, so that it sits beside the "
+    "scores on a GPU.",
+)
 
 
 def _draw(mask):
@@ -105,45 +73,113 @@ def _draw(mask):
     return "\n".join("    " + " ".join(str(int(v)) for v in row[:8]) for row in mask[:8])
 
 
+class _Passed(TorchFunctionMode):
+    """Notes whether `device` (this very object) is given to any torch function."""
+
+    def __init__(self, device):
+        super().__init__()
+        self.device, self.seen = device, False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.seen |= any(a is self.device for a in (*args, *kwargs.values()))
+        return func(*args, **kwargs)
+
+
+def _check_device(item, target):
+    """causal_mask(4, device=d) must hand d on to the torch functions that make the mask.
+    (The only other device of every machine, "meta", takes seconds to start.)"""
+    device = torch.device("cpu")
+    passed = _Passed(device)
+
+    def run():
+        with passed:
+            return target(4, device=device)
+
+    outcome = call(run)
+    fail_on_error(outcome, "causal_mask", "size=4, device=torch.device('cpu')")
+    if not passed.seen:
+        DEVICE_IGNORED.fail("  causal_mask(4, device=d) made its mask without passing d to torch")
+
+
+MASK = Item(
+    EXERCISE, "causal_mask", causal_mask,
+    [Case((size,), label=f"size={size}", seed=0) for size in (5, 1, 8)],
+    MASK_MISTAKES + (DEVICE_IGNORED,), what="mask", prep="for",
+    show=lambda case, result, expected: f" you returned\n{_draw(result)}",
+    formula="Query i may attend to keys j <= i: the lower triangle, diagonal included.",
+    after=(_check_device,),
+)
+
+
 # ---------------------------------------------------------------------------------------
 # DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation).forward(x, memory,
 # src_mask=None, tgt_mask=None)
 
-LAYER_NAME = "DecoderLayer"
 D_MODEL, HEADS, D_FF = 16, 4, 32
 
 
 def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "memory"),
-             cross_first=False):
-    """The reference layer's computation with the variations that mistakes make."""
-    pick = {"x": x, "memory": memory}
+             cross_first=False, modules=("self_attn", "cross_attn"), subs=(0, 1, 2),
+             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False):
+    """The reference layer's computation with the variations that mistakes make.
+
+    modules: the attention modules used for self- and cross-attention; subs: which of
+    self.sublayers wraps each step; inputs[i]: the step whose input sublayer i takes (its
+    own: chained; 0: the layer's input x); outer: the steps whose function ignores its
+    argument and uses the sublayer's input instead (unnormalized in pre-norm)."""
+    self_attn, cross_attn = (getattr(layer, m) for m in modules)
+
+    def pick(name, y):
+        if name == "memory" and memory_normed and layer.sublayers[1].norm_first:
+            return layer.sublayers[1].norm(memory)
+        return {"x": y, "memory": memory}[name]
 
     def self_attention(y):
-        return layer.self_attn(y, y, y, mask=self_mask)[0]
+        out = self_attn(y, y, y, mask=self_mask)
+        return out[0] if unpacked else out
 
     def cross_attention(y):
-        q, k, v = ({**pick, "x": y}[name] for name in cross)  # "x" is the current decoder state
-        return layer.cross_attn(q, k, v, mask=cross_mask)[0]
+        q, k, v = (pick(name, y) for name in cross)
+        return cross_attn(q, k, v, mask=cross_mask)[0]
 
-    first, second = (cross_attention, self_attention) if cross_first else (self_attention,
-                                                                            cross_attention)
-    y = layer.sublayers[0](x, first)
-    y = layer.sublayers[1](y, second)
-    return layer.sublayers[2](y, layer.feed_forward)
+    steps = [self_attention, cross_attention, layer.feed_forward]
+    if cross_first:
+        steps[:2] = steps[1::-1]
+    states = [x]
+    for i, step in enumerate(steps if ffn else steps[:2]):
+        given = states[i if inputs[i] == i else 0]
+        function = (lambda y, f=step, g=given: f(g)) if i in outer else step
+        states.append(layer.sublayers[subs[i]](given, function))
+    return states[-1]
+
+
+def _both(src_mask, tgt_mask):
+    if src_mask is None or tgt_mask is None:
+        return tgt_mask if src_mask is None else src_mask
+    return tgt_mask & src_mask
 
 
 def _variants(self_masks, cross_masks, crosses=(("x", "memory", "memory"),), **kw):
     """One computation for each choice of self mask, cross mask and cross-attention inputs.
-    A mask is named: "src", "tgt" or None."""
+    A mask is named: "src", "tgt", None, "both" (tgt_mask & src_mask) or "src_t" (src_mask
+    on the query axis)."""
 
     def compute(s, c, cross):
         def run(layer, x, memory, src_mask, tgt_mask):
-            masks = {"src": src_mask, "tgt": tgt_mask, None: None}
-            return _forward(layer, x, memory, masks[s], masks[c], cross, **kw)
+            masks = {"src": lambda: src_mask, "tgt": lambda: tgt_mask, None: lambda: None,
+                     "causal": lambda: causal_mask(x.size(1)),
+                     "both": lambda: _both(src_mask, tgt_mask),
+                     "src_t": lambda: None if src_mask is None else src_mask.transpose(-2, -1)}
+            return _forward(layer, x, memory, masks[s](), masks[c](), cross, **kw)
 
         return run
 
     return tuple(compute(*v) for v in product(self_masks, cross_masks, crosses))
+
+
+def _with(**kw):
+    return _variants(("tgt",), ("src",), **kw)
 
 
 def _post_norm(layer, x, memory, src_mask, tgt_mask):
@@ -153,60 +189,126 @@ def _post_norm(layer, x, memory, src_mask, tgt_mask):
     return _forward(layer, x, memory, tgt_mask, src_mask)
 
 
+def _by_hand(layer, x, memory, src_mask, tgt_mask):
+    """The three sublayers written as x + f(x) and a norm, without the sublayers' dropout."""
+    steps = (lambda y: layer.self_attn(y, y, y, tgt_mask)[0],
+             lambda y: layer.cross_attn(y, memory, memory, src_mask)[0], layer.feed_forward)
+    for sublayer, step in zip(layer.sublayers, steps):
+        x = x + step(sublayer.norm(x)) if sublayer.norm_first else sublayer.norm(x + step(x))
+    return x
+
+
+def _raises_on_tuple(layer, x, memory, src_mask, tgt_mask):
+    """The attention's tuple added to a tensor, as a residual written by hand does."""
+    return x + layer.self_attn(x, x, x, tgt_mask)
+
+
 ALL_MASKS = ("src", "tgt", None)
 WRONG_CROSS = tuple(c for c in product(("x", "memory"), repeat=3) if c not in (
     ("x", "memory", "memory"), ("x", "x", "x")))
 
-IN_PLACE = Mistake(
-    "Input modified in place",
-    "your forward changed the caller's {names}. Use out-of-place operations (x = x + y, "
-    "not x += y).",
-)
-TUPLE = Mistake(
-    "Attention's (output, weights) used as a tensor",
-    "MultiHeadAttention returns a tuple (output, weights): keep only the output ([0]) inside "
-    "the sublayer.",
-)
 LAYER_MISTAKES = (
     Mistake(
-        "Queries and keys swapped in cross-attention",
+        "tuple", "Attention's (output, weights) used as a tensor",
+        "MultiHeadAttention returns a tuple (output, weights): keep only the output ([0]) inside "
+        "the sublayer.",
+        (*_with(unpacked=False), _raises_on_tuple),
+    ),
+    Mistake(
+        "cross_swapped", "Queries and keys swapped in cross-attention",
         "in cross-attention the queries come from the decoder (x), the keys and values from the "
         "encoder output (memory): each target position asks which source positions to read.",
         _variants(("tgt",), ALL_MASKS, WRONG_CROSS),
     ),
     Mistake(
-        "Encoder output not used: cross-attention attends to the decoder itself",
+        "memory_unused", "Encoder output not used: cross-attention attends to the decoder itself",
         "the second sublayer reads the source: its keys and values are `memory`.",
         _variants(("tgt",), ALL_MASKS, (("x", "x", "x"),)),
     ),
     Mistake(
-        "Target mask used for cross-attention",
+        "tgt_mask_in_cross", "Target mask used for cross-attention",
         "cross-attention takes src_mask, which hides the source's padding. The causal tgt_mask "
         "belongs to self-attention: every target position may read the whole source.",
         _variants(ALL_MASKS, ("tgt",)),
     ),
     Mistake(
-        "Source padding mask forgotten in cross-attention",
+        "masks_combined", "Masks combined into one",
+        "self-attention takes tgt_mask (causal and the target's padding), cross-attention "
+        "src_mask (the source's padding): each attention its own mask, as they are.",
+        _variants(("both",), ("both", "src")) + _variants(("tgt",), ("both",)),
+    ),
+    Mistake(
+        "src_mask_transposed", "Source mask on the query axis",
+        "src_mask (batch, 1, 1, src_len) marks which KEYS of memory are real: pass it to "
+        "cross-attention as it is, not transposed.",
+        _variants(("tgt",), ("src_t",)),
+    ),
+    Mistake(
+        "no_src_mask", "Source padding mask forgotten in cross-attention",
         "pass src_mask to cross-attention, or the decoder reads the padding at the end of short "
         "sources.",
         _variants(("tgt",), (None,)),
     ),
     Mistake(
-        "Target mask not used in self-attention",
+        "no_tgt_mask", "Target mask not used in self-attention",
         "masked self-attention takes tgt_mask (causal and padding); without it each position "
-        "sees the tokens it is meant to predict.",
-        _variants(("src", None), ("src", None)),
+        "sees the tokens it is meant to predict (and a causal mask of your own misses the "
+        "target's padding).",
+        _variants(("src", None), ("src", None)) + _variants(("causal",), ("src", None)),
     ),
     Mistake(
-        "Sublayers in the wrong order",
+        "memory_normalized", "Memory normalized in the decoder",
+        "in pre-norm, the sublayer normalizes the decoder's x only: memory comes from the "
+        "encoder as it is (its final LayerNorm has normalized it already).",
+        _with(memory_normed=True),
+    ),
+    Mistake(
+        "attention_module_reused", "One attention module used for both attentions",
+        "self.self_attn and self.cross_attn have their own weights: self-attention over x with "
+        "self.self_attn, cross-attention to memory with self.cross_attn.",
+        _with(modules=("self_attn", "self_attn")) + _with(modules=("cross_attn", "cross_attn"))
+        + _with(modules=("cross_attn", "self_attn")),
+    ),
+    Mistake(
+        "sublayer_reused", "One sublayer (and its LayerNorm) used for several steps",
+        "self.sublayers[0], [1] and [2] each have their own LayerNorm: wrap self-attention in "
+        "sublayers[0], cross-attention in sublayers[1], the feed-forward network in sublayers[2].",
+        tuple(v for subs in product(range(3), repeat=3) if len(set(subs)) < 3
+              for v in _with(subs=subs)),
+    ),
+    Mistake(
+        "order", "Sublayers in the wrong order",
         "the paper's order: masked self-attention, then cross-attention, then feed-forward.",
-        _variants(("tgt",), ("src",), cross_first=True),
+        _with(cross_first=True),
     ),
     Mistake(
-        "norm_first ignored",
+        "no_feed_forward", "Feed-forward sublayer missing",
+        "after cross-attention comes a third sublayer: self.sublayers[2](x, self.feed_forward).",
+        _with(ffn=False),
+    ),
+    Mistake(
+        "not_chained", "Sublayers not chained",
+        "each sublayer takes the previous one's output: x = self.sublayers[i](x, ...) in turn, "
+        "not every sublayer applied to the layer's input.",
+        tuple(v for inputs in ((0, 0, 0), (0, 0, 2), (0, 1, 0)) for v in _with(inputs=inputs)),
+    ),
+    Mistake(
+        "argument_ignored", "Sublayer function ignores its argument",
+        "self.sublayers[i](x, f) calls f with the LayerNorm of x in pre-norm: write f as "
+        "lambda y: ... and use y inside it, not the x outside.",
+        tuple(v for outer in ((0,), (1,), (0, 1)) for v in _with(outer=outer)),
+    ),
+    Mistake(
+        "norm_first_ignored", "norm_first ignored",
         "with norm_first=True the LayerNorm comes before each sublayer; self.sublayers[i](x, f) "
         "places it for you.",
         (_post_norm,),
+    ),
+    Mistake(
+        "by_hand", "Sublayer dropout missing",
+        "self.sublayers[i](x, f) applies the dropout (in training), the residual and the norm: "
+        "use it rather than writing x + f(x) and the norm by hand.",
+        (_by_hand,),
     ),
 )
 
@@ -216,72 +318,38 @@ def _tokens(lengths, seq):
     return (torch.arange(seq) < torch.tensor(lengths)[:, None]).long()
 
 
-def _case(seed, tgt_lengths, src_lengths, tgt_len, src_len, norm_first=False, masks=True):
+def _case(seed, tgt_lengths, src_lengths, tgt_len, src_len, norm_first=False, masks=True,
+          train=False):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(len(tgt_lengths), tgt_len, D_MODEL, generator=g)
     memory = torch.randn(len(src_lengths), src_len, D_MODEL, generator=g)
     src_mask = padding_mask(_tokens(src_lengths, src_len), 0) if masks else None
     tgt_mask = target_mask(_tokens(tgt_lengths, tgt_len), 0) if masks else None
-    return seed, norm_first, (x, memory, src_mask, tgt_mask)
+    label = describe(x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
+    label += ", norm_first=True" if norm_first else ""
+    label += ", in training mode (dropout=0.1)" if train else ""
+    return Case((x, memory, src_mask, tgt_mask), names=("x", "memory", "src_mask", "tgt_mask"),
+                label=label, init=(D_MODEL, HEADS, D_FF),
+                init_kwargs={"dropout": 0.1, "norm_first": norm_first}, train=train, seed=seed)
+
+
+def _run_layer(layer, args, case):
+    x, memory, src_mask, tgt_mask = args
+    return layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask)
 
 
 # The first case has tgt_len == src_len, so that swapped inputs and swapped masks still run and
 # each mistake computes something different from the reference. Other lengths follow.
-LAYER_CASES = [
-    _case(0, [5, 4, 2], [5, 3, 4], 5, 5),
-    _case(1, [4, 3], [7, 2], 4, 7),
-    _case(2, [6, 6], [3, 1], 6, 3, norm_first=True),
-    _case(3, [3, 3], [4, 4], 3, 4, masks=False),
-]
-
-
-def _build(cls, seed, norm_first):
-    torch.manual_seed(seed)
-    return cls(D_MODEL, HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
-
-
-@checks(LAYER_NAME)
-def check_decoder_layer(cls):
-    """Build `cls` with the reference's weights and compare its forward on LAYER_CASES."""
-    for seed, norm_first, args in LAYER_CASES:
-        x, memory, src_mask, tgt_mask = args
-        inputs = describe(x=x, memory=memory, src_mask=src_mask, tgt_mask=tgt_mask)
-        inputs += ", norm_first=True" if norm_first else ""
-        reference = _build(ReferenceLayer, seed, norm_first)
-        outcome = call(_build, cls, seed, norm_first)
-        fail_on_error(outcome, f"{LAYER_NAME}(...)", f"d_model={D_MODEL}, n_heads={HEADS}")
-        layer = outcome.value
-        try:
-            layer.load_state_dict(reference.state_dict())
-        except Exception as error:
-            raise CheckFailure(
-                f"{LAYER_NAME}'s parameters differ from the reference's: keep the given __init__."
-                f"\n  {str(error).strip().splitlines()[0]}"
-            ) from None
-        given = [a if a is None else a.clone() for a in args]
-        outcome = call(layer, given[0], given[1], src_mask=given[2], tgt_mask=given[3])
-        if isinstance(outcome.error, TypeError) and "tuple" in str(outcome.error):
-            TUPLE.fail(f"  on {inputs}\n  it raised: {str(outcome.error).splitlines()[0]}")
-        fail_on_error(outcome, f"{LAYER_NAME}.forward", inputs)
-        names = ("x", "memory", "src_mask", "tgt_mask")
-        changed = [n for n, a, b in zip(names, given, args) if a is not None and not torch.equal(a, b)]
-        if changed:
-            raise CheckFailure(f"{IN_PLACE.title}: {IN_PLACE.hint.format(names=' and '.join(changed))}")
-        with torch.no_grad():
-            expected = reference(x, memory, src_mask=src_mask, tgt_mask=tgt_mask)
-        result = outcome.value
-        if isinstance(result, tuple) and len(result) == 2:
-            TUPLE.fail(f"  forward returned a tuple on {inputs}; return the output tensor alone")
-        problem = tensor_problem(result, expected, "the output")
-        if problem:
-            raise CheckFailure(f"Wrong output: {problem} on {inputs}")
-        if close(result, expected):
-            continue
-        mistake = first_match(LAYER_MISTAKES, result, reference, *args, same=close)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        raise CheckFailure(
-            f"Wrong output on {inputs}, and no common mistake matches: "
-            f"{difference(result, expected)}. Compare each sublayer with the paper: masked "
-            "self-attention, cross-attention to memory, feed-forward, each x = Sublayer(x)."
-        )
+LAYER = Item(
+    EXERCISE, "DecoderLayer", DecoderLayer,
+    [
+        _case(0, [5, 4, 2], [5, 3, 4], 5, 5),
+        _case(1, [4, 3], [7, 2], 4, 7),
+        _case(2, [6, 6], [3, 1], 6, 3, norm_first=True),
+        _case(3, [3, 3], [4, 4], 3, 4, masks=False),
+        _case(4, [4, 2], [5, 3], 4, 5, train=True),
+    ],
+    LAYER_MISTAKES, run=_run_layer,
+    formula="Compare each sublayer with the paper: masked self-attention, cross-attention to "
+            "memory, feed-forward, each x = Sublayer(x).",
+)

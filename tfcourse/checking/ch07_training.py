@@ -1,5 +1,5 @@
-"""Checks for exercise 07: a teacher-forcing batch, the label-smoothing loss, the paper's
-learning-rate schedule and one training step; and their catalogue of mistakes.
+"""Exercise 07: a teacher-forcing batch, the label-smoothing loss, the paper's learning-rate
+schedule and one training step; their cases and their catalogue of mistakes.
 
 No check trains for long: train_step takes two steps of plain SGD on a small random
 Transformer, so that every update is the gradient times the learning rate and each
@@ -19,103 +19,132 @@ from ..model import Transformer, TransformerConfig
 from ..training import label_smoothing_loss as reference_loss
 from ..training import noam_lr as reference_noam
 from ..training import train_step as reference_step
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, call, describe, fail_if_stopped
 
+EXERCISE = "ex07_training"
 VOCAB = Vocab("abcdefg")
 
 # ----------------------------------------------------------------------------- make_batch
 
+_FORMS = {"bos+y": lambda y: [BOS, *y], "y+eos": lambda y: [*y, EOS], "y": lambda y: y,
+          "bos+y+eos": lambda y: [BOS, *y, EOS], "y+pad": lambda y: [*y, PAD],
+          "y+eos+pad": lambda y: [*y, EOS, PAD], "bos+y-last": lambda y: [BOS, *y][:-1]}
 
-def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src_mask="pad"):
+
+def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src_mask="pad",
+           source="x", swapped=False):
     """make_batch with the variations mistakes make."""
-    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    if swapped:
+        pairs = [(t, s) for s, t in pairs]
+    xs = [vocab.encode(s) for s, _ in pairs]
+    src = pad_sequences([{"x": x, "x+eos": [*x, EOS], "bos+x+eos": [BOS, *x, EOS]}[source]
+                         for x in xs])
     ys = [vocab.encode(t) for _, t in pairs]
-    forms = {"bos+y": lambda y: [BOS, *y], "y+eos": lambda y: [*y, EOS], "y": lambda y: y,
-             "bos+y+eos": lambda y: [BOS, *y, EOS], "y+pad": lambda y: [*y, PAD]}
-    tgt_in_ids = pad_sequences([forms[tgt_in](y) for y in ys])
-    tgt_out_ids = pad_sequences([forms[tgt_out](y) for y in ys])
+    tgt_in_ids = pad_sequences([_FORMS[tgt_in](y) for y in ys])
+    tgt_out_ids = pad_sequences([_FORMS[tgt_out](y) for y in ys])
     masks = {
         "target": lambda: target_mask(tgt_in_ids, PAD),
         "padding": lambda: padding_mask(tgt_in_ids, PAD),
         "causal": lambda: causal_mask(tgt_in_ids.size(1))[None, None],
     }
-    source = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
-              "inverted": ~padding_mask(src, PAD)}[src_mask]
-    return Batch(src, tgt_in_ids, tgt_out_ids, source, masks[tgt_mask]())
+    src_masks = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
+                 "inverted": ~padding_mask(src, PAD), "2d": src != PAD, "3d": (src != PAD)[:, None],
+                 "from_target": padding_mask(tgt_in_ids, PAD)}
+    return Batch(src, tgt_in_ids, tgt_out_ids, src_masks[src_mask], masks[tgt_mask]())
 
 
-BATCH = "make_batch"
-NOT_SHIFTED = Mistake(
-    "Decoder targets not shifted",
-    "at every position the decoder would be asked for the token it was just given: it learns "
-    "to copy its input and never to predict. Feed BOS + y, and ask for y + EOS (one step "
-    "ahead).",
-    tuple(
-        (lambda p, v, i=i, o=o: _batch(p, v, tgt_in=i, tgt_out=o))
-        for i, o in (("bos+y", "bos+y"), ("y+eos", "y+eos"), ("y", "y"), ("y", "y+eos"),
-                     ("bos+y+eos", "bos+y+eos"))
-    ),
-)
+def _batch_with(**bug):
+    return lambda pairs, vocab: _batch(pairs, vocab, **bug)
+
+
 BATCH_MISTAKES = (
-    NOT_SHIFTED,
     Mistake(
-        "EOS missing from the targets",
+        "not_shifted", "Decoder targets not shifted",
+        "at every position the decoder would be asked for the token it was just given: it learns "
+        "to copy its input and never to predict. Feed BOS + y, and ask for y + EOS (one step "
+        "ahead).",
+        tuple(_batch_with(tgt_in=i, tgt_out=o)
+              for i, o in (("bos+y", "bos+y"), ("y+eos", "y+eos"), ("y", "y"), ("y", "y+eos"),
+                           ("bos+y+eos", "bos+y+eos"), ("bos+y", "bos+y+eos"))),
+    ),
+    Mistake(
+        "in_out_swapped", "Decoder input and target swapped",
+        "the decoder READS tgt_in = BOS y_1 ... y_n and must PREDICT tgt_out = y_1 ... y_n EOS.",
+        (_batch_with(tgt_in="y+eos", tgt_out="bos+y"),),
+    ),
+    Mistake(
+        "no_eos", "EOS missing from the targets",
         "the model must learn where to stop: the target is y followed by EOS (and the decoder "
         "input BOS followed by y, one token longer than y).",
-        (lambda p, v: _batch(p, v, tgt_out="y"), lambda p, v: _batch(p, v, tgt_out="y+pad")),
+        (_batch_with(tgt_out="y"), _batch_with(tgt_out="y+pad"),
+         _batch_with(tgt_in="bos+y-last", tgt_out="y")),
     ),
     Mistake(
-        "Target mask not causal",
+        "eos_in_input", "EOS in the decoder input",
+        "the decoder reads BOS y_1 ... y_n and must predict y_1 ... y_n EOS: EOS is only ever "
+        "predicted, never read, so tgt_in has no EOS.",
+        (_batch_with(tgt_in="bos+y+eos", tgt_out="y+eos+pad"),
+         _batch_with(tgt_in="bos+y+eos", tgt_out="y+eos")),
+    ),
+    Mistake(
+        "swapped", "Source and target swapped",
+        "each pair is (source, target): the source goes to the encoder (src), the target to the "
+        "decoder (tgt_in, tgt_out).",
+        (_batch_with(swapped=True),),
+    ),
+    Mistake(
+        "source_wrapped", "BOS or EOS added to the source",
+        "the source is its characters' ids alone, padded: BOS and EOS belong to the target.",
+        (_batch_with(source="x+eos"), _batch_with(source="bos+x+eos")),
+    ),
+    Mistake(
+        "tgt_mask_not_causal", "Target mask not causal",
         "the decoder must not see the tokens it is about to predict: combine the padding mask "
         "with the causal mask (tfcourse.masks.target_mask does both).",
-        (lambda p, v: _batch(p, v, tgt_mask="padding"),),
+        (_batch_with(tgt_mask="padding"),),
     ),
     Mistake(
-        "Target mask without padding",
+        "tgt_mask_no_padding", "Target mask without padding",
         "the causal mask alone lets the decoder attend to its padding: combine it with the "
         "padding mask of the decoder input (tfcourse.masks.target_mask does both).",
-        (lambda p, v: _batch(p, v, tgt_mask="causal"),),
+        (_batch_with(tgt_mask="causal"),),
     ),
     Mistake(
-        "Source padding not masked",
+        "src_padding", "Source padding not masked",
         "src_mask must be False at the source's padding (padding_mask(src, PAD)), so that "
         "attention gives it no weight.",
-        (lambda p, v: _batch(p, v, src_mask="all"),),
+        (_batch_with(src_mask="all"),),
     ),
     Mistake(
-        "Mask polarity inverted",
+        "src_mask_shape", "Source mask without its head and query axes",
+        "src_mask must broadcast to the attention scores (batch, heads, q_len, src_len): shape "
+        "(batch, 1, 1, src_len), as padding_mask(src, PAD) makes it.",
+        (_batch_with(src_mask="2d"), _batch_with(src_mask="3d")),
+    ),
+    Mistake(
+        "src_mask_from_target", "Source mask built from the target",
+        "src_mask marks the real tokens of the SOURCE: padding_mask(src, PAD).",
+        (_batch_with(src_mask="from_target"),),
+    ),
+    Mistake(
+        "polarity", "Mask polarity inverted",
         "True means 'may attend': the mask is True at real tokens, False at padding.",
-        (lambda p, v: _batch(p, v, src_mask="inverted"),),
+        (_batch_with(src_mask="inverted"),),
     ),
 )
 FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
 
-# Sources and targets of different lengths, the longest source not with the longest target.
-BATCH_CASES = [
-    [("abc", "abc"), ("gfedcba", "abcdefg"), ("a", "a")],
-    [("ab", "bacd"), ("cdefg", "c"), ("gg", "ggg"), ("fedcb", "bc")],
-    [("abcdefgabc", "abcdefgabc")],
-]
-
 
 def _mask_equal(actual, expected):
-    if not isinstance(actual, torch.Tensor) or actual.dtype != torch.bool:
+    """Equal bool masks, in any form that broadcasts the same (e.g. (batch, 1, L, L) and
+    (1, 1, L, L) for a causal mask that is the same for every sentence)."""
+    if not isinstance(actual, torch.Tensor) or actual.dtype != torch.bool or actual.dim() > 4:
         return False
     try:
-        return torch.equal(actual.expand(expected.shape), expected)  # any broadcastable form
+        shape = torch.broadcast_shapes(actual.shape, expected.shape)
     except RuntimeError:
         return False
+    return torch.equal(actual.expand(shape), expected.expand(shape))
 
 
 def _same_batch(actual, expected):
@@ -123,222 +152,320 @@ def _same_batch(actual, expected):
         values = [getattr(actual, f) for f in FIELDS]
     except AttributeError:
         return False
-    ids = all(isinstance(a, torch.Tensor) and a.shape == e.shape and torch.equal(a.long(), e)
+    ids = all(isinstance(a, torch.Tensor) and a.shape == e.shape and not a.is_floating_point()
+              and torch.equal(a.long(), e)
               for a, e in zip(values[:3], (expected.src, expected.tgt_in, expected.tgt_out)))
     return ids and _mask_equal(values[3], expected.src_mask) and \
         _mask_equal(values[4], expected.tgt_mask)
 
 
-@checks(BATCH)
-def check_make_batch(fn):
-    """Compare `fn` with the reference on BATCH_CASES; name the mistake when one matches."""
-    for pairs in BATCH_CASES:
-        inputs = f"pairs={pairs}"
-        outcome = call(fn, list(pairs), VOCAB)
-        fail_on_error(outcome, BATCH, inputs)
-        expected, result = reference_batch(pairs, VOCAB), outcome.value
-        if _same_batch(result, expected):
-            continue
-        mistake = first_match(BATCH_MISTAKES, result, pairs, VOCAB, same=_same_batch)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}" + _shown(result, expected))
-        if not all(hasattr(result, f) for f in FIELDS):
-            kind = type(result).__name__ if result is not None else "None"
-            raise CheckFailure(f"{BATCH} should return a Batch(src, tgt_in, tgt_out, src_mask, "
-                               f"tgt_mask), got {kind} on {inputs}")
-        for field in FIELDS:
-            value, want = getattr(result, field), getattr(expected, field)
-            if field.endswith("mask"):
-                if not _mask_equal(value, want):
-                    problem = tensor_problem(value, want, field)
-                    raise CheckFailure(f"Wrong {field} on {inputs}, and no common mistake "
-                                       f"matches: {problem or 'its True/False differ'}; it "
-                                       f"should be {_mask_rule(field)}.")
-            elif not (isinstance(value, torch.Tensor) and value.shape == want.shape
-                      and torch.equal(value.long(), want)):
-                problem = tensor_problem(value, want, field) or "its ids differ"
-                raise CheckFailure(f"Wrong {field} on {inputs}, and no common mistake matches: "
-                                   f"{problem}." + _shown(result, expected))
-
-
-def _mask_rule(field):
-    return ("padding_mask(src, PAD), (batch, 1, 1, src_len)" if field == "src_mask" else
-            "target_mask(tgt_in, PAD), (batch, 1, tgt_len, tgt_len)")
-
-
-def _shown(result, expected):
+def _shown(case, result, expected):
     """The first row of tgt_in and tgt_out, when either differs from the reference."""
     values = [getattr(result, f, None) for f in ("tgt_in", "tgt_out")]
     wanted = (expected.tgt_in, expected.tgt_out)
     if not all(isinstance(v, torch.Tensor) for v in values) or all(
             v.shape == w.shape and torch.equal(v.long(), w) for v, w in zip(values, wanted)):
         return ""
-    lines = []
-    for field, value in zip(("tgt_in", "tgt_out"), values):
-        if value.dim() == 2:
-            lines.append(f"  {field}: got {value[0].tolist()}, expected "
-                         f"{getattr(expected, field)[0].tolist()} (first row; "
-                         f"PAD={PAD}, BOS={BOS}, EOS={EOS})")
-    return "\n" + "\n".join(lines) if lines else ""
+    lines = [f"\n  {field}: got {value[0].tolist()}, expected {want[0].tolist()} (first row; "
+             f"PAD={PAD}, BOS={BOS}, EOS={EOS})"
+             for field, value, want in zip(("tgt_in", "tgt_out"), values, wanted) if value.dim() == 2]
+    return "".join(lines)
+
+
+BATCH_CASES = [  # sources and targets of different lengths, the longest source not with the longest target
+    [("abc", "abc"), ("gfedcba", "abcdefg"), ("a", "a")],
+    [("ab", "bacd"), ("cdefg", "c"), ("gg", "ggg"), ("fedcb", "bc")],
+    [("abcdefgabc", "abcdefgabc")],
+]
+BATCH = Item(
+    EXERCISE, "make_batch", reference_batch,
+    [Case((pairs, VOCAB), names=("pairs", "vocab"), label=f"pairs={pairs}", seed=0)
+     for pairs in BATCH_CASES],
+    BATCH_MISTAKES, same=_same_batch, what="batch", show=_shown,
+    formula="src: the sources' ids; tgt_in: BOS y; tgt_out: y EOS; src_mask = padding_mask(src, "
+            "PAD); tgt_mask = target_mask(tgt_in, PAD).",
+)
 
 
 # --------------------------------------------------------------------- label_smoothing_loss
 
 
 def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smooth="uniform",
-          smooth_pad_positions=False, reduce="mean"):
+          smooth_pad_positions=False, reduce="mean", log=None, dim=-1):
     """Label-smoothed cross entropy with the variations mistakes make."""
-    log_p = F.log_softmax(logits.double(), dim=-1)
+    log_p = F.log_softmax(logits.double(), dim=dim) if log is None else log(logits.double())
     n_classes = logits.size(-1)
     nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    if smooth == "uniform":  # eps / V onto every class
-        spread = -log_p.mean(-1)
-    elif smooth == "others":  # eps / (V - 1) onto the other classes
-        spread = -(log_p.sum(-1) - (-nll)) / (n_classes - 1)
-    elif smooth == "others_not_pad":  # eps / (V - 2): not the true class, not padding
-        spread = -(log_p.sum(-1) + nll - log_p[..., pad_id]) / (n_classes - 2)
-    elif smooth == "pad":  # all of eps onto the padding class
-        spread = -log_p[..., pad_id]
-    else:  # "true": eps put back onto the true class: no smoothing
-        spread = nll
+    spread = {  # what the eps part of q costs at each position
+        "uniform": lambda: -log_p.mean(-1),  # eps / V onto every class
+        "others": lambda: -(log_p.sum(-1) + nll) / (n_classes - 1),  # eps / (V - 1), not the true
+        "others_not_pad": lambda: -(log_p.sum(-1) + nll - log_p[..., pad_id]) / (n_classes - 2),
+        "pad": lambda: -log_p[..., pad_id],  # all of eps onto the padding class
+        "true": lambda: nll,  # eps put back onto the true class: no smoothing
+        "dropped": lambda: 0 * nll,  # q = (1 - eps) one_hot: eps lost
+        "undivided": lambda: -log_p.sum(-1),  # eps onto every class, not eps / V
+    }[smooth.replace("+", "")]()
+    true_part = (1 if smooth.startswith("+") else 1 - eps) * nll  # "+": q = one_hot + eps / V
     keep = (target != pad_id).double()
     if count_pad:
         keep = torch.ones_like(keep)
-    per_position = (1 - eps) * nll * keep + eps * spread * (1 if smooth_pad_positions else keep)
+    per_position = true_part * keep + eps * spread * (1 if smooth_pad_positions else keep)
     if reduce == "sum":
         return per_position.sum()
+    if reduce == "vocab":  # also divided by V: a mean over every (position, class)
+        return per_position.sum() / (keep.sum() * n_classes)
+    if reduce == "sentence":  # the mean of each sentence's mean
+        return (per_position.sum(-1) / keep.sum(-1)).mean()
+    if reduce == "sentences":  # divided by the number of sentences
+        return per_position.sum() / (target.size(0) if target.dim() > 1 else 1)
+    if reduce == "negated":
+        return -per_position.sum() / keep.sum()
     return per_position.sum() / (keep.numel() if mean_over_all else keep.sum())
 
 
-LOSS = "label_smoothing_loss"
-LOSS_BUILTIN = Mistake(
-    "Built-in loss called",
-    "you called F.cross_entropy; the exercise is to build the smoothed targets q and the "
-    "cross entropy -sum(q * log p) yourself (check it equals F.cross_entropy afterwards).",
-)
+def _loss_with(**bug):
+    return lambda x, y, e, p: _loss(x, y, e, p, **bug)
+
+
+def _pad_logit_blocked(logits, target, eps, pad_id):
+    """The padding logit set to -inf: log p(PAD) = -inf, and q puts eps / V there."""
+    log_p = F.log_softmax(logits.index_fill(-1, torch.tensor([pad_id]), float("-inf")), dim=-1)
+    q = (1 - eps) * F.one_hot(target, logits.size(-1)).to(log_p.dtype) + eps / logits.size(-1)
+    return -(q * log_p).sum(-1)[target != pad_id].mean()
+
+
+def _kl(reduce):
+    """KL(q || p) per real position (F.kl_div's), reduced by `reduce(loss, keep)`."""
+
+    def compute(logits, target, eps, pad_id):
+        log_p = F.log_softmax(logits.double(), dim=-1)
+        q = (1 - eps) * F.one_hot(target, logits.size(-1)).double() + eps / logits.size(-1)
+        keep = (target != pad_id).double()
+        loss = F.kl_div(log_p, q, reduction="none").sum(-1) * keep
+        return reduce(loss, keep)
+
+    return compute
+
+
+def _narrow_one_hot(logits, target, eps, pad_id):
+    """q built with F.one_hot(target): too narrow when the largest target id is below V - 1."""
+    log_p = F.log_softmax(logits, dim=-1)
+    q = (1 - eps) * F.one_hot(target).to(log_p.dtype) + eps / logits.size(-1)
+    return -(q * log_p).sum(-1)[target != pad_id].mean()
+
+
 COUNTS_PADDING = Mistake(
-    "Loss counts padding",
+    "counts_padding", "Loss counts padding",
     "positions whose target is padding are not part of the output: leave them out of the "
     "loss, and average over the real target tokens only.",
-    (lambda x, y, e, p: _loss(x, y, e, p, count_pad=True),
-     lambda x, y, e, p: _loss(x, y, e, p, mean_over_all=True)),
+    (_loss_with(count_pad=True), _loss_with(mean_over_all=True)),
+)
+NO_GRADIENT = Mistake(
+    "no_gradient", "No gradient flows back to the logits",
+    "training needs it; stay in torch (no .item(), .detach(), .numpy() or tensors rebuilt "
+    "from values).",
 )
 LOSS_MISTAKES = (
+    Mistake(
+        "builtin", "Built-in loss called",
+        "you called F.cross_entropy; the exercise is to build the smoothed targets q and the "
+        "cross entropy -sum(q * log p) yourself (check it equals F.cross_entropy afterwards).",
+        uses=("cross_entropy",),
+    ),
     COUNTS_PADDING,
     Mistake(
-        "Smoothing mass put onto the true class",
+        "onto_true_class", "Smoothing mass put onto the true class",
         "the eps taken from the true class must be spread over the vocabulary (eps / V onto "
         "every class); your targets are still one-hot, as if eps were 0.",
-        (lambda x, y, e, p: _loss(x, y, e, p, smooth="true"),),
+        (_loss_with(smooth="true"),),
     ),
     Mistake(
-        "Smoothing mass put onto padding",
+        "onto_padding", "Smoothing mass put onto padding",
         "spread eps / V over every class at the real target positions; do not give the eps "
         "to the padding class, and give padding positions no target at all.",
-        (lambda x, y, e, p: _loss(x, y, e, p, smooth="pad"),
-         lambda x, y, e, p: _loss(x, y, e, p, smooth_pad_positions=True)),
+        (_loss_with(smooth="pad"), _loss_with(smooth_pad_positions=True)),
     ),
     Mistake(
-        "Smoothing spread over the other classes only",
+        "other_classes_only", "Smoothing spread over the other classes only",
         "this course follows PyTorch: eps / V onto every class, the true one included "
         "(q_true = 1 - eps + eps / V), so the loss equals F.cross_entropy(..., "
         "label_smoothing=eps). The Annotated Transformer spreads eps / (V - 2) instead.",
-        (lambda x, y, e, p: _loss(x, y, e, p, smooth="others"),
-         lambda x, y, e, p: _loss(x, y, e, p, smooth="others_not_pad")),
+        (_loss_with(smooth="others"), _loss_with(smooth="others_not_pad")),
     ),
     Mistake(
-        "Loss summed instead of averaged",
+        "mass_not_taken", "Smoothing mass added without taking it from the true class",
+        "q = (1 - eps) one_hot(y) + eps / V: the true class gives up eps, so that q still sums "
+        "to 1. one_hot(y) + eps / V sums to 1 + eps.",
+        (_loss_with(smooth="+uniform"),),
+    ),
+    Mistake(
+        "mass_dropped", "Smoothing mass dropped",
+        "q = (1 - eps) one_hot(y) + eps / V: the eps taken from the true class goes to every "
+        "class, eps / V each; (1 - eps) one_hot(y) alone sums to 1 - eps.",
+        (_loss_with(smooth="dropped"),),
+    ),
+    Mistake(
+        "eps_not_divided", "eps not divided by V",
+        "each class gets eps / V (V = logits.size(-1)), so that the smoothed targets sum to 1: "
+        "q = (1 - eps) one_hot(y) + eps / V.",
+        (_loss_with(smooth="undivided"),),
+    ),
+    Mistake(
+        "one_hot_width", "one_hot without num_classes",
+        "F.one_hot(target) is as wide as the largest id in target + 1, not the vocabulary: "
+        "F.one_hot(target, num_classes=logits.size(-1)).",
+        (_narrow_one_hot,),
+    ),
+    Mistake(
+        "probabilities", "Probabilities used instead of log-probabilities",
+        "cross entropy is -sum_v q_v log p_v: multiply q by log_softmax(logits), not by "
+        "softmax(logits).",
+        (_loss_with(log=lambda x: x.softmax(-1)),),
+    ),
+    Mistake(
+        "summed", "Loss summed instead of averaged",
         "divide by the number of real (non-padding) target tokens, so the loss does not grow "
         "with the batch and the learning rate means the same for every batch.",
-        (lambda x, y, e, p: _loss(x, y, e, p, reduce="sum"),),
+        (_loss_with(reduce="sum"),),
     ),
     Mistake(
-        "pad_id ignored",
+        "per_sentence", "Averaged per sentence, then over the batch",
+        "average over the real target TOKENS of the whole batch: sum the losses of every "
+        "non-padding position, divide by their number. A mean of sentence means weighs the "
+        "tokens of short sentences more.",
+        (_loss_with(reduce="sentence"),),
+    ),
+    Mistake(
+        "kl_divergence", "KL divergence instead of cross entropy",
+        "this loss is the cross entropy H(q, p) = -sum q log p, as F.cross_entropy(..., "
+        "label_smoothing=eps) computes it; KL(q || p) (nn.KLDivLoss, as in the Annotated "
+        "Transformer) is smaller by the entropy of q.",
+        (_kl(lambda loss, keep: loss.sum() / keep.sum()), _kl(lambda loss, keep: loss.sum()),
+         _kl(lambda loss, keep: loss.sum() / loss.size(0))),
+    ),
+    Mistake(
+        "divided_by_sentences", "Divided by the number of sentences",
+        "divide the summed loss by the number of real target TOKENS (target != pad_id), not "
+        "by the number of sentences.",
+        (_loss_with(reduce="sentences"),),
+    ),
+    Mistake(
+        "pad_logit_blocked", "Padding class given log-probability -inf",
+        "q gives eps / V to every class, padding included, so -inf at the padding logit makes "
+        "the loss infinite: leave the logits as they are (padding positions are left out of "
+        "the mean instead).",
+        (_pad_logit_blocked,),
+    ),
+    Mistake(
+        "over_vocabulary", "Averaged over the vocabulary too",
+        "the cross entropy of one position is a SUM over the vocabulary, -sum_v q_v log p_v; "
+        "only the positions are averaged (.sum(-1), then the mean over real tokens).",
+        (_loss_with(reduce="vocab"),),
+    ),
+    Mistake(
+        "sign", "Sign flipped",
+        "cross entropy is -sum q log p: log p is negative, so the loss is positive and "
+        "training makes it smaller.",
+        (_loss_with(reduce="negated"),),
+    ),
+    Mistake(
+        "no_log_softmax", "Logits used as log-probabilities",
+        "take log_softmax(logits, dim=-1) first: the logits are unnormalized scores, not "
+        "log-probabilities.",
+        (_loss_with(log=lambda x: x), _loss_with(log=lambda x: torch.log(x.clamp_min(1e-30)))),
+    ),
+    Mistake(
+        "log_softmax_axis", "log_softmax over the wrong axis",
+        "normalize over the vocabulary, the last axis: F.log_softmax(logits, dim=-1).",
+        tuple(_loss_with(dim=d) for d in (0, 1, -2)),
+    ),
+    Mistake(
+        "pad_id_ignored", "pad_id ignored",
         "use the pad_id argument to find the padding, not the number 0.",
         (lambda x, y, e, p: _loss(x, y, e, 0),),
     ),
 )
 
 
-def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None):
+def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(*shape, vocab, generator=g) * 2
-    target = torch.randint(0, vocab, shape, generator=g)
+    target = torch.randint(0, top or vocab, shape, generator=g)
     target[target == pad_id] = (pad_id + 1) % vocab
     if lengths is not None:  # rows padded after their length
         target[torch.arange(shape[-1]) >= torch.tensor(lengths)[..., None]] = pad_id
-    return logits, target, eps, pad_id
+    return Case((logits, target, eps, pad_id), names=("logits", "target", None, None), seed=seed,
+                label=describe(logits=logits, target=target, eps=eps, pad_id=pad_id))
 
 
+def _number(value):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _same_loss(actual, predicted):
+    """The same single number (a 0-d tensor, or a float from a mistake's computation)."""
+    if not isinstance(actual, torch.Tensor) or actual.numel() != 1:
+        return False
+    return math.isclose(actual.item(), _number(predicted), rel_tol=1e-4, abs_tol=1e-6)
+
+
+def _logits_gradient(fn, args, case):
+    logits, *rest = args
+    logits.requires_grad_()
+    fn(logits, *rest).backward()
+    return logits.grad
+
+
+def _detached(how):
+    def compute(logits, target, eps, pad_id):
+        return _logits_gradient(lambda *a: how(reference_loss(*a)), (logits, target, eps, pad_id), None)
+
+    return compute
+
+
+def _same_gradient(actual, expected):
+    return isinstance(actual, torch.Tensor) and actual.shape == expected.shape and torch.allclose(
+        actual, expected, rtol=1e-3, atol=1e-6)
+
+
+_GRADIENT_CASE = _loss_case(0, (3, 6), 9, 0.1, lengths=[6, 2, 4])
 LOSS_CASES = [
     _loss_case(0, (3, 6), 9, 0.1, lengths=[6, 2, 4]),
     _loss_case(1, (2, 5), 7, 0.3, lengths=[3, 5]),
     _loss_case(2, (4, 3), 11, 0.2, lengths=[3, 1, 2, 3], pad_id=5),
     _loss_case(3, (8,), 6, 0.1),  # (N, V) logits, no padding
     _loss_case(4, (2, 2, 4), 5, 0.0, lengths=[[4, 1], [2, 3]]),
+    _loss_case(5, (2, 4), 8, 0.1, lengths=[4, 2], top=5),  # ids below 5 of 8
+    Case(_GRADIENT_CASE.args, names=_GRADIENT_CASE.names, seed=0, run=_logits_gradient,
+         label=_GRADIENT_CASE.label + ", backward from the loss", what="gradient of the logits",
+         same=_same_gradient,
+         mistakes=(NO_GRADIENT.computing(_detached(lambda t: t.detach()),
+                                         _detached(lambda t: t.item())),)),
 ]
-
-
-def _same_loss(actual, predicted):
-    if isinstance(actual, (int, float)):
-        actual = torch.tensor(float(actual))
-    if not isinstance(actual, torch.Tensor) or actual.numel() != 1:
-        return False
-    return math.isclose(actual.item(), predicted.item(), rel_tol=1e-4, abs_tol=1e-6)
-
-
-@checks(LOSS)
-def check_label_smoothing_loss(fn):
-    """Compare `fn` with the reference on LOSS_CASES; name the mistake when one matches."""
-    for logits, target, eps, pad_id in LOSS_CASES:
-        inputs = describe(logits=logits, target=target, eps=eps, pad_id=pad_id)
-        given = (logits.clone(), target.clone())
-        outcome = call(fn, *given, eps, pad_id)
-        if "cross_entropy" in outcome.torch_calls:
-            LOSS_BUILTIN.fail()
-        fail_on_error(outcome, LOSS, inputs)
-        if not (torch.equal(given[0], logits) and torch.equal(given[1], target)):
-            raise CheckFailure("Input modified in place: your function changed the caller's "
-                               "logits or target. Use out-of-place operations.")
-        expected, result = reference_loss(logits, target, eps, pad_id), outcome.value
-        if _same_loss(result, expected):
-            continue
-        mistake = first_match(LOSS_MISTAKES, result, logits, target, eps, pad_id,
-                              same=_same_loss)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        if not isinstance(result, torch.Tensor) or result.numel() != 1:
-            problem = tensor_problem(result, expected, "the loss")
-            raise CheckFailure(f"Wrong loss: {problem}; a single number (a 0-d tensor) is "
-                               f"expected, on {inputs}")
-        raise CheckFailure(
-            f"Wrong loss on {inputs}, and no common mistake matches: got {result.item():.6g}, "
-            f"expected {expected.item():.6g}. Build q = (1 - eps) one_hot(y) + eps / V and "
-            "average -sum(q * log_softmax(logits)) over the real target tokens."
-        )
-    _check_loss_gradient(fn)
-
-
-def _check_loss_gradient(fn):
-    logits, target, eps, pad_id = LOSS_CASES[0]
-    mine = logits.clone().requires_grad_()
-    outcome = call(lambda: fn(mine, target.clone(), eps, pad_id).backward())
-    ref = logits.clone().requires_grad_()
-    reference_loss(ref, target, eps, pad_id).backward()
-    if outcome.error is not None or mine.grad is None or not close(mine.grad, ref.grad):
-        raise CheckFailure(
-            "No gradient flows back to the logits: training needs it; stay in torch (no "
-            ".item(), .detach(), .numpy() or tensors rebuilt from values)."
-        )
+LOSS = Item(
+    EXERCISE, "label_smoothing_loss", reference_loss, LOSS_CASES, LOSS_MISTAKES,
+    same=_same_loss, what="loss",
+    formula="Build q = (1 - eps) one_hot(y) + eps / V and average -sum(q * log_softmax(logits)) "
+            "over the real target tokens.",
+)
 
 
 # ----------------------------------------------------------------------------------- noam_lr
 
-NOAM = "noam_lr"
 
-
-def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min):
-    return d_model**d * pick(step**decay, step * warmup**warm)
+def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
+          grouped=False, swapped=False):
+    step += shift
+    warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
+    if swapped:  # warmup * step^-1.5
+        warmup_branch = warmup * step**warm
+    if factor == "all":
+        return d_model**d * pick(step**decay, warmup_branch)
+    if factor == "decay":
+        return pick(d_model**d * step**decay, warmup_branch)
+    return pick(step**decay, d_model**d * warmup_branch)
 
 
 def _all(**variant):
@@ -347,29 +474,52 @@ def _all(**variant):
 
 NOAM_MISTAKES = (
     Mistake(
-        "Warmup exponent wrong",
+        "warmup_exponent", "Warmup exponent wrong",
         "during warmup the rate grows linearly: step * warmup^-1.5, so that at step = warmup "
         "both branches meet at warmup^-0.5.",
         tuple(_all(warm=w) for w in (-0.5, -1.0, 1.5, -2.0, 0.5)),
     ),
     Mistake(
-        "Decay exponent wrong",
+        "warmup_parentheses", "Warmup branch parenthesized as (step * warmup)^-1.5",
+        "the warmup branch is step * warmup^-1.5: only warmup is raised to the power -1.5, "
+        "then multiplied by step.",
+        (_all(grouped=True),),
+    ),
+    Mistake(
+        "warmup_swapped", "step and warmup swapped in the warmup branch",
+        "the warmup branch grows with the step: step * warmup^-1.5, not warmup * step^-1.5.",
+        (_all(swapped=True),),
+    ),
+    Mistake(
+        "decay_exponent", "Decay exponent wrong",
         "after warmup the rate falls as the inverse square root of the step: step^-0.5.",
         tuple(_all(decay=e) for e in (-1.0, 0.5, -1.5, -2.0)),
     ),
     Mistake(
-        "max instead of min",
+        "max", "max instead of min",
         "the rate is the SMALLER of the two branches: the warmup line first, then the decay.",
         (_all(pick=max),),
     ),
     Mistake(
-        "d_model factor wrong",
+        "d_model_factor", "d_model factor wrong",
         "the whole schedule is scaled by d_model^-0.5: wider models take smaller steps.",
-        tuple(_all(d=e) for e in (0.0, 0.5, -1.0)),
+        tuple(_all(d=e) for e in (0.0, 0.5, -1.0, -1.5)),
+    ),
+    Mistake(
+        "d_model_one_branch", "d_model factor on one branch only",
+        "d_model^-0.5 multiplies the min of both branches: lrate = d_model^-0.5 * "
+        "min(step^-0.5, step * warmup^-1.5).",
+        (_all(factor="decay"), _all(factor="warmup")),
+    ),
+    Mistake(
+        "step_shifted", "Step shifted by one",
+        "the formula takes the step as it is given, counting from 1: no step + 1 or step - 1 "
+        "inside (a scheduler counting from 0 passes step + 1 itself).",
+        (_all(shift=1), _all(shift=-1)),
     ),
 )
 STEP_ZERO = Mistake(
-    "Step 0 not handled",
+    "step_zero", "Step 0 not handled",
     "the paper counts steps from 1: at step 0, step^-0.5 divides by zero. Raise a ValueError "
     "for step < 1 (a scheduler that counts from 0 must pass step + 1).",
 )
@@ -379,138 +529,263 @@ NOAM_CASES = [(1, 512, 4000), (100, 512, 4000), (3999, 512, 4000), (4000, 512, 4
               (1, 16, 1)]
 
 
-def _as_float(value):
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    return float(value) if isinstance(value, (int, float)) else None
+def _rates(fn, args, case):
+    """The learner's rate for every (step, d_model, warmup), as floats where they are numbers."""
+    rates = []
+    for step, d_model, warmup in args[0]:
+        value = fn(step, d_model, warmup)
+        number = _number(value)
+        rates.append(value if number is None else number)
+    return rates
 
 
 def _same_rates(actual, predicted):
-    return len(actual) == len(predicted) and all(
-        a is not None and math.isclose(a, p, rel_tol=1e-6) for a, p in zip(actual, predicted))
+    return isinstance(actual, list) and len(actual) == len(predicted) and all(
+        isinstance(a, float) and math.isclose(a, p, rel_tol=1e-6) for a, p in zip(actual, predicted))
 
 
-@checks(NOAM)
-def check_noam_lr(fn):
-    """Compare `fn` with the paper's formula on NOAM_CASES, then ask it for step 0."""
-    rates = []
-    for step, d_model, warmup in NOAM_CASES:
-        outcome = call(fn, step, d_model, warmup)
-        fail_on_error(outcome, NOAM, f"step={step}, d_model={d_model}, warmup={warmup}")
-        rate = _as_float(outcome.value)
-        if rate is None:
-            raise CheckFailure(f"{NOAM} should return a number, got "
-                               f"{type(outcome.value).__name__} for step={step}")
-        rates.append(rate)
-    expected = [reference_noam(*case) for case in NOAM_CASES]
-    if not _same_rates(rates, expected):
-        mistake = first_match(NOAM_MISTAKES, rates, NOAM_CASES, same=_same_rates)
-        wrong = next(i for i, (a, e) in enumerate(zip(rates, expected))
-                     if not math.isclose(a, e, rel_tol=1e-6))
-        step, d_model, warmup = NOAM_CASES[wrong]
-        details = (f"  step={step}, d_model={d_model}, warmup={warmup}: got {rates[wrong]:.6g}, "
-                   f"expected {expected[wrong]:.6g}")
-        if mistake is not None:
-            mistake.fail(details)
-        raise CheckFailure("Wrong learning rate, and no common mistake matches: compute "
-                           "d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).\n" + details)
-    outcome = call(fn, 0, 512, 4000)
+def _first_wrong_rate(case, result, expected):
+    for (step, d_model, warmup), got, want in zip(case.args[0], result, expected):
+        if not (isinstance(got, float) and math.isclose(got, want, rel_tol=1e-6)):
+            shown = f"{got:.6g}" if isinstance(got, float) else repr(got)
+            return f"\n  step={step}, d_model={d_model}, warmup={warmup}: got {shown}, expected {want:.6g}"
+    return ""
+
+
+def _check_step_zero(item, target):
+    """After the rates are right: step 0 must raise a ValueError."""
+    outcome = call(target, 0, 512, 4000)
     if isinstance(outcome.error, ValueError):
         return
+    fail_if_stopped(outcome, "noam_lr", "noam_lr", "step=0, d_model=512, warmup=4000")
     got = (f"it raised {type(outcome.error).__name__}" if outcome.error is not None
            else f"it returned {outcome.value!r}")
     STEP_ZERO.fail(f"  step=0, d_model=512, warmup=4000: {got}")
 
 
+NOAM = Item(
+    EXERCISE, "noam_lr", reference_noam,
+    [Case((NOAM_CASES,), label=f"{len(NOAM_CASES)} (step, d_model, warmup), from (1, 512, 4000) "
+          "to (100000, 512, 4000)", run=_rates, seed=0,
+          parts=tuple(f"the rate at step={s}, d_model={d}, warmup={w}" for s, d, w in NOAM_CASES))],
+    NOAM_MISTAKES + (STEP_ZERO,), same=_same_rates, what="rates", show=_first_wrong_rate,
+    formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
+    after=(_check_step_zero,),
+)
+
+
 # -------------------------------------------------------------------------------- train_step
 
-STEP = "train_step"
 LR = 0.1  # plain SGD: every update is -LR * gradient
 
 
 def _model():
-    torch.manual_seed(0)
+    """The same small random Transformer on every call (the caller's random state left alone)."""
     config = TransformerConfig.tiny(len(VOCAB), d_model=16, n_heads=2, d_ff=32, n_layers=1,
                                     dropout=0.0)
-    return Transformer(config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return Transformer(config)
 
 
 def _flat(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
+def _leftover(model):
+    """Gradients left in the model by whatever ran before (an evaluation's backward, say)."""
+    g = torch.Generator().manual_seed(99)
+    for p in model.parameters():
+        p.grad = 0.1 * torch.randn(p.shape, generator=g)
+    return model
+
+
+def _steps_of(fn, args, case):
+    """Two steps of `fn` on a fresh model with gradients left in it: (the weights after each
+    step, the returned losses)."""
+    steps, eps, clip = args
+    model = _leftover(_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    weights, losses = [], []
+    for batches in steps:
+        losses.append(fn(model, list(batches), optimizer, eps, clip))
+        weights.append(_flat(model))
+    return weights, losses
+
+
 def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True,
-         ignore_pad=True, clip_zero=False):
+         ignore_pad=True, clip_zero=False, clip_each=False, step_each=False, target="tgt_out",
+         step=True, returns="mean", by_value=False, flat=True):
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
-    weights after each step and the returned losses."""
-    model = _model()
+    weights after each step and the returned losses. zero: "start" (right), "never", "each"
+    (micro-batch) or "end" (after the step)."""
+    model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
     for batches in steps:
         if zero == "start":
             optimizer.zero_grad()
-        total = 0.0
+        total, kept = 0.0, []
         for batch in batches:
             if zero == "each":
                 optimizer.zero_grad()
             logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-            loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+            wanted = getattr(batch, target)
+            loss = F.cross_entropy(logits.flatten(0, 1) if flat else logits,
+                                   wanted.flatten() if flat else wanted,
                                    label_smoothing=eps if smoothing else 0.0,
                                    ignore_index=PAD if ignore_pad else -100)
             (loss / (len(batches) if divide else 1)).backward()
             total += loss.item()
-        if clips and (clip > 0 or clip_zero):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
+            kept.append(loss)
+            if (clip_each or step_each) and clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if step_each:
+                optimizer.step()
+        if clips and not clip_each and not step_each and (clip > 0 or clip_zero):
+            if by_value:
+                torch.nn.utils.clip_grad_value_(model.parameters(), clip)
+            else:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        if step and not step_each:
+            optimizer.step()
+        if zero == "end":
+            optimizer.zero_grad()
         weights.append(_flat(model))
-        losses.append(total / len(batches))
+        losses.append({"mean": total / len(batches), "last": kept[-1].item(),
+                       "last_divided": kept[-1].item() / len(batches), "sum": total,
+                       "tensor": sum(kept) / len(kept)}[returns])
     return weights, losses
 
 
 def _variant(**kw):
-    return lambda steps, eps, clip: _run(steps, eps, clip, **kw)[0]
+    return lambda steps, eps, clip: _run(steps, eps, clip, **kw)
+
+
+_START = _flat(_model())
+
+
+def _same_update(w, e):
+    """The same weights: their change from the start equal to 0.1% of its size (a weight
+    changes by ~1e-4 in a step, so comparing the weights themselves would see nothing)."""
+    if not isinstance(w, torch.Tensor) or w.shape != e.shape:
+        return False
+    change = e - _START
+    return bool((w - e).norm() <= 1e-3 * change.norm() + 1e-9)
+
+
+def _same_training(actual, expected):
+    """The same weights after each step, and the same losses returned (Python floats)."""
+    try:
+        weights, losses = actual
+    except (TypeError, ValueError):
+        return False
+    return (len(weights) == len(expected[0]) and all(map(_same_update, weights, expected[0]))
+            and all(_same_value(got, want) for got, want in zip(losses, expected[1])))
+
+
+def _same_value(got, want):
+    if isinstance(want, torch.Tensor):
+        return isinstance(got, torch.Tensor) and _same_loss(got, want)
+    return (isinstance(got, float) and not isinstance(got, bool)
+            and math.isclose(got, want, rel_tol=1e-4, abs_tol=1e-7))
 
 
 STEP_MISTAKES = (
     Mistake(
-        "Gradients not zeroed between steps",
+        "not_zeroed", "Gradients not zeroed between steps",
         "backward() ADDS to .grad: without optimizer.zero_grad() at the start of each step, "
         "every step also applies the gradients of all the steps before it.",
         (_variant(zero="never"),),
     ),
     Mistake(
-        "Gradients zeroed for every micro-batch",
+        "zeroed_at_end", "Gradients zeroed after the step instead of before",
+        "zero them at the start of train_step, before the backward passes: gradients that are "
+        "already there on entry (left by an evaluation's backward, or anything before) would "
+        "otherwise be added into this step.",
+        (_variant(zero="end"),),
+    ),
+    Mistake(
+        "zeroed_each", "Gradients zeroed for every micro-batch",
         "zero the gradients once per optimizer step, before the micro-batches: zeroing before "
         "each one throws away all but the last, so accumulation does nothing.",
         (_variant(zero="each"), _variant(zero="each", divide=False)),
     ),
     Mistake(
-        "Micro-batch losses not divided by their number",
+        "stepped_each", "Optimizer stepped for every micro-batch",
+        "the micro-batches make ONE step together: backpropagate each of them, then clip and "
+        "call optimizer.step() once, after the loop.",
+        (_variant(step_each=True), _variant(step_each=True, divide=False),
+         _variant(step_each=True, zero="each"), _variant(step_each=True, zero="each", divide=False)),
+    ),
+    Mistake(
+        "not_divided", "Micro-batch losses not divided by their number",
         "the accumulated gradient must be the MEAN over the micro-batches: backpropagate "
         "loss / len(batches), or the step grows with the number of micro-batches.",
         (_variant(divide=False),),
     ),
     Mistake(
-        "clip=0 clips every gradient to 0",
+        "clip_zero", "clip=0 clips every gradient to 0",
         "clip=0 means no clipping: call clip_grad_norm_ only when clip > 0.",
         (_variant(clip_zero=True),),
     ),
     Mistake(
-        "Gradients not clipped",
+        "clipped_each", "Gradients clipped for every micro-batch",
+        "clip the accumulated gradient once, after every micro-batch's backward pass and "
+        "before optimizer.step().",
+        (_variant(clip_each=True),),
+    ),
+    Mistake(
+        "clipped_by_value", "Gradients clipped by value instead of by norm",
+        "clip_grad_value_ clips every entry to [-clip, clip]; the exercise clips the total norm "
+        "of all the gradients to `clip`: torch.nn.utils.clip_grad_norm_(model.parameters(), clip).",
+        (_variant(by_value=True),),
+    ),
+    Mistake(
+        "not_clipped", "Gradients not clipped",
         "between backward() and optimizer.step(), scale the gradients down to a total norm "
         "of at most `clip`: torch.nn.utils.clip_grad_norm_(model.parameters(), clip).",
         (_variant(clips=False),),
     ),
-    COUNTS_PADDING,
+    COUNTS_PADDING.computing(_variant(ignore_pad=False)),
     Mistake(
-        "Label smoothing not used in the loss",
+        "not_flattened", "Logits given to cross_entropy unflattened",
+        "F.cross_entropy takes classes on axis 1: flatten the logits to (batch * tgt_len, V) "
+        "and the targets to (batch * tgt_len,) (or use your label_smoothing_loss).",
+        (_variant(flat=False),),
+    ),
+    Mistake(
+        "no_smoothing", "Label smoothing not used in the loss",
         "pass label_smoothing to the loss (your label_smoothing_loss, or F.cross_entropy(..., "
         "label_smoothing=label_smoothing, ignore_index=PAD)).",
         (_variant(smoothing=False),),
     ),
+    Mistake(
+        "wrong_target", "Loss computed against the decoder input",
+        "the model predicts batch.tgt_out (y EOS), one step ahead of what it reads, "
+        "batch.tgt_in (BOS y): the loss compares the logits with tgt_out.",
+        (_variant(target="tgt_in"),),
+    ),
+    Mistake(
+        "no_step", "The weights did not change",
+        "no gradient reached them, or the optimizer made no step: backpropagate the losses "
+        "themselves (a tensor rebuilt from .item() values has no graph), then call "
+        "optimizer.step() after the backward passes and the clipping.",
+        (_variant(step=False), _variant(step=False, divide=False)),
+    ),
+    Mistake(
+        "loss_tensor", "Loss returned as a tensor",
+        "return the loss as a Python float (loss.item()): a tensor keeps its whole graph in "
+        "memory, and a training loop that keeps the losses runs out of it.",
+        (_variant(returns="tensor"),),
+    ),
+    Mistake(
+        "wrong_loss", "Wrong loss returned",
+        "return the mean of the micro-batches' losses, each taken before dividing it by "
+        "len(batches) (the weights are right).",
+        (_variant(returns="last"), _variant(returns="last_divided"), _variant(returns="sum")),
+    ),
 )
-# Padding counted: the same mistake as in the loss, seen through the weights.
-STEP_COMPUTES = {COUNTS_PADDING: (_variant(ignore_pad=False),)}
 
 
 def _step_batches(seed, sizes):
@@ -526,70 +801,20 @@ def _step_batches(seed, sizes):
     return batches
 
 
+def _step_case(steps, eps, clip):
+    sizes = [[b.src.size(0) for b in batches] for batches in steps]
+    return Case((steps, eps, clip), names=("batches", None, None), run=_steps_of, seed=0,
+                label=f"micro-batches of {sizes} examples, label_smoothing={eps}, clip={clip}")
+
+
 # (the micro-batches of each step, label_smoothing, clip): two steps each, so that gradients
-# left over from the first step show in the second.
-# A weight that does not move is a missing optimizer.step() in the first case, clip=0 taken
-# literally in the second.
-STEP_CASES = [
-    ([_step_batches(2, (4,)), _step_batches(3, (3,))], 0.2, 0.05),
-    ([_step_batches(0, (3, 4)), _step_batches(1, (5, 2))], 0.1, 0.0),
-]
-
-
-def _same_weights(actual, predicted):
-    return len(actual) == len(predicted) and all(close(a, p) for a, p in zip(actual, predicted))
-
-
-def _first_step_match(weights, steps, eps, clip):
-    for mistake in STEP_MISTAKES:
-        for compute in STEP_COMPUTES.get(mistake, mistake.computes):
-            if _same_weights(weights, compute(steps, eps, clip)):
-                return mistake
-    return None
-
-
-@checks(STEP)
-def check_train_step(fn):
-    """Two steps of SGD with `fn` and with the reference; compare weights and losses."""
-    for steps, eps, clip in STEP_CASES:
-        sizes = [[b.src.size(0) for b in batches] for batches in steps]
-        inputs = f"micro-batches of {sizes} examples, label_smoothing={eps}, clip={clip}"
-        model = _model()
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-        weights, losses = [], []
-        for batches in steps:
-            outcome = call(fn, model, list(batches), optimizer, eps, clip)
-            fail_on_error(outcome, STEP, inputs)
-            weights.append(_flat(model))
-            losses.append(outcome.value)
-        reference = _model()
-        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=LR)
-        expected, expected_losses = [], []
-        for batches in steps:
-            expected_losses.append(reference_step(reference, batches, ref_optimizer, eps, clip))
-            expected.append(_flat(reference))
-        if not _same_weights(weights, expected):
-            mistake = _first_step_match(weights, steps, eps, clip)
-            if mistake is not None:
-                mistake.fail(f"  on {inputs}")
-            if torch.equal(weights[0], _flat(_model())):
-                raise CheckFailure("The weights did not change: call optimizer.step() after "
-                                   f"the backward passes.\n  on {inputs}")
-            which = next(i for i, (w, e) in enumerate(zip(weights, expected)) if not close(w, e))
-            raise CheckFailure(
-                f"Wrong weights after step {which + 1} on {inputs}, and no common mistake "
-                f"matches: {difference(weights[which], expected[which])}. Zero the "
-                "gradients, backpropagate each micro-batch's loss / len(batches), clip, step."
-            )
-        for got, want in zip(losses, expected_losses):
-            if isinstance(got, torch.Tensor) or not isinstance(got, (int, float)):
-                raise CheckFailure(
-                    f"{STEP} should return the loss as a Python float (loss.item()), got "
-                    f"{type(got).__name__}: a tensor would keep its whole graph in memory."
-                )
-            if not math.isclose(got, want, rel_tol=1e-4):
-                raise CheckFailure(
-                    f"Wrong loss returned on {inputs}: got {got:.6g}, expected {want:.6g}, "
-                    "the mean of the micro-batches' losses (each before dividing it by "
-                    "len(batches))."
-                )
+# left over from the first step show in the second; clipping with two micro-batches in a
+# step, and clip=0.
+STEP = Item(
+    EXERCISE, "train_step", reference_step,
+    [_step_case([_step_batches(2, (4, 2)), _step_batches(3, (3,))], 0.2, 0.05),
+     _step_case([_step_batches(0, (3, 4)), _step_batches(1, (5, 2))], 0.1, 0.0)],
+    STEP_MISTAKES, same=_same_training, what="result", parts=("weights", "losses"),
+    formula="Zero the gradients, backpropagate each micro-batch's loss / len(batches), clip, "
+            "step, and return the mean of the losses as a float.",
+)

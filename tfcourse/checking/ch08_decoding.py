@@ -1,5 +1,5 @@
-"""Checks for exercise 08: greedy decoding, one step of beam search, and a decoding step
-with the key/value cache; and their catalogue of mistakes.
+"""Exercise 08: greedy decoding, one step of beam search, and a decoding step with the
+key/value cache; their cases and their catalogue of mistakes.
 
 No check trains anything. greedy_decode runs on a scripted stand-in for a trained model
 (it says the source back, then EOS, then would ramble on) so that every row stops at a
@@ -18,19 +18,9 @@ from ..decoding import greedy_decode as reference_greedy
 from ..decoding import length_penalty
 from ..masks import causal_mask, padding_mask
 from ..model import Transformer, TransformerConfig
-from .core import (
-    CheckFailure,
-    Mistake,
-    call,
-    checks,
-    close,
-    describe,
-    difference,
-    fail_on_error,
-    first_match,
-    tensor_problem,
-)
+from .core import Case, Item, Mistake, close, describe
 
+EXERCISE = "ex08_decoding"
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 12  # 3 specials, then symbols 3..11
 
@@ -44,15 +34,15 @@ class ScriptedModel(nn.Module):
     it predicts script[:, t], sure of itself: the source's symbols, EOS, then the source again
     (a model that would ramble on if nobody stopped it at EOS)."""
 
-    def __init__(self):
+    def __init__(self, pad_id=PAD):
         super().__init__()
-        self.config = TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, n_heads=1, pad_id=PAD)
+        self.config = TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, n_heads=1, pad_id=pad_id)
         self.generator = nn.Identity()
 
     def encode(self, src, src_mask):
         rows = []
         for row in src.tolist():
-            said = [t for t in row if t != PAD] + [EOS]
+            said = [t for t in row if t != self.config.pad_id] + [EOS]
             rows.append((said * 64)[:64])
         return 8.0 * nn.functional.one_hot(torch.tensor(rows), VOCAB).float()  # (batch, 64, V)
 
@@ -81,173 +71,320 @@ class _Positions:
 
 
 def small_transformer(seed=0):
-    """A random Transformer, 2 + 2 layers, eval mode (no dropout): the same on every call."""
-    torch.manual_seed(seed)
+    """A random Transformer, 2 + 2 layers, eval mode (no dropout): the same on every call (the
+    caller's random state left alone)."""
     config = TransformerConfig.tiny(VOCAB, d_model=16, n_heads=2, d_ff=32, dropout=0.0,
                                     share_embeddings=False, tie_output=False, max_len=64)
-    model = Transformer(config).eval()
-    nn.init.normal_(model.generator.weight, std=1.0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Transformer(config).eval()
+        nn.init.normal_(model.generator.weight, std=1.0)
     return model
 
 
-def _source(lengths, seed):
+def _source(lengths, seed, pad=PAD):
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(3, VOCAB, (len(lengths), max(lengths)), generator=g)
-    src = src.masked_fill(torch.arange(src.size(1)) >= torch.tensor(lengths)[:, None], PAD)
-    return src, padding_mask(src, PAD)
+    src = torch.randint(3, VOCAB if pad == PAD else pad, (len(lengths), max(lengths)), generator=g)
+    src = src.masked_fill(torch.arange(src.size(1)) >= torch.tensor(lengths)[:, None], pad)
+    return src, padding_mask(src, pad)
 
 
 # ------------------------------------------------------------------------ greedy_decode
 
 
 @torch.no_grad()
-def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill=PAD, first=False,
-            keep_bos=False):
-    """Greedy decoding with the variations mistakes make."""
+def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad", first=False,
+            keep_bos=False, position=-1, feed="all", steps=0, use_src_mask=True,
+            causal=True, keep_eos=True, accumulate=True, done_first=False, one_row=False,
+            bounded=True, generator=True):
+    """Greedy decoding with the variations mistakes make. fill: what a finished sequence
+    gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id)."""
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
-    for _ in range(max_len):
-        logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))[:, -1])
-        token = logits.argmax(-1)
+    fill = model.config.pad_id if fill == "pad" else fill
+    for _ in range(max_len + steps if bounded else 64):
+        fed = ys if feed == "all" else ys[:, -1:]
+        mask = causal_mask(fed.size(1)) if causal else None
+        h = model.decode(fed, memory, src_mask if use_src_mask else None, mask)
+        token = (model.generator(h[:, position]) if generator else h[:, position]).argmax(-1)
+        if one_row:  # the first sentence's token for every sentence
+            token = token[:1].expand_as(token)
+        finished = (done if accumulate else False) | (token == eos_id)
         if fill is not None:
-            token = token.masked_fill(done, fill)
+            token = token.masked_fill(finished if done_first else done, fill)
+        if not keep_eos and stop and finished.all():
+            break
         ys = torch.cat((ys, token[:, None]), 1)
-        done |= token == eos_id
+        done = finished
         if stop and (done.any() if first else done.all()):
             break
     return ys if keep_bos else ys[:, 1:]
 
 
-GREEDY = "greedy_decode"
-NO_STOP = Mistake(
-    "Greedy decoding does not stop at EOS",
-    "once a sequence has produced EOS it is finished: from then on give it padding "
-    "(model.config.pad_id), and stop the loop as soon as every sequence is finished.",
-    (
-        lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, stop=False, fill=None),
-        lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, fill=None),
-        lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, stop=False),
-        lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, stop=False, fill=e),
-    ),
-)
+def _greedy_with(**bug):
+    return lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, **bug)
+
+
 GREEDY_MISTAKES = (
-    NO_STOP,
     Mistake(
-        "Stops when the first sequence ends",
+        "no_stop", "Greedy decoding does not stop at EOS",
+        "once a sequence has produced EOS it is finished: from then on give it padding "
+        "(model.config.pad_id), and stop the loop as soon as every sequence is finished.",
+        (_greedy_with(stop=False, fill=None), _greedy_with(fill=None), _greedy_with(stop=False),
+         _greedy_with(stop=False, fill=EOS)),
+    ),
+    Mistake(
+        "stops_at_first", "Stops when the first sequence ends",
         "the batch is finished only when EVERY sequence has produced EOS (done.all(), not "
         "done.any()); the others still have tokens to say.",
-        (lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, first=True),
-         lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, first=True, fill=None)),
+        (_greedy_with(first=True), _greedy_with(first=True, fill=None)),
     ),
     Mistake(
-        "BOS included in the output",
+        "keeps_bos", "BOS included in the output",
         "return the generated tokens y_1 ... y_n only: drop the BOS column you started with.",
-        (lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, keep_bos=True),),
+        (_greedy_with(keep_bos=True),),
     ),
     Mistake(
-        "Finished sequences filled with EOS, not padding",
+        "eos_filled", "Finished sequences filled with EOS, not padding",
         "after its EOS a sequence gets padding (model.config.pad_id), so that every output "
         "has exactly one EOS.",
-        (lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, fill=e),),
+        (_greedy_with(fill=EOS),),
+    ),
+    Mistake(
+        "pad_hardcoded", "Padding id hard-coded",
+        "a finished sequence gets the model's padding, model.config.pad_id, which need not be 0.",
+        (_greedy_with(fill=0),),
+    ),
+    Mistake(
+        "eos_replaced", "EOS replaced by padding",
+        "a sequence keeps the EOS it produced; only the tokens AFTER it are padding: pad with "
+        "the flags of the steps before, then mark the sequences that just produced EOS.",
+        (_greedy_with(done_first=True),),
+    ),
+    Mistake(
+        "done_not_kept", "Finished sequences start again",
+        "once a sequence has produced EOS it stays finished: accumulate the flags "
+        "(done = done | (token == eos_id)) instead of replacing them at each step.",
+        (_greedy_with(accumulate=False),),
+    ),
+    Mistake(
+        "one_sentence", "First sentence's token given to every sentence",
+        "decode the whole batch at once: each sentence takes the argmax of its own logits, "
+        "(batch,) tokens, not the first sentence's (next_word[0]).",
+        (_greedy_with(one_row=True), _greedy_with(one_row=True, fill=None)),
+    ),
+    Mistake(
+        "max_len_ignored", "max_len ignored",
+        "stop after max_len tokens even if a sequence never produces EOS: a model that never "
+        "says it would loop forever.",
+        (_greedy_with(bounded=False),),
+    ),
+    Mistake(
+        "eos_dropped", "Last EOS left out",
+        "a sequence keeps its EOS: append the token, then stop when every sequence has "
+        "produced EOS.",
+        (_greedy_with(keep_eos=False),),
+    ),
+    Mistake(
+        "wrong_position", "Next token not taken from the last position of the whole prefix",
+        "without a cache the decoder must see the whole prefix, BOS y_1 ... y_t, at every step "
+        "(it has no memory of the earlier steps), and the next token comes from its LAST "
+        "position: h[:, -1].",
+        (_greedy_with(position=0), _greedy_with(feed="last")),
+    ),
+    Mistake(
+        "no_generator", "Generator not applied",
+        "model.decode returns vectors of d_model features: model.generator turns them into "
+        "logits over the vocabulary, whose argmax is the next token.",
+        (_greedy_with(generator=False),),
+    ),
+    Mistake(
+        "max_len_off_by_one", "One token too many or too few",
+        "generate at most max_len tokens (the BOS you start from does not count): "
+        "for _ in range(max_len).",
+        (_greedy_with(steps=-1), _greedy_with(steps=1)),
+    ),
+    Mistake(
+        "no_src_mask", "Source mask not passed to the decoder",
+        "cross-attention must not read the source's padding: model.decode(ys, memory, "
+        "src_mask, tgt_mask).",
+        (_greedy_with(use_src_mask=False),),
+    ),
+    Mistake(
+        "no_causal_mask", "No causal mask",
+        "decode with tgt_mask = causal_mask(ys.size(1)): the model was trained with it, and "
+        "without it the earlier positions see the later ones.",
+        (_greedy_with(causal=False),),
     ),
 )
-
-# (model, lengths of the source rows, max_len): every row stops before max_len in the
-# first cases, one row runs to max_len in the next; then a real (random) Transformer.
-GREEDY_CASES = [
-    (ScriptedModel, [3, 5, 1, 4], 9),
-    (ScriptedModel, [2, 8, 4], 6),
-    (ScriptedModel, [3], 7),
-    (small_transformer, [7, 3], 5),
-]
-
-
-@checks(GREEDY)
-def check_greedy_decode(fn):
-    """Run `fn` and the reference on the cases; name the mistake when one matches."""
-    for seed, (make, lengths, max_len) in enumerate(GREEDY_CASES):
-        model = make()
-        src, src_mask = _source(lengths, seed)
-        args = (model, src, src_mask, max_len, BOS, EOS)
-        inputs = (f"{'a scripted model' if make is ScriptedModel else 'a random Transformer'}, "
-                  + describe(src=src, max_len=max_len, bos_id=BOS, eos_id=EOS))
-        outcome = call(fn, model, src.clone(), src_mask.clone(), max_len, BOS, EOS)
-        fail_on_error(outcome, GREEDY, inputs)
-        expected = reference_greedy(*args)
-        result = outcome.value
-        if isinstance(result, torch.Tensor) and result.shape == expected.shape \
-                and torch.equal(result.long(), expected):
-            continue
-        if isinstance(result, torch.Tensor):
-            mistake = first_match(GREEDY_MISTAKES, result, *args, same=_same_ids)
-            if mistake is not None:
-                mistake.fail(f"  on {inputs}\n  got      {result.tolist()}\n"
-                             f"  expected {expected.tolist()}")
-        if not isinstance(result, torch.Tensor) or result.shape != expected.shape:
-            problem = tensor_problem(result, expected, "the output")
-            shown = (f"\n  got      {result.tolist()}\n  expected {expected.tolist()}"
-                     if isinstance(result, torch.Tensor) else "")
-            raise CheckFailure(f"Wrong output: {problem} on {inputs}{shown}")
-        if result.is_floating_point():
-            raise CheckFailure(f"Wrong output: token ids must be integers (torch.long), got "
-                               f"{result.dtype} on {inputs}")
-        raise CheckFailure(
-            f"Wrong tokens on {inputs}, and no common mistake matches: at each step take the "
-            f"argmax of the last position's logits and append it.\n  got      {result.tolist()}"
-            f"\n  expected {expected.tolist()}"
-        )
 
 
 def _same_ids(actual, predicted):
-    return actual.shape == predicted.shape and torch.equal(actual.long(), predicted)
+    return (isinstance(actual, torch.Tensor) and actual.shape == predicted.shape
+            and not actual.is_floating_point() and torch.equal(actual.long(), predicted))
+
+
+def _got_expected(case, result, expected):
+    return f"\n  got      {result.tolist()}\n  expected {expected.tolist()}"
+
+
+def _greedy_case(make, lengths, max_len, seed, pad=PAD):
+    src, src_mask = _source(lengths, seed, pad)
+    model = make()
+    kind = "a random Transformer" if make is small_transformer else "a scripted model"
+    label = (f"{kind}{f' whose pad_id is {pad}' if pad != PAD else ''}, "
+             + describe(src=src, max_len=max_len, bos_id=BOS, eos_id=EOS))
+    return Case((model, src, src_mask, max_len, BOS, EOS),
+                names=("model", "src", "src_mask", None, None, None), label=label, seed=seed)
+
+
+# (model, lengths of the source rows, max_len): every row stops before max_len in the
+# first cases, one row runs to max_len in the next; then a real (random) Transformer.
+GREEDY = Item(
+    EXERCISE, "greedy_decode", reference_greedy,
+    [
+        _greedy_case(ScriptedModel, [3, 5, 1, 4], 9, 0),
+        _greedy_case(ScriptedModel, [2, 8, 4], 6, 1),
+        _greedy_case(ScriptedModel, [3], 7, 2),
+        _greedy_case(small_transformer, [7, 1], 8, 4),  # src_mask and the causal mask matter
+        _greedy_case(lambda: ScriptedModel(pad_id=VOCAB - 1), [2, 4, 1], 7, 5, pad=VOCAB - 1),
+    ],
+    GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
+    formula="At each step take the argmax of the last position's logits and append it.",
+)
 
 
 # --------------------------------------------------------------------- beam_search_step
 
 
-def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize=True,
-               return_ranking=False):
+def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="divide",
+               return_ranking=False, split=None, largest=True, penalty=None, per_beam=False,
+               rank_by="candidates", flat=False):
     """One beam-search step with the variations mistakes make."""
     batch, beam, vocab = log_probs.shape
-    if combine == "add":
+    if flat:  # the whole batch flattened: the sentences compete for one set of beams
         candidates = scores[:, :, None] + log_probs
-    elif combine == "times_probs":  # scores kept as probabilities: p(prefix) * p(token)
-        candidates = scores[:, :, None] * log_probs.exp()
-    elif combine == "times_log_probs":
-        candidates = scores[:, :, None] * log_probs
-    else:  # "probabilities": exp(scores) * p(token), returned as a probability
-        candidates = scores.exp()[:, :, None] * log_probs.exp()
-    ranking = candidates / length_penalty(lengths, alpha)[:, :, None] if normalize else candidates
-    best = ranking.flatten(1).topk(beam, dim=-1).indices
-    kept = (ranking if return_ranking else candidates).flatten(1).gather(1, best)
-    return kept, best // vocab, best % vocab
+        ranked = (candidates / length_penalty(lengths, alpha)[:, :, None]).flatten()
+        best = ranked.topk(beam).indices
+        return candidates.flatten()[best], (best // vocab) % beam, best % vocab
+    candidates = {
+        "add": lambda: scores[:, :, None] + log_probs,
+        "times_probs": lambda: scores[:, :, None] * log_probs.exp(),  # P(prefix) * p(token)
+        "times_log_probs": lambda: scores[:, :, None] * log_probs,
+        "probabilities": lambda: scores.exp()[:, :, None] * log_probs.exp(),
+        "token_only": lambda: log_probs + 0 * scores[:, :, None],
+    }[combine]()
+    lp = (penalty or length_penalty)(lengths, alpha)[:, :, None]
+    ranked = {"candidates": candidates, "token": log_probs}[rank_by]
+    ranking = {"divide": ranked / lp, "multiply": ranked * lp, None: ranked,
+               "token": scores[:, :, None] + log_probs / lp}[normalize]
+    kept = ranking if return_ranking else candidates
+    if per_beam:  # each beam extended by its own best token
+        token = ranking.argmax(-1)  # (batch, beam)
+        value = kept.gather(2, token[:, :, None])[..., 0]
+        beams = torch.arange(beam).expand(batch, beam)
+        if per_beam == "sorted":  # the beams ordered by their best candidate
+            best = candidates.gather(2, token[:, :, None])[..., 0] / lp[..., 0]
+            beams = best.argsort(-1, descending=True)
+            value, token = value.gather(1, beams), token.gather(1, beams)
+        return value, beams, token
+    best = ranking.flatten(1).topk(beam, dim=-1, largest=largest).indices
+    beams, tokens = (best // vocab, best % vocab) if split is None else split(best, beam, vocab)
+    return kept.flatten(1).gather(1, best), beams, tokens
 
 
-BEAM = "beam_search_step"
-MULTIPLIED = Mistake(
-    "Beam scores multiplied as probabilities instead of added as log-probabilities",
-    "scores are log-probabilities: log P(prefix + token) = log P(prefix) + log p(token). "
-    "Multiplying probabilities underflows to 0 after a few dozen tokens.",
-    tuple(
-        (lambda s, lp, n, a, c=combine, z=normalize: _beam_step(s, lp, n, a, c, z))
-        for combine in ("times_probs", "times_log_probs", "probabilities")
-        for normalize in (True, False)
-    ),
-)
+def _beam_with(**bug):
+    return lambda s, lp, n, a: _beam_step(s, lp, n, a, **bug)
+
+
 BEAM_MISTAKES = (
-    MULTIPLIED,
     Mistake(
-        "No length normalization",
+        "multiplied", "Beam scores multiplied as probabilities instead of added as log-probabilities",
+        "scores are log-probabilities: log P(prefix + token) = log P(prefix) + log p(token). "
+        "Multiplying probabilities underflows to 0 after a few dozen tokens.",
+        tuple(_beam_with(combine=c, normalize=z)
+              for c in ("times_probs", "times_log_probs", "probabilities") for z in ("divide", None)),
+    ),
+    Mistake(
+        "own_score_missing", "Beam's score not added",
+        "a candidate's score is its whole sequence's: log P(prefix) + log p(token), the beam's "
+        "score plus the token's log-probability, not the token's alone.",
+        (_beam_with(combine="token_only"), _beam_with(combine="token_only", normalize=None)),
+    ),
+    Mistake(
+        "no_normalization", "No length normalization",
         "rank the candidates by log P / lp(length), lp = ((5 + length) / 6)^alpha: raw sums "
         "of log-probabilities only fall as a sequence grows, so short outputs always win.",
-        (lambda s, lp, n, a: _beam_step(s, lp, n, a, normalize=False),),
+        (_beam_with(normalize=None),),
     ),
     Mistake(
-        "Normalized scores returned",
+        "penalty_multiplied", "Length penalty multiplied instead of divided",
+        "rank by log P / lp(length): log P is negative, and dividing it by lp > 1 is what "
+        "favours longer candidates.",
+        (_beam_with(normalize="multiply"),),
+    ),
+    Mistake(
+        "penalty_formula", "Length penalty formula wrong",
+        "lp = ((5 + length) / 6) ** alpha: the whole fraction is raised to alpha.",
+        tuple(_beam_with(penalty=p) for p in (lambda n, a: (5 + n) / 6 * a,
+                                               lambda n, a: ((6 + n) / 6) ** a,
+                                               lambda n, a: ((4 + n) / 6) ** a,
+                                               lambda n, a: ((5 + n) / 6) ** -a,
+                                               lambda n, a: n ** a)),
+    ),
+    Mistake(
+        "alpha_ignored", "`alpha` ignored",
+        "use the alpha argument in lp = ((5 + length) / 6) ** alpha (alpha = 0: no "
+        "normalization), not a number of your own.",
+        tuple(_beam_with(penalty=lambda n, a, fixed=fixed: length_penalty(n, fixed))
+              for fixed in (0.6, 1.0, 0.7, 0.0)),
+    ),
+    Mistake(
+        "partly_normalized", "Only the new token's log-probability normalized",
+        "rank by the whole candidate's log-probability divided by lp: (scores + log_probs) / lp, "
+        "not scores + log_probs / lp.",
+        (_beam_with(normalize="token"),),
+    ),
+    Mistake(
+        "ranked_by_token", "Candidates ranked by the new token alone",
+        "rank each candidate by its whole log P(prefix + token) / lp: the beam's score plus the "
+        "token's log-probability, not the token's alone.",
+        (_beam_with(rank_by="token"), _beam_with(rank_by="token", normalize=None)),
+    ),
+    Mistake(
+        "batch_flattened", "Sentences of the batch ranked together",
+        "each sentence keeps its own beams: flatten only (beam, vocab), .flatten(1), and take the "
+        "top beam-many per sentence (topk(beam, dim=-1)).",
+        (_beam_with(flat=True),),
+    ),
+    Mistake(
+        "normalized_returned", "Normalized scores returned",
         "rank by log P / lp(length), but return log P itself: the next step adds to it, and "
         "lp changes with the length.",
-        (lambda s, lp, n, a: _beam_step(s, lp, n, a, return_ranking=True),),
+        (_beam_with(return_ranking=True),),
+    ),
+    Mistake(
+        "index_split", "Flat index split wrongly into beam and token",
+        "an index i of the flattened (beam * vocab) axis is beam i // vocab and token i % vocab "
+        "(the vocabulary is the inner axis).",
+        tuple(_beam_with(split=f) for f in (lambda i, k, v: (i % k, i // k),
+                                             lambda i, k, v: (i // k, i % k),
+                                             lambda i, k, v: (i % v, i // v),
+                                             lambda i, k, v: (i // k, i % v))),
+    ),
+    Mistake(
+        "smallest", "Worst candidates kept",
+        "the best candidates have the LARGEST scores (log-probabilities near 0): topk takes "
+        "the largest by default; keep it so (largest=True), best first.",
+        (_beam_with(largest=False),),
+    ),
+    Mistake(
+        "per_beam", "Each beam extended by its own best token only",
+        "the beam-many best candidates come from all beams together: flatten (beam, vocab) "
+        "into one axis per sentence and take the top beam-many there (one beam may give "
+        "several).",
+        (_beam_with(per_beam=True), _beam_with(per_beam="sorted")),
     ),
 )
 
@@ -262,16 +399,8 @@ def _beam_case(seed, batch, beam, vocab, lengths, alpha=0.6, first=False, finish
         log_probs[b, k] = -math.inf
         log_probs[b, k, PAD] = 0.0
     lengths = torch.tensor(lengths, dtype=torch.float).expand(batch, beam).clone()
-    return scores, log_probs, lengths, alpha
-
-
-BEAM_CASES = [
-    _beam_case(0, 2, 3, 7, [4, 4, 4]),
-    _beam_case(1, 3, 4, 6, [2, 5, 9, 3], alpha=1.0, finished=((0, 0), (1, 2), (2, 3))),
-    _beam_case(2, 2, 3, 5, [1, 1, 1], first=True),
-    _beam_case(3, 2, 4, 9, [3, 3, 12, 6], alpha=0.6, finished=((0, 0), (1, 0))),
-    _beam_case(4, 1, 2, 4, [7, 2], alpha=0.0),
-]
+    return Case((scores, log_probs, lengths, alpha), names=("scores", "log_probs", "lengths", None),
+                seed=seed)
 
 
 def _same_step(actual, predicted):
@@ -279,165 +408,210 @@ def _same_step(actual, predicted):
         isinstance(actual, (tuple, list))
         and len(actual) == 3
         and close(actual[0], predicted[0])
-        and all(isinstance(a, torch.Tensor) and a.shape == p.shape and torch.equal(a.long(), p)
-                for a, p in zip(actual[1:], predicted[1:]))
+        and all(_same_ids(a, p) for a, p in zip(actual[1:], predicted[1:]))
     )
 
 
-@checks(BEAM)
-def check_beam_search_step(fn):
-    """Compare `fn` with the reference on BEAM_CASES; name the mistake when one matches."""
-    for args in BEAM_CASES:
-        scores, log_probs, lengths, alpha = args
-        inputs = describe(scores=scores, log_probs=log_probs, lengths=lengths, alpha=alpha)
-        given = [a.clone() for a in args[:3]]
-        outcome = call(fn, *given, alpha)
-        fail_on_error(outcome, BEAM, inputs)
-        changed = [n for n, a, b in zip(("scores", "log_probs", "lengths"), given, args) if
-                   not torch.equal(a, b)]
-        if changed:
-            raise CheckFailure(f"Input modified in place: your function changed the caller's "
-                               f"{' and '.join(changed)}. Use out-of-place operations.")
-        expected = reference_beam_step(*args)
-        result = outcome.value
-        if _same_step(result, expected):
-            continue
-        mistake = first_match(BEAM_MISTAKES, result, *args, same=_same_step)
-        if mistake is not None:
-            mistake.fail(f"  on {inputs}")
-        if not isinstance(result, (tuple, list)) or len(result) != 3:
-            kind = type(result).__name__ if result is not None else "None"
-            raise CheckFailure(f"{BEAM} should return a tuple (scores, beam, token), got {kind} "
-                               f"on {inputs}")
-        for value, want, what in zip(result, expected, ("scores", "beam", "token")):
-            problem = tensor_problem(value, want, what)
-            if problem and not (isinstance(value, torch.Tensor) and value.shape == want.shape):
-                raise CheckFailure(f"Wrong {what}: {problem} on {inputs}")
-        if not close(result[0], expected[0]) and all(map(torch.equal, result[1:], expected[1:])):
-            raise CheckFailure(f"Wrong scores on {inputs}, and no common mistake matches: "
-                               f"{difference(result[0].to(expected[0].dtype), expected[0])}")
-        raise CheckFailure(
-            f"Wrong choice of candidates on {inputs}, and no common mistake matches.\n"
-            f"  got beam {result[1].tolist()} token {result[2].tolist()}\n"
-            f"  expected beam {expected[1].tolist()} token {expected[2].tolist()}\n"
-            "  Flatten (beam, vocab) into one axis per sentence, take the top beam-many, and "
-            "split each index into beam = index // vocab, token = index % vocab."
-        )
+def _choices(case, result, expected):
+    try:
+        return (f"\n  got beam {result[1].tolist()} token {result[2].tolist()}"
+                f"\n  expected beam {expected[1].tolist()} token {expected[2].tolist()}")
+    except Exception:  # not tensors: the first line says so
+        return ""
+
+
+BEAM = Item(
+    EXERCISE, "beam_search_step", reference_beam_step,
+    [
+        _beam_case(0, 2, 3, 7, [4, 4, 4]),
+        _beam_case(1, 3, 4, 6, [2, 5, 9, 3], alpha=1.0, finished=((0, 0), (1, 2), (2, 3))),
+        _beam_case(2, 2, 3, 5, [1, 1, 1], first=True),
+        _beam_case(3, 2, 4, 9, [3, 3, 12, 6], alpha=0.6, finished=((0, 0), (1, 0))),
+        _beam_case(4, 1, 2, 4, [7, 2], alpha=0.0),
+    ],
+    BEAM_MISTAKES, same=_same_step, what="result", parts=("scores", "beam", "token"),
+    show=_choices,
+    formula="Flatten (beam, vocab) into one axis per sentence, rank by (scores + log_probs) / lp, "
+            "take the top beam-many, and split each index into beam = index // vocab, "
+            "token = index % vocab.",
+)
 
 
 # -------------------------------------------------------------------------- decode_step
 
 
-def _step(model, tokens, memory, src_mask, cache=None, start=None, mask=True, log=True,
-          use_src_mask=True):
+def _step(model, tokens, memory, src_mask, cache=None, start=None, mask=True, log="log",
+          use_src_mask=True, fed="new", positional=True, rescale=False, last_only=False):
     """decode_step with the variations mistakes make; `start` is the position of the first
-    token fed (with a cache: only the newest token is fed)."""
+    token fed (with a cache: only the newest token is fed, unless fed="all")."""
     src_mask = src_mask if use_src_mask else None
-    if cache is None:
+    if (cache is None and not last_only) or fed == "all":
         x = tokens
-        tgt_mask = causal_mask(tokens.size(1)) if mask else None
+        tgt_mask = causal_mask(tokens.size(1)) if mask and cache is None else None
     else:
         x, tgt_mask = tokens[:, -1:], None
-    pos = (len(cache) if cache is not None else 0) if start is None else start(tokens, cache)
-    y = model.positional(model.tgt_embed(x), start=pos)
-    logits = model.generator(model.decoder(y, memory, src_mask, tgt_mask, cache=cache)[:, -1])
-    return logits.log_softmax(-1) if log else logits
+    pos = (len(cache) if cache is not None and fed == "new" else 0) if start is None else start(tokens, cache)
+    y = model.tgt_embed(x) * (math.sqrt(model.config.d_model) if rescale else 1)
+    y = model.positional(y, start=pos) if positional else y
+    every = model.generator(model.decoder(y, memory, src_mask, tgt_mask, cache=cache))
+    logits = every[:, -1]
+    return {"log": lambda: logits.log_softmax(-1), "logits": lambda: logits,
+            "probabilities": lambda: logits.softmax(-1),
+            "wrong_axis": lambda: logits.log_softmax(0),
+            "positions": lambda: every.log_softmax(1)[:, -1]}[log]()
 
 
-def _steps(step, cached, **kw):
-    """All the prefixes of `tokens`, one step each (a fresh cache when cached): (batch, T, V)."""
+def _prefixes(step, cached):
+    """Every prefix of `tokens` through `step`, one step each (with a fresh cache when
+    cached): the outputs, and with a cache the cache's length after each step."""
 
     def run(model, tokens, memory, src_mask):
         cache = model.init_cache() if cached else None
-        return torch.stack([step(model, tokens[:, :t], memory, src_mask, cache, **kw)
-                            for t in range(1, tokens.size(1) + 1)], dim=1)
+        outputs, lengths = [], []
+        for t in range(1, tokens.size(1) + 1):
+            outputs.append(step(model, tokens[:, :t].clone(), memory, src_mask.clone(), cache))
+            lengths.append(len(cache) if cached else 0)
+        return (outputs, lengths) if cached else outputs
 
     return run
 
 
-STEP = "decode_step"
+def _steps(cached, **kw):
+    return _prefixes(lambda *a: _step(*a, **kw), cached)
+
+
+def _run_uncached(fn, args, case):
+    return _prefixes(fn, False)(*args)
+
+
+def _run_cached(fn, args, case):
+    return _prefixes(fn, True)(*args)
+
+
+def _cache_unused(model, tokens, memory, src_mask):
+    """The right log-probabilities, and a cache that never grows (left unused)."""
+    outputs = _steps(False)(model, tokens, memory, src_mask)
+    return outputs, [0] * len(outputs)
+
+
 LOGITS = Mistake(
-    "Logits returned instead of log-probabilities",
+    "logits", "Logits returned instead of log-probabilities",
     "apply log_softmax over the vocabulary to the generator's output: beam search adds "
     "log-probabilities.",
 )
-STEP_MISTAKES_UNCACHED = (
+NOT_LOG = Mistake(
+    "probabilities", "Probabilities returned instead of log-probabilities",
+    "return log_softmax(logits, dim=-1): beam search adds log-probabilities, it does not "
+    "multiply probabilities.",
+)
+LOG_AXIS = Mistake(
+    "log_softmax_axis", "log_softmax over the wrong axis",
+    "normalize over the vocabulary, the last axis: log_softmax(logits, dim=-1).",
+)
+NO_SRC_MASK = Mistake(
+    "no_src_mask", "Source padding mask not passed on",
+    "the decoder's cross-attention must not look at the source's padding: pass src_mask.",
+    (_steps(False, use_src_mask=False), _steps(True, use_src_mask=False)),
+)
+
+
+def _both(mistake, **kw):
+    return mistake.computing(_steps(False, **kw), _steps(True, **kw))
+
+
+OUTPUT_MISTAKES = (_both(LOGITS, log="logits"), _both(NOT_LOG, log="probabilities"),
+                   LOG_AXIS.computing(_steps(False, log="wrong_axis"), _steps(True, log="wrong_axis"),
+                                      _steps(False, log="positions"), _steps(True, log="positions")))
+UNCACHED_MISTAKES = (
+    *OUTPUT_MISTAKES,
     Mistake(
-        "No causal mask without the cache",
+        "newest_only_uncached", "Only the newest token decoded without the cache",
+        "without a cache the decoder keeps nothing between calls: run it on the whole prefix, "
+        "tokens (batch, t), with causal_mask(t), and take the last position.",
+        (_steps(False, last_only=True),),
+    ),
+    Mistake(
+        "no_causal_mask", "No causal mask without the cache",
         "when the whole prefix goes through the decoder, position i must not see positions "
         "after i (tgt_mask = causal_mask(t)): the model was trained that way.",
-        (_steps(_step, False, mask=False),),
+        (_steps(False, mask=False),),
     ),
-    Mistake(
-        "Source padding mask not passed on",
-        "the decoder's cross-attention must not look at the source's padding: pass src_mask.",
-        (_steps(_step, False, use_src_mask=False), _steps(_step, True, use_src_mask=False)),
-    ),
+    NO_SRC_MASK,
 )
-STEP_MISTAKES_CACHED = (
+CACHED_MISTAKES = (
+    *OUTPUT_MISTAKES,
     Mistake(
-        "KV-cache positions not advanced",
+        "cache_unused", "Cache not used",
+        "pass cache=cache to model.decoder, so that each layer keeps its keys and values "
+        "(the cache holds 0 positions after every step), and feed it only the newest token.",
+        (_cache_unused,),
+    ),
+    Mistake(
+        "whole_prefix_cached", "Whole prefix fed with the cache",
+        "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
+        "keys and values of the earlier ones (yours grows by t at step t).",
+        (_steps(True, fed="all"), _steps(True, fed="all", mask=False)),
+    ),
+    Mistake(
+        "position_not_advanced", "KV-cache positions not advanced",
         "with a cache only the newest token goes in, but it is not at position 0: it is at "
         "position len(cache) (the number of tokens already cached). Pass that as "
         "model.positional(x, start=...).",
-        (_steps(_step, True, start=lambda t, c: 0),),
+        (_steps(True, start=lambda t, c: 0),),
     ),
     Mistake(
-        "KV-cache position off by one",
+        "position_off_by_one", "KV-cache position off by one",
         "the newest of t tokens is at position t - 1 (positions count from 0), which is "
         "len(cache) before the step.",
-        (_steps(_step, True, start=lambda t, c: t.size(1)),
-         _steps(_step, True, start=lambda t, c: len(c) + 1)),
+        (_steps(True, start=lambda t, c: t.size(1)), _steps(True, start=lambda t, c: len(c) + 1)),
     ),
-    *STEP_MISTAKES_UNCACHED[1:],
+    Mistake(
+        "rescaled", "Embeddings scaled twice",
+        "model.tgt_embed already multiplies by sqrt(d_model) (chapter 05's Embeddings): add the "
+        "positional encoding to its output as it is.",
+        (_steps(True, rescale=True),),
+    ),
+    Mistake(
+        "no_positional", "Positional encoding left out",
+        "the embeddings go through model.positional(x, start=...) before the decoder: without "
+        "it the model cannot tell the positions apart.",
+        (_steps(True, positional=False),),
+    ),
+    NO_SRC_MASK,
 )
 
 
-@checks(STEP)
-def check_decode_step(fn):
-    """Run every prefix through `fn`, without then with a cache; compare with the reference."""
+def _cache_lengths(case, result, expected):
+    try:
+        if case.run is _run_cached and list(result[1]) != list(expected[1]):
+            return (f"\n  the cache's length after each step: got {list(result[1])}, "
+                    f"expected {list(expected[1])}")
+    except Exception:  # not the expected structure: the first line says so
+        pass
+    return ""
+
+
+def _decode_case(cached):
     model = small_transformer()
     src, src_mask = _source([7, 4, 2], 10)
     tokens = torch.randint(3, VOCAB, (3, 6), generator=torch.Generator().manual_seed(11))
     tokens[:, 0] = BOS
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-    args = (model, tokens, memory, src_mask)
-    for cached in (False, True):
-        expected = _steps(reference_step, cached)(*args)
-        cache = model.init_cache() if cached else None
-        got = []
-        for t in range(1, tokens.size(1) + 1):
-            inputs = (f"a random Transformer, {describe(tokens=tokens[:, :t], memory=memory)}, "
-                      f"{'a cache holding ' + str(t - 1) + ' positions' if cached else 'no cache'}")
-            outcome = call(fn, model, tokens[:, :t].clone(), memory, src_mask.clone(), cache)
-            fail_on_error(outcome, STEP, inputs)
-            value = outcome.value
-            problem = tensor_problem(value, expected[:, t - 1], "the output")
-            if problem:
-                raise CheckFailure(f"Wrong output: {problem} (log-probabilities of the next "
-                                   f"token, (batch, vocab)) on {inputs}")
-            if cached and len(cache) != t:
-                raise CheckFailure(
-                    f"The cache holds {len(cache)} positions after step {t}, expected {t}: "
-                    + ("it was not used. Pass cache=cache to model.decoder so that each layer "
-                       "keeps its keys and values." if len(cache) == 0 else
-                       "feed only the newest token, tokens[:, -1:], when there is a cache.")
-                    + f"\n  on {inputs}")
-            got.append(value)
-        result = torch.stack(got, dim=1)  # (batch, T, vocab)
-        if close(result, expected):
-            continue
-        what = f"{'with' if cached else 'without'} a cache"
-        if close(result.log_softmax(-1), expected):
-            LOGITS.fail(f"  {what}")
-        mistakes = STEP_MISTAKES_CACHED if cached else STEP_MISTAKES_UNCACHED
-        mistake = first_match(mistakes, result, *args, same=close)
-        if mistake is not None:
-            mistake.fail(f"  {what}, on a random Transformer, tokens {tuple(tokens.shape)}")
-        step = int((~torch.isclose(result, expected, atol=1e-5).all(-1).all(0)).nonzero()[0])
-        raise CheckFailure(
-            f"Wrong log-probabilities {what}, first at step {step + 1} (prefix of {step + 1} "
-            f"tokens), and no common mistake matches: "
-            f"{difference(result[:, step], expected[:, step])}"
-        )
+    label = (f"a random Transformer, every prefix of tokens {tuple(tokens.shape)}, memory "
+             f"{tuple(memory.shape)}, " + ("a cache that grows by one each step" if cached
+                                            else "no cache"))
+    return Case((model, tokens, memory, src_mask), label=label,
+                names=("model", "tokens", "memory", "src_mask"),
+                run=_run_cached if cached else _run_uncached, seed=10,
+                mistakes=CACHED_MISTAKES if cached else UNCACHED_MISTAKES,
+                parts=("log-probabilities", "cache lengths") if cached else ())
+
+
+DECODE = Item(
+    EXERCISE, "decode_step", reference_step, [_decode_case(False), _decode_case(True)],
+    what="log-probabilities", show=_cache_lengths,
+    formula="Embed the new tokens, add the positional encoding at their positions, run the "
+            "decoder (with the cache, only the newest token) and return log_softmax of the "
+            "last position's logits.",
+)

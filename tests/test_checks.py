@@ -1,0 +1,391 @@
+"""Proves the exercise checks, for every item of every exercise (tfcourse.checking.items()):
+the reference passes, the stub says "Not implemented yet", every buggy solution in
+tests/buggy_solutions gets the title of the mistake it is tagged with on the first line,
+and every catalogued mistake has such a solution. Then what a learner meets: check() in a
+notebook, hostile code (exits, endless loops, huge prints, a broken file), and pytest run on
+the exercises as a learner runs it (two runs in all)."""
+
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import buggy_solutions
+import pytest
+import torch
+
+from tfcourse.checking import Case, CheckFailure, Item, Mistake, check, core, run_check
+
+ITEMS = core.items()
+EXERCISES = sorted({item.exercise for item in ITEMS})
+SHARED = {m.key: m for m in (*core.SHARED, *core.FILE_MISTAKES)}
+
+
+def _solutions():
+    """(exercise, name, solution) for every tagged buggy solution."""
+    found = []
+    for module in pkgutil.iter_modules(buggy_solutions.__path__):
+        solutions = importlib.import_module(f"buggy_solutions.{module.name}")
+        found += [(module.name, name, value) for name, value in vars(solutions).items()
+                  if hasattr(value, "mistake") and getattr(value, "__module__", "") == solutions.__name__]
+    return found
+
+
+SOLUTIONS = _solutions()
+
+
+def failure(item, target):
+    """The CheckFailure that `item`'s check raises on `target` (the test fails if none)."""
+    with pytest.raises(CheckFailure) as raised:
+        item.check(target)
+    return raised.value
+
+
+def first_line(error):
+    return str(error).splitlines()[0]
+
+
+def title_prefix(mistake):
+    """The part of a mistake's title that every report of it starts with."""
+    return mistake.title.split("{")[0] if "{" in mistake.title else mistake.title + ":"
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_reference_passes_and_leaves_the_global_random_state_alone(item):
+    state = torch.random.get_rng_state()
+    item.check(item.reference)
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_stub_is_not_implemented_yet(item):
+    stub = getattr(core.load_exercise(core.exercises_dir() / f"{item.exercise}.py"), item.name)
+    line = first_line(failure(item, stub))
+    assert line.startswith("Not implemented yet: replace `raise NotImplementedError` in "), line
+
+
+@pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda s: f"{s[0]}.{s[1]}")
+def test_buggy_solution_gets_its_mistake(solution, monkeypatch):
+    exercise, _, target = solution
+    item = core.item(f"{exercise}.{target.item}")
+    mistake = item.catalogue.get(target.mistake) or SHARED[target.mistake]
+    if mistake.key == "too_slow":
+        monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    error = failure(item, target)
+    assert (error.key, first_line(error)[:len(title_prefix(mistake))]) == (
+        mistake.key, title_prefix(mistake)), str(error)
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_catalogued_mistake_has_a_buggy_solution(item):
+    shown = {s.mistake for exercise, _, s in SOLUTIONS
+             if exercise == item.exercise and s.item == item.name}
+    assert not set(item.catalogue) - shown, f"no buggy solution for {sorted(set(item.catalogue) - shown)}"
+
+
+def test_a_duplicate_key_is_an_error_at_import_time():
+    item = ITEMS[0]
+    with pytest.raises(ValueError, match="duplicate exercise item"):
+        Item(item.exercise, item.name, item.reference, [])
+    twice = Mistake("twice", "A", "a"), Mistake("twice", "B", "b")
+    with pytest.raises(ValueError, match="duplicate mistake keys"):
+        Item("ex99_test", "f", abs, [Case((1,))], twice)
+    with pytest.raises(ValueError, match="duplicate mistake keys"):
+        Item("ex99_test", "f", abs, [Case((1,))], (Mistake("in_place", "Mine", "mine"),))
+    assert not core.items("ex99_test")
+
+
+# ---------------------------------------------------------------------------------------
+# In a notebook: check(...)
+
+
+def _named_solution(exercise):
+    """A buggy solution of `exercise` that a catalogued mistake names, and its item."""
+    for ex, _, solution in SOLUTIONS:
+        item = core.item(f"{ex}.{solution.item}")
+        if ex == exercise and solution.mistake in item.catalogue and solution.mistake != "too_slow":
+            return item, solution
+    raise LookupError(exercise)
+
+
+@pytest.mark.parametrize("exercise", EXERCISES)
+def test_notebook_check_prints_the_same_diagnosis(exercise, capsys):
+    item, solution = _named_solution(exercise)
+    check(solution, item.key)
+    title = item.catalogue[solution.mistake].title
+    assert capsys.readouterr().out.startswith(f"✗ {item.name}: {title}:")
+    check(item.reference, item.key)
+    assert capsys.readouterr().out == f"✓ {item.name}: every check passes.\n"
+    check(exercise)
+    lines = capsys.readouterr().out.splitlines()
+    stubs = [line for line in lines if line.startswith("✗ ")]
+    assert [line.split(":")[0] for line in stubs] == [f"✗ {i.name}" for i in core.items(exercise)]
+    assert all(": Not implemented yet: " in line for line in stubs)
+
+
+def test_notebook_check_names_an_item_only_unambiguously(capsys):
+    check(abs, "no_such_item")
+    assert capsys.readouterr().out.startswith("✗ no exercise item is named 'no_such_item'")
+    check(abs, "MultiHeadAttention")
+    assert capsys.readouterr().out.startswith("✗ MultiHeadAttention: Wrong type: MultiHeadAttention "
+                                              "should be a class")
+
+
+# ---------------------------------------------------------------------------------------
+# Hostile code: one clear line each, and Python goes on
+
+
+ATTENTION = core.item("ex01_attention.scaled_dot_product_attention")
+
+
+def _attention(query, key, value, mask=None):
+    """A right attention, for the hostile solutions below."""
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    weights = torch.softmax(scores, -1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ value, weights
+
+
+def test_prints_are_shown_under_a_failure_trimmed_with_their_size():
+    def prints_then_forgets_the_scale(query, key, value, mask=None):
+        for i in range(30_000):
+            print("debug", i, query.shape)
+        return _attention(query * query.size(-1) ** 0.5, key, value, mask)
+
+    error = failure(ATTENTION, prints_then_forgets_the_scale)
+    text = str(error)
+    assert first_line(error).startswith("Scores not scaled:")
+    assert "your code printed 30,000 lines, " in text and "debug 0 torch.Size([2, 5, 8])" in text
+    assert "debug 29999" not in text and len(text) < 1500
+
+
+@pytest.mark.parametrize("how", ["sys.exit(0)", "exit()", "os._exit(0)", "raise SystemExit(3)"])
+def test_an_exit_inside_the_learners_code_is_reported_and_python_goes_on(how):
+    source = f"import os, sys\ndef scaled_dot_product_attention(q, k, v, mask=None):\n    {how}\n"
+    namespace = {}
+    exec(compile(source, "<exercise>", "exec"), namespace)
+    error = failure(ATTENTION, namespace["scaled_dot_product_attention"])
+    assert first_line(error).startswith("Your code tried to end Python: scaled_dot_product_attention "
+                                        "called ")
+
+
+def test_an_exception_is_located_in_the_learners_file():
+    def typo(query, key, value, mask=None):
+        scores = query @ key.transpose(-2, -1)
+        return scores.softmaks(-1)
+
+    text = str(failure(ATTENTION, typo))
+    assert text.startswith("Raised AttributeError: 'Tensor' object has no attribute 'softmaks'")
+    assert "at line " in text and "test_checks.py: `return scores.softmaks(-1)`" in text
+
+
+HOSTILE_FILES = {
+    "syntax": ("def scaled_dot_product_attention(q, k, v, mask=None)\n    pass\n",
+               "Syntax error: ex01_attention.py, line 1: expected ':'"),
+    "name": ("import torch\nx = torhc.ones(3)\n",
+             "Your file could not be imported: ex01_attention.py raised NameError: name 'torhc' is "
+             "not defined"),
+    "exit": ("import sys\nsys.exit(0)\n",
+             "Your file exited while being imported: sys.exit(0) at the top level of ex01_attention.py"),
+    "os_exit": ("import os\nos._exit(0)\n",
+                "Your file exited while being imported: os._exit(0) at the top level"),
+    "loop": ("while True:\n    pass\n",
+             "Too slow: importing ex01_attention.py did not finish within 0.5 s"),
+    "missing": ("def scaled_dot_product_atention(q, k, v, mask=None):\n    return q\n",
+                "Missing: ex01_attention.py has no `scaled_dot_product_attention`: was it renamed or "
+                "deleted? It has `scaled_dot_product_atention`."),
+    "reference": ("from tfcourse.attention import scaled_dot_product_attention\n",
+                  "Reference imported: `scaled_dot_product_attention` in ex01_attention.py is "
+                  "tfcourse's own tfcourse.attention.scaled_dot_product_attention"),
+    "wrapper": ("import tfcourse.attention as a\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+                "    return a.scaled_dot_product_attention(q, k, v, mask)\n",
+                "Reference used instead of your own code: scaled_dot_product_attention runs "
+                "tfcourse's own tfcourse.attention.scaled_dot_product_attention"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_FILES)
+def test_a_broken_exercise_file_gets_one_line_from_check_and_from_pytest(case, tmp_path, monkeypatch,
+                                                                        capsys):
+    source, expected = HOSTILE_FILES[case]
+    (tmp_path / "ex01_attention.py").write_text(source)
+    monkeypatch.setattr(core, "exercises_dir", lambda: tmp_path)
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    check("ex01_attention")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split(": ", 1)[1].startswith(expected), out
+    assert "Traceback" not in out
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_check(tmp_path / "ex01_attention.py", "scaled_dot_product_attention")
+    assert str(failed.value).startswith(expected)
+
+
+def test_a_file_that_fails_to_import_is_not_run_again_until_it_changes(tmp_path, monkeypatch):
+    path = tmp_path / "ex01_attention.py"
+    path.write_text("import time\ntime.sleep(0.3)\nraise RuntimeError('boom')\n")
+    for _ in range(2):
+        with pytest.raises(CheckFailure, match="RuntimeError: boom"):
+            core.load_exercise(path)
+    assert len([k for k in core._BROKEN if k[0] == str(path.resolve())]) == 1
+    path.write_text("x = 1\n")
+    assert core.load_exercise(path).x == 1
+
+
+# ---------------------------------------------------------------------------------------
+# pytest on the exercises, as a learner runs it
+
+
+def _with_bodies(exercise, bodies):
+    """The stub of `exercise` with its `raise NotImplementedError` lines replaced, in order,
+    by `bodies` (None: left as it is)."""
+    lines = (core.exercises_dir() / f"{exercise}.py").read_text().splitlines(keepends=True)
+    stubs = iter(bodies)
+    out = []
+    for line in lines:
+        if line.strip() == "raise NotImplementedError":
+            body = next(stubs)
+            if body is not None:
+                indent = line[: len(line) - len(line.lstrip())]
+                line = textwrap.indent(textwrap.dedent(body).strip("\n") + "\n", indent)
+        out.append(line)
+    return "".join(out)
+
+
+ATTENTION_BODY = """
+scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+if mask is not None:
+    scores = scores.masked_fill(~mask, float("-inf"))
+weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+return weights @ value, weights
+"""
+LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as stubs
+    "ex01_attention": [ATTENTION_BODY],
+    "ex02_multi_head_attention": [
+        "batch, seq, d_model = x.shape\n"
+        "return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)",
+        "return x.reshape(x.size(0), x.size(2), -1)", None],
+    "ex03_positional_encoding": [
+        "pe = torch.zeros(max_len, d_model)\n"
+        "angle = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d_model, 2) / d_model)\n"
+        "pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()\nreturn pe",
+        None, "return positional_encoding(embedding(tokens))"],
+    "ex04_feed_forward_and_norm": [
+        "return self.weight * (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True)"
+        " + self.eps) + self.bias",
+        "return self.linear2(self.dropout(self.activation(self.linear1(x))))", None],
+    "ex05_encoder": [
+        "return self.embedding(tokens) * math.sqrt(self.embedding.embedding_dim)",
+        "for f, norm in ((lambda h: self.self_attn(h, h, h, mask)[0], self.norm1),\n"
+        "                (self.feed_forward, self.norm2)):\n"
+        "    h = norm(x) if self.norm_first else x\n"
+        "    x = x + self.dropout(f(h))\n"
+        "    x = x if self.norm_first else norm(x)\n"
+        "return x", None],
+    "ex06_decoder": [
+        "return torch.ones(size, size, dtype=torch.bool, device=device).tril()",
+        "x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])\n"
+        "x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, tgt_mask)[0])\n"
+        "return self.sublayers[2](x, self.feed_forward)"],
+    "ex07_training": [
+        None,
+        "q = torch.full_like(logits, eps / logits.size(-1)).scatter(\n"
+        "    -1, target[..., None], 1 - eps + eps / logits.size(-1))\n"
+        "return -(q * F.log_softmax(logits, -1)).sum(-1).mean()",
+        "if step < 1:\n    raise ValueError('steps count from 1')\n"
+        "return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)", None],
+    "ex08_decoding": [
+        None,
+        "candidates = (scores[:, :, None] + log_probs).flatten(1)\n"
+        "best = candidates.topk(scores.size(1)).indices\n"
+        "vocab = log_probs.size(-1)\n"
+        "return candidates.gather(1, best), best // vocab, best % vocab", None],
+}
+EXPECTED = {  # test -> None (passes) or the start of its FAILED line
+    "test_ex01_attention.py::test_scaled_dot_product_attention": None,
+    "test_ex02_multi_head_attention.py::test_split_heads": None,
+    "test_ex02_multi_head_attention.py::test_merge_heads": "Heads merged in the wrong order:",
+    "test_ex02_multi_head_attention.py::test_multi_head_attention": "Not implemented yet:",
+    "test_ex03_positional_encoding.py::test_sinusoidal_encoding": None,
+    "test_ex03_positional_encoding.py::test_positional_encoding": "Not implemented yet:",
+    "test_ex03_positional_encoding.py::test_embed_and_encode": "Embeddings not scaled by sqrt(d_model):",
+    "test_ex04_feed_forward_and_norm.py::test_layer_norm": "Unbiased variance:",
+    "test_ex04_feed_forward_and_norm.py::test_position_wise_feed_forward": None,
+    "test_ex04_feed_forward_and_norm.py::test_sublayer_connection": "Not implemented yet:",
+    "test_ex05_encoder.py::test_embeddings": None,
+    "test_ex05_encoder.py::test_encoder_layer": None,
+    "test_ex05_encoder.py::test_encoder": "Not implemented yet:",
+    "test_ex06_decoder.py::test_causal_mask": None,
+    "test_ex06_decoder.py::test_decoder_layer": "Target mask used for cross-attention:",
+    "test_ex07_training.py::test_make_batch": "Not implemented yet:",
+    "test_ex07_training.py::test_label_smoothing_loss": "Loss counts padding:",
+    "test_ex07_training.py::test_noam_lr": None,
+    "test_ex07_training.py::test_train_step": "Not implemented yet:",
+    "test_ex08_decoding.py::test_greedy_decode": "Not implemented yet:",
+    "test_ex08_decoding.py::test_beam_search_step": "No length normalization:",
+    "test_ex08_decoding.py::test_decode_step": "Not implemented yet:",
+}
+
+
+def run_as_learner(folder, files, env=None):
+    """Run `pytest` in `folder`, which holds the exercises' checks and `files` (name ->
+    source), as a learner runs it; the finished process (stdout, returncode)."""
+    for path in core.exercises_dir().iterdir():
+        if path.name.startswith("test_") or path.suffix in (".ini",) or path.name == "conftest.py":
+            (folder / path.name).write_text(path.read_text())
+    for name, source in files.items():
+        (folder / name).write_text(source)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=folder,
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def failed_lines(run):
+    """test id -> the text of its FAILED line after ' - '."""
+    return {line.split(" ", 1)[1].split(" - ", 1)[0]: line.split(" - ", 1)[1]
+            for line in run.stdout.splitlines() if line.startswith("FAILED ")}
+
+
+def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
+    files = {f"{exercise}.py": _with_bodies(exercise, bodies)
+             for exercise, bodies in LEARNER_FILES.items()}
+    run = run_as_learner(tmp_path, files)
+    failed = failed_lines(run)
+    for test, expected in EXPECTED.items():
+        if expected is None:
+            assert f"{test} PASSED" in run.stdout, run.stdout
+        else:
+            assert failed[test].startswith(f"Failed: {expected}"), run.stdout
+    assert len(failed) == sum(e is not None for e in EXPECTED.values()), run.stdout
+    assert run.returncode == 1 and "Traceback" not in run.stdout, run.stdout
+
+
+HOSTILE_RUN = {  # exercise file -> (its source, the start of every FAILED line of its tests)
+    "ex01_attention.py": (
+        "import os\ndef scaled_dot_product_attention(query, key, value, mask=None):\n"
+        "    os._exit(0)\n",
+        "Your code tried to end Python: scaled_dot_product_attention called os._exit(0)"),
+    "ex02_multi_head_attention.py": ("import sys\nsys.exit(0)\n",
+                                     "Your file exited while being imported: sys.exit(0)"),
+    "ex03_positional_encoding.py": ("while True:\n    pass\n",
+                                    "Too slow: importing ex03_positional_encoding.py did not finish"),
+    "ex04_feed_forward_and_norm.py": ("class LayerNorm(\n", "Syntax error: ex04_feed_forward_and_norm.py"),
+    "ex05_encoder.py": ("from tfcourse.encoder import Embeddings, Encoder, EncoderLayer\n",
+                        "Reference imported: `"),
+}
+
+
+def test_hostile_files_under_pytest_fail_with_one_line_each_and_never_succeed(tmp_path):
+    files = {name: source for name, (source, _) in HOSTILE_RUN.items()}
+    run = run_as_learner(tmp_path, files, env={"TFCOURSE_CHECK_TIME_LIMIT": "1"})
+    failed = failed_lines(run)
+    for name, (_, expected) in HOSTILE_RUN.items():
+        tests = [f for f in failed if f.startswith(f"test_{Path(name).stem}.py::")]
+        assert tests and all(failed[t].startswith(f"Failed: {expected}") for t in tests), run.stdout
+    assert run.returncode == 1 and " failed" in run.stdout.splitlines()[-1], run.stdout
+    assert "Traceback" not in run.stdout
+

@@ -32,9 +32,11 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcourse.attention import _broadcast, _check_inputs
+from tfcourse.data import copy_task, make_batch
 from tfcourse.feed_forward import PositionWiseFeedForward
-from tfcourse.model import Transformer
+from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.multi_head import MultiHeadAttention
+from tfcourse.training import label_smoothing_loss, train_step
 
 # ----------------------------------------------------------------------------- measuring
 
@@ -323,10 +325,6 @@ def ddp_demo(batch_size=8):
 
     (gloo on a CPU, nccl on GPUs). Each process starts from different random weights and
     trains on different examples; rank 0 prints what it found."""
-    from tfcourse.data import copy_task, make_batch
-    from tfcourse.model import Transformer, TransformerConfig
-    from tfcourse.training import label_smoothing_loss
-
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     task = copy_task(seed=0, n_train=world * batch_size, n_val=1, n_test=1)
@@ -378,6 +376,11 @@ def ddp_demo(batch_size=8):
                   f"own gradients| = {(averaged - mean).abs().max().item():.1e}")
     report.append(f"sent by all-reduce in one backward pass: {sent['bytes']:,} bytes "
                   f"= 4 bytes x {sent['bytes'] // 4:,} gradients")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(3):  # the course's training step, as tfcourse.training.train runs it
+        train_step(ddp, [batch], optimizer)
+    report.append(f"after 3 training steps, each process on its own examples: weights max "
+                  f"|difference| = {same_everywhere(flat(model.parameters())):.3f}")
     if rank == 0:
         print("\n".join(report), flush=True)
     dist.destroy_process_group()

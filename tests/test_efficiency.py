@@ -1,7 +1,9 @@
 """Chapter 10: the fused attention path, tiled attention, the measuring tools, mixed
 precision, gradient accumulation, activation checkpointing, and memory on paper."""
 
+import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -374,3 +376,20 @@ def test_activations_counted_on_the_meta_device_are_what_a_real_forward_pass_kee
                                                  label_smoothing=0.1)
     alive = memory.current - logits.numel() * 4 - loss.numel() * 4  # all but the outputs
     assert math.isclose(alive, counted, rel_tol=0.005), (alive, counted)
+
+
+# ------------------------------------------------------------------------- benchmarks
+
+
+def test_benchmark_functions_run(monkeypatch):
+    """benchmarks/efficiency.py, on small sizes (it imports benchmarks/run.py, as a script)."""
+    folder = Path(__file__).parents[1] / "benchmarks"
+    monkeypatch.syspath_prepend(str(folder))
+    spec = importlib.util.spec_from_file_location("benchmarks_efficiency", folder / "efficiency.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    tiled, reference, ratio = bench.tiled_memory(n=512, block_size=64)
+    assert reference >= 2 * 512**2 * 4 and ratio == tiled / reference < 0.5
+    for ours, theirs, ratio in (bench.fused_attention(1, batch=2, seq=16, d_model=32, heads=4),
+                                bench.training_throughput(1, batch=4, seq=8, steps=1)):
+        assert min(ours, theirs, ratio) > 0 and math.isfinite(ratio)

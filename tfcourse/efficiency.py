@@ -82,7 +82,8 @@ class PeakMemory(TorchDispatchMode):
 def count_flops(fn, *args, **kwargs):
     """Floating-point operations of fn(*args, **kwargs), counted by torch.utils.flop_counter:
     matrix products and attention (fused or not), a multiply-add counting 2. Element-wise
-    operations (softmax, LayerNorm, ReLU) are not counted: they are a small share."""
+    operations (softmax, LayerNorm, ReLU) are not counted: few FLOPs, if not always little
+    time, since each reads and writes every number it touches."""
     with FlopCounterMode(display=False) as counter:
         fn(*args, **kwargs)
     return counter.get_total_flops()
@@ -114,6 +115,8 @@ def timings(fns, repeats=5):
 def _synchronize():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+    elif torch.backends.mps.is_available():
+        torch.mps.synchronize()
 
 
 # ------------------------------------------------------------------------ tiled attention
@@ -130,7 +133,7 @@ def tiled_attention(query, key, value, mask=None, block_size=128):
 
     This saves memory in the forward pass. Autograd through the loop keeps every block's
     e^(S - m') for the backward pass; FlashAttention writes its own backward instead,
-    recomputing the blocks from Q, K, V and the final m and l.
+    recomputing the blocks from Q, K, V and the final m and denom.
     """
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive number of keys, got {block_size!r}")

@@ -21,10 +21,11 @@ class DecoderLayer(nn.Module):
     sublayers[i].norm <-> norm{i+1}.
     """
 
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
+                 attn_impl="explicit"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
         self.feed_forward = PositionWiseFeedForward(d_model, d_ff, dropout, activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(d_model, dropout, norm_first) for _ in range(3)
@@ -47,11 +48,12 @@ class Decoder(nn.Module):
     """N decoder layers; a final LayerNorm with pre-norm (norm_first), none with post-norm."""
 
     def __init__(
-        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu"
+        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu",
+        attn_impl="explicit",
     ):
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation)
+            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, attn_impl)
             for _ in range(integer("n_layers", n_layers))
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()

@@ -50,9 +50,10 @@ class EncoderLayer(nn.Module):
     feed_forward.linear{1,2} <-> linear{1,2}, sublayers[i].norm <-> norm{i+1}.
     """
 
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
+                 attn_impl="explicit"):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
         self.feed_forward = PositionWiseFeedForward(d_model, d_ff, dropout, activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
@@ -69,11 +70,12 @@ class Encoder(nn.Module):
     layer's output is otherwise never normalized. Post-norm (the paper) has none."""
 
     def __init__(
-        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu"
+        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu",
+        attn_impl="explicit",
     ):
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation)
+            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first, activation, attn_impl)
             for _ in range(integer("n_layers", n_layers))
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()

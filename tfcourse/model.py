@@ -29,6 +29,7 @@ class TransformerConfig:
     share_embeddings: bool = False  # one embedding table for source and target
     tie_output: bool = False  # generator weight = target embedding weight
     pad_id: int = 0
+    attn_impl: str = "explicit"  # or "sdpa": torch's fused attention (chapter 10)
 
     def __post_init__(self):
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
@@ -101,7 +102,8 @@ class Transformer(nn.Module):
             self.src_embed if c.share_embeddings else Embeddings(c.tgt_vocab_size, c.d_model)
         )
         self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
-        stack = (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, c.activation)
+        stack = (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, c.activation,
+                 c.attn_impl)
         self.encoder = Encoder(*stack)
         self.decoder = Decoder(*stack)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)

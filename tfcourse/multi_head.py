@@ -8,10 +8,15 @@ is split into h slices of d_head = d_model / h features.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tfcourse._validate import integer, probability, same_dtype
-from tfcourse.attention import scaled_dot_product_attention
+from tfcourse.attention import _check_inputs, scaled_dot_product_attention
+
+# How attention is computed: "explicit" is chapter 01's function, written out (it returns the
+# weights); "sdpa" is torch.nn.functional.scaled_dot_product_attention, fused (chapter 10).
+ATTN_IMPLS = ("explicit", "sdpa")
 
 
 def split_heads(x, n_heads):
@@ -68,13 +73,20 @@ class MultiHeadAttention(nn.Module):
 
     Same computation as torch.nn.MultiheadAttention(d_model, n_heads, dropout, bias,
     batch_first=True), whose in_proj_weight is [W^Q; W^K; W^V] stacked, out_proj is W^O.
+
+    attn_impl: "explicit" (chapter 01's scaled_dot_product_attention) or "sdpa" (PyTorch's
+    fused F.scaled_dot_product_attention: the same result without storing the weights; a
+    call with need_weights=True takes the explicit path, since the fused one never has them).
     """
 
-    def __init__(self, d_model, n_heads, dropout=0.0, bias=True):
+    def __init__(self, d_model, n_heads, dropout=0.0, bias=True, attn_impl="explicit"):
         super().__init__()
         d_model, n_heads = integer("d_model", d_model), integer("n_heads", n_heads)
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}")
+        self.attn_impl = attn_impl
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
@@ -104,6 +116,11 @@ class MultiHeadAttention(nn.Module):
             v = split_heads(self.w_v(value), self.n_heads)  # (batch, heads, k_len, d_head)
             if cache is not None:
                 k, v = cache.update(k, v)  # (batch, heads, cached_len + k_len, d_head)
+        if self.attn_impl == "sdpa" and not need_weights:
+            _check_inputs(q, k, v, mask)
+            dropout = self.dropout.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            return self.w_o(merge_heads(out)), None  # (batch, q_len, d_model)
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         if self.training and self.dropout.p > 0:
             weights = self.dropout(weights)  # (batch, heads, q_len, k_len)

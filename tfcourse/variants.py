@@ -1,0 +1,327 @@
+"""Chapter 09: the two halves of the Transformer, each a model of its own.
+
+Encoder-only (BERT, Devlin et al. 2019): the chapter 05 encoder reads the whole text at once,
+every position seeing every other; one vector per text feeds a classifier
+
+    h = Encoder(PE(Embed([CLS] x_1 ... x_n)))       (batch, seq, d_model)
+    logits = Linear(pool(h))                        pool: h at [CLS], or the mean over the text
+
+and its pre-training objective, the masked language model, predicts hidden tokens from both
+sides: logits = h E^T + b, with E the input embedding table (tied weights).
+
+Decoder-only (GPT, Radford et al. 2018, 2019): the chapter 06 decoder without cross-attention
+(there is no encoder to attend to), so each block is self-attention under a causal mask, then
+the feed-forward network, exactly the encoder layer with a causal mask. Trained to predict
+every next token, p(x_t+1 | x_1 ... x_t), from the logits h E^T (tied weights).
+
+Each model has a ``config`` (a dataclass), a ``kind`` and its ``config_class``: a checkpoint
+that records (kind, asdict(config)) rebuilds it.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tfcourse.data import PAD
+from tfcourse.encoder import Embeddings, Encoder, EncoderLayer
+from tfcourse.model import _QKV_GAIN
+from tfcourse.multi_head import KVCache
+from tfcourse.normalization import LayerNorm
+from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding
+
+_POSITIONAL = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEncoding}
+
+
+def _check_config(config):
+    if config.positional not in _POSITIONAL:
+        raise ValueError(f"positional must be one of {list(_POSITIONAL)}, got {config.positional!r}")
+
+
+def _init_weights(model, embedding):
+    """Every linear map Xavier-uniform, as in the encoder-decoder (W^Q, W^K, W^V each as a
+    third of one stacked matrix); the token embeddings N(0, 1 / d_model), so that after the
+    sqrt(d_model) scaling they are ~N(0, 1), the size of the positional encoding, and tied
+    output logits h E^T start at about unit size. Learned positions keep nn.Embedding's N(0, 1)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            qkv = name.rsplit(".", 1)[-1] in ("w_q", "w_k", "w_v")
+            nn.init.xavier_uniform_(module.weight, gain=_QKV_GAIN if qkv else 1.0)
+    nn.init.normal_(embedding.weight, std=embedding.weight.size(1) ** -0.5)
+
+
+def _check_tokens(tokens):
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be ids of shape (batch, seq) with seq >= 1, got {got}")
+
+
+# ------------------------------------------------------------------ encoder-only (BERT-style)
+
+
+@dataclass
+class EncoderClassifierConfig:
+    """Defaults: BERT-base's sizes (Devlin et al. 2019), learned positions and GELU as BERT."""
+
+    vocab_size: int
+    n_classes: int
+    d_model: int = 768
+    n_heads: int = 12
+    d_ff: int = 3072
+    n_layers: int = 12
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False  # BERT is post-norm, as the paper
+    activation: str = "gelu"
+    positional: str = "learned"  # or "sinusoidal" (the paper's)
+    pooling: str = "cls"  # "cls": the vector at position 0; "mean": the mean over the text
+    pad_id: int = PAD
+
+    def __post_init__(self):
+        _check_config(self)
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.n_classes < 2:
+            raise ValueError(f"n_classes must be at least 2, got {self.n_classes}")
+
+    @classmethod
+    def bert_base(cls, vocab_size=30522, n_classes=2, **overrides):
+        """BERT-base: 12 layers, d_model 768, 12 heads, d_ff 3072, 512 positions, WordPiece
+        vocabulary of 30,522 tokens."""
+        return cls(vocab_size, n_classes, **overrides)
+
+    @classmethod
+    def tiny(cls, vocab_size, n_classes, **overrides):
+        """A model that trains in seconds on a CPU."""
+        tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128)
+        return cls(vocab_size, n_classes, **{**tiny, **overrides})
+
+
+def mean_pool(h, keep):
+    """The mean of h (batch, seq, d_model) over the positions where keep (batch, seq) is True,
+    (batch, d_model): padding neither adds to the sum nor counts in the divisor."""
+    keep = keep.to(h.dtype)[:, :, None]  # (batch, seq, 1)
+    return (h * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+
+
+class EncoderClassifier(nn.Module):
+    """The chapter 05 encoder with two heads: a classifier of whole texts, and the masked
+    language model (MLM) of BERT's pre-training, tied to the input embeddings.
+
+    tokens (batch, seq) start with the [CLS] token (the data puts it there) when
+    pooling="cls"; mask is padding_mask(tokens, pad_id), (batch, 1, 1, seq), made from
+    config.pad_id when not given.
+    forward(tokens, mask) -> class logits (batch, n_classes);
+    forward(tokens, mask, mlm=True) -> token logits (batch, seq, vocab_size).
+    """
+
+    kind = "classifier"
+    config_class = EncoderClassifierConfig
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config
+        self.embed = Embeddings(c.vocab_size, c.d_model)
+        self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
+        self.encoder = Encoder(c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first,
+                               c.activation)
+        self.dropout = nn.Dropout(c.dropout)
+        self.classifier = nn.Linear(c.d_model, c.n_classes)
+        self.mlm_head = nn.Linear(c.d_model, c.vocab_size)
+        _init_weights(self, self.embed.embedding)
+        self.mlm_head.weight = self.embed.embedding.weight  # tied: logits = h E^T + b
+
+    def encode(self, tokens, mask=None):
+        """Token ids (batch, seq) -> (batch, seq, d_model), every position seeing all others."""
+        mask = self._mask(tokens, mask)
+        return self.encoder(self.positional(self.embed(tokens)), mask)
+
+    def pool(self, h, mask):
+        """One vector per text, (batch, d_model): h at [CLS] (position 0), or the mean over
+        the positions that are not padding."""
+        if self.config.pooling == "cls":
+            return h[:, 0]
+        return mean_pool(h, mask[:, 0, 0, :])
+
+    def forward(self, tokens, mask=None, *, mlm=False):
+        mask = self._mask(tokens, mask)
+        h = self.encode(tokens, mask)  # (batch, seq, d_model)
+        if mlm:
+            return self.mlm_head(h)  # (batch, seq, vocab_size)
+        return self.classifier(self.dropout(self.pool(h, mask)))  # (batch, n_classes)
+
+    def _mask(self, tokens, mask):
+        _check_tokens(tokens)
+        if mask is None:
+            return (tokens != self.config.pad_id)[:, None, None, :]
+        want = (tokens.size(0), 1, 1, tokens.size(1))
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != want:
+            got = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
+            dtype = f" {mask.dtype}" if isinstance(mask, torch.Tensor) else ""
+            raise ValueError(f"mask must be a bool tensor of shape (batch, 1, 1, seq) = {want} "
+                             f"(e.g. padding_mask(tokens, pad_id)), got{dtype} {got}")
+        return mask
+
+
+
+def mask_tokens(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                pad_id=PAD):
+    """BERT's masked-LM corruption (Devlin et al. 2019, section 3.1 and appendix A.1).
+
+    In each sequence, choose round(rate * n) of its n ordinary tokens (never one of
+    special_ids, such as padding, [CLS] or [MASK]; at least one where n > 0). Of the chosen,
+    80% become [MASK], 10% a random ordinary token, and 10% stay as they are: the model
+    cannot tell which tokens to trust, so it must model every position.
+
+    tokens (batch, seq) ids. Returns (inputs, targets), both (batch, seq): inputs as the
+    model sees them; targets the original token at the chosen positions and pad_id
+    elsewhere (the loss ignores them). Every draw comes from ``generator`` (on tokens'
+    device), so a seeded generator repeats the corruption.
+    """
+    _check_tokens(tokens)
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1], got {rate}")
+    special = sorted({*special_ids, pad_id, mask_id})
+    if not 0 <= special[0] <= special[-1] < vocab_size:
+        raise ValueError(f"special ids (with mask_id and pad_id) must be in [0, vocab_size="
+                         f"{vocab_size}), got {special}")
+    if tokens.numel() and not 0 <= tokens.min() <= tokens.max() < vocab_size:
+        raise ValueError(f"tokens must be ids in [0, vocab_size={vocab_size}), "
+                         f"got values from {tokens.min().item()} to {tokens.max().item()}")
+    ordinary = torch.ones(vocab_size, dtype=torch.bool, device=tokens.device)
+    ordinary[special] = False
+    ordinary_ids = ordinary.nonzero()[:, 0]  # what a random replacement is drawn from
+    eligible = ordinary[tokens]  # (batch, seq)
+    n = eligible.sum(1)  # (batch,)
+    n_chosen = (rate * n).round().long().clamp(min=1).minimum(n)
+    # A random order of each row's eligible positions (the others last); take the first ones.
+    scores = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    scores = scores.masked_fill(~eligible, 2.0)
+    rank = scores.argsort(dim=1).argsort(dim=1)  # (batch, seq): 0 = first in the random order
+    chosen = rank < n_chosen[:, None]
+    draw = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    random_ids = ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator,
+                                            device=tokens.device)]
+    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
+    targets = torch.where(chosen, tokens, pad_id)
+    return inputs, targets
+
+
+# ------------------------------------------------------------------ decoder-only (GPT-style)
+
+
+@dataclass
+class DecoderLMConfig:
+    """Defaults: GPT-2 small's sizes (Radford et al. 2019): pre-norm with a final LayerNorm,
+    learned positions, GELU, output layer tied to the input embeddings."""
+
+    vocab_size: int
+    d_model: int = 768
+    n_heads: int = 12
+    d_ff: int = 3072
+    n_layers: int = 12
+    dropout: float = 0.1
+    max_len: int = 1024
+    norm_first: bool = True
+    activation: str = "gelu"
+    positional: str = "learned"  # or "sinusoidal" (the paper's)
+    tie_output: bool = True  # output layer weight = input embedding weight
+    pad_id: int = PAD
+
+    def __post_init__(self):
+        _check_config(self)
+
+    @classmethod
+    def gpt2_small(cls, vocab_size=50257, **overrides):
+        """GPT-2 small: 12 layers, d_model 768, 12 heads, d_ff 3072, 1024 positions, byte-level
+        BPE vocabulary of 50,257 tokens."""
+        return cls(vocab_size, **overrides)
+
+    @classmethod
+    def tiny(cls, vocab_size, **overrides):
+        """A model that trains in seconds on a CPU."""
+        tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=256)
+        return cls(vocab_size, **{**tiny, **overrides})
+
+
+class DecoderOnlyLayer(EncoderLayer):
+    """GPT's block: masked self-attention, then the feed-forward network. It is the chapter 06
+    DecoderLayer without its cross-attention, which leaves exactly the chapter 05
+    EncoderLayer (the same parameters, so torch.nn.TransformerEncoderLayer maps onto it too):
+    what makes it a decoder is the causal mask it is given, and the cache it can keep.
+
+    x (batch, seq, d_model); mask bool, True = may attend (causal: see DecoderLM); cache
+    None, or the layer's KVCache: then x holds the new positions only.
+    """
+
+    def forward(self, x, mask=None, cache=None):
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask, cache=cache)[0])
+        return self.sublayers[1](x, self.feed_forward)  # (batch, seq, d_model)
+
+
+class LMCache:
+    """What incremental generation keeps between steps: each layer's self-attention keys and
+    values of the positions so far. len(cache) is the position of the next token."""
+
+    def __init__(self, n_layers):
+        self.layers = [KVCache() for _ in range(n_layers)]
+
+    def __len__(self):
+        return len(self.layers[0]) if self.layers else 0
+
+    def reorder(self, index):
+        """Keep rows `index` of the batch."""
+        for cache in self.layers:
+            cache.reorder(index)
+
+
+class DecoderLM(nn.Module):
+    """A decoder-only language model: logits (batch, seq, vocab_size) for the next token at
+    every position, each computed from the tokens up to it only.
+
+    forward(tokens, mask=None, cache=None): tokens (batch, seq) ids. The model is causal
+    whatever the mask: `mask` (bool, True = may attend, broadcastable to (batch, 1, seq,
+    total)) can only hide more, e.g. left padding. Right padding needs no mask, since no
+    earlier position ever looks at it. With a cache (from init_cache()), tokens are the new
+    tokens only: they take positions len(cache), len(cache) + 1, ... and attend to the
+    cached ones too (total = len(cache) + seq).
+    """
+
+    kind = "lm"
+    config_class = DecoderLMConfig
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config
+        self.embed = Embeddings(c.vocab_size, c.d_model)
+        self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
+        self.layers = nn.ModuleList(
+            DecoderOnlyLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+            for _ in range(c.n_layers)
+        )
+        self.norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)  # as GPT-2
+        _init_weights(self, self.embed.embedding)
+        if c.tie_output:  # after the init, so that both names hold the same tensor
+            self.generator.weight = self.embed.embedding.weight
+
+    def init_cache(self):
+        """An empty key/value cache for generation."""
+        return LMCache(len(self.layers))
+
+    def forward(self, tokens, mask=None, cache=None):
+        _check_tokens(tokens)
+        start = len(cache) if cache is not None else 0
+        if cache is not None and start and cache.layers[0].key.size(0) != tokens.size(0):
+            raise ValueError(f"the cache holds a batch of {cache.layers[0].key.size(0)} rows, "
+                             f"got tokens {tuple(tokens.shape)}")
+        seq = tokens.size(1)
+        x = self.positional(self.embed(tokens), start=start)  # (batch, seq, d_model)
+        # Query i is position start + i: it may attend to positions 0 ... start + i.
+        causal = torch.ones(seq, start + seq, dtype=torch.bool, device=tokens.device).tril(start)
+        mask = causal if mask is None else mask & causal  # (..., seq, start + seq)
+        caches = cache.layers if cache is not None else [None] * len(self.layers)
+        for layer, layer_cache in zip(self.layers, caches, strict=True):
+            x = layer(x, mask, cache=layer_cache)
+        return self.generator(self.norm(x))  # (batch, seq, vocab_size)

@@ -72,13 +72,17 @@ class _Positions:
 
 def small_transformer(seed=0):
     """A random Transformer, 2 + 2 layers, eval mode (no dropout): the same on every call (the
-    caller's random state left alone)."""
+    caller's random state left alone). Embeddings and output layer N(0, 1), larger than a new
+    model's N(0, 1/d_model): its tokens then differ from step to step and from position to
+    position, so that a mistake (a missing causal mask) changes what it decodes."""
     config = TransformerConfig.tiny(VOCAB, d_model=16, n_heads=2, d_ff=32, dropout=0.0,
                                     share_embeddings=False, tie_output=False, max_len=64)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Transformer(config).eval()
-        nn.init.normal_(model.generator.weight, std=1.0)
+        for weight in (model.src_embed.embedding.weight, model.tgt_embed.embedding.weight,
+                       model.generator.weight):
+            nn.init.normal_(weight, std=1.0)
     return model
 
 

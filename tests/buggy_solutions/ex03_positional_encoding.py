@@ -227,6 +227,11 @@ def multiplied(tokens, embedding, positional_encoding):
     return e * positional_encoding.pe[: tokens.size(1)]
 
 
+@wrong("embed_and_encode.precedence_half")
+def scaled_by_d_model_to_the_one_half(tokens, embedding, positional_encoding):
+    return positional_encoding(embedding(tokens) * embedding.embedding_dim ** 1 / 2)
+
+
 @wrong("embed_and_encode.wrong_size")
 def scaled_by_sqrt_seq(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) * math.sqrt(tokens.size(-1)))

@@ -320,6 +320,14 @@ class DropoutOnTheOutput(PositionWiseFeedForward):
         return self.dropout(self.linear2(self.activation(self.linear1(x))))
 
 
+@wrong("PositionWiseFeedForward.dropout_misplaced")
+class DropoutBeforeTheActivation(PositionWiseFeedForward):
+    """The same as the reference with ReLU; not with GELU."""
+
+    def forward(self, x):
+        return self.linear2(self.activation(self.dropout(self.linear1(x))))
+
+
 @wrong("PositionWiseFeedForward.dropout_in_eval")
 class FfnFunctionalDropout(PositionWiseFeedForward):
     def forward(self, x):

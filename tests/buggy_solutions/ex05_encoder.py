@@ -46,6 +46,12 @@ class divided_by_sqrt_d_model(given.Embeddings):
         return x / math.sqrt(x.size(-1))
 
 
+@wrong("Embeddings.precedence_half")
+class scaled_by_d_model_to_the_one_half(given.Embeddings):
+    def forward(self, tokens):
+        return self.embedding(tokens) * self.embedding.embedding_dim ** 1 / 2
+
+
 @wrong("Embeddings.wrong_size")
 class scaled_by_sqrt_seq_len(given.Embeddings):
     def forward(self, tokens):

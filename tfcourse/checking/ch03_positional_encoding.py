@@ -332,6 +332,12 @@ SCALE_MISTAKES = (
         _embedded(lambda e, pe, s, t, emb, penc: e / s + pe),
     ),
     Mistake(
+        "precedence_half", "Scaled by d_model / 2, not sqrt(d_model)",
+        "in Python d_model ** 1/2 is (d_model ** 1) / 2: ** binds tighter than /. Write "
+        "d_model ** 0.5 or math.sqrt(d_model).",
+        _embedded(lambda e, pe, s, t, emb, penc: s * s / 2 * e + pe),
+    ),
+    Mistake(
         "wrong_size", "Scaled by the square root of the wrong size",
         "d_model is the width of each embedding vector (embedding.embedding_dim), not the "
         "sequence length, the batch size, the vocabulary size or max_len.",

@@ -295,6 +295,9 @@ FFN = Item(
         _ffn_case(2, (7, 4), 9, "relu"),  # (..., d_model): any leading axes
         _ffn_case(3, (2, 3, 6), 10, "relu", dropout=0.5, train=True),
         _ffn_case(4, (2, 3, 6), 10, "relu", dropout=0.5),
+        # dropout before or after ReLU is the same (ReLU commutes with scaling by 1/(1-p)), not
+        # before or after GELU
+        _ffn_case(5, (2, 3, 6), 10, "gelu", dropout=0.5, train=True),
     ],
     FFN_MISTAKES,
     formula="Compare with linear2(dropout(activation(linear1(x)))).",

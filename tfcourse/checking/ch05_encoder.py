@@ -53,6 +53,12 @@ EMBEDDING_MISTAKES = (
         (lambda e, tokens: e.embedding(tokens) + _sqrt_d_model(e, tokens),),
     ),
     Mistake(
+        "precedence_half", "Embeddings scaled by d_model / 2, not sqrt(d_model)",
+        "in Python d_model ** 1/2 is (d_model ** 1) / 2: ** binds tighter than /. Write "
+        "d_model ** 0.5 or math.sqrt(d_model).",
+        (_embed(lambda e, t: e.embedding.embedding_dim / 2),),
+    ),
+    Mistake(
         "wrong_size", "Embeddings scaled by the square root of the wrong size",
         "d_model is the width of each vector (self.embedding.embedding_dim), not the sequence "
         "length, the batch size or the vocabulary size.",

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tfcourse.attention import scaled_dot_product_attention
+from tfcourse.checking.ch10_tiled_attention import ITEM
 from tfcourse.data import copy_task, make_batch
 from tfcourse.decoding import greedy_decode
 from tfcourse.efficiency import (
@@ -227,6 +228,73 @@ def test_tiled_memory_grows_as_n_where_the_reference_grows_as_n_squared():
     assert loglog_slope(sizes, peaks["reference"]) == pytest.approx(2, abs=0.05)
     assert loglog_slope(sizes, peaks["tiled"]) == pytest.approx(1, abs=0.05)
     assert peaks["tiled"][-1] <= 0.1 * peaks["reference"][-1]  # the benchmark's goal
+
+
+# ------------------------------------------------ exercise 10's check, on right solutions
+
+
+def normalised_as_it_goes(query, key, value, mask=None, block_size=128):
+    """FlashAttention-2's bookkeeping turned around: o stays an average, re-weighted by l."""
+    m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=query.dtype)
+    l_old = torch.zeros_like(m)
+    o = torch.zeros((*query.shape[:-1], value.size(-1)), dtype=query.dtype)
+    for j in range(0, key.size(-2), block_size):
+        s = torch.einsum("...qd,...kd->...qk", query, key[..., j:j + block_size, :])
+        s = s / query.size(-1) ** 0.5
+        if mask is not None:
+            s = torch.where(mask[..., j:j + block_size], s, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(m_new.isfinite(), m_new, 0.0)
+        p = (s - safe).exp()
+        l_new = (m - safe).exp() * l_old + p.sum(-1, keepdim=True)
+        o = ((m - safe).exp() * l_old * o + p @ value[..., j:j + block_size, :]) / l_new.clamp_min(1e-30)
+        m, l_old = m_new, l_new
+    return o
+
+
+def running_log_sum_exp(query, key, value, mask=None, block_size=128):
+    """One running number per query, log l + m, instead of m and l."""
+    lse = torch.full_like(query[..., :1], float("-inf"))
+    out = 0
+    chunks = zip(key.split(block_size, -2), value.split(block_size, -2),
+                 [None] * key.size(-2) if mask is None
+                 else mask.expand(*mask.shape[:-1], key.size(-2)).split(block_size, -1))
+    for k, v, allowed in chunks:
+        s = query @ k.mT / math.sqrt(query.size(-1))
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        top = s.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
+        new = torch.logaddexp(lse, top + (s - top).exp().sum(-1, keepdim=True).log())
+        safe = new.nan_to_num(neginf=0.0)
+        out = (lse - safe).exp() * out + (s - safe).exp() @ v
+        lse = new
+    return out
+
+
+def reference_read_as_a_learner(query, key, value, mask=None, block_size=128):
+    """The notebook's loop, with a python int for the block count and -inf handled by nan_to_num."""
+    n_blocks = -(-key.size(-2) // block_size)
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = torch.zeros_like(query[..., :1]).expand(*query.shape[:-1], value.size(-1))
+    for b in range(n_blocks):
+        keys = slice(b * block_size, (b + 1) * block_size)
+        s = query @ key[..., keys, :].transpose(-2, -1) * query.size(-1) ** -0.5
+        if mask is not None:
+            s = s.masked_fill(~mask[..., keys], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new).nan_to_num(0.0)
+        r = torch.exp(m - m_new).nan_to_num(0.0)
+        total = r * total + p.sum(-1, keepdim=True)
+        o = r * o + p @ value[..., keys, :]
+        m = m_new
+    return torch.where(total > 0, o / total, 0.0)
+
+
+@pytest.mark.parametrize("solution", [normalised_as_it_goes, running_log_sum_exp,
+                                      reference_read_as_a_learner])
+def test_exercise_check_passes_right_solutions_in_other_styles(solution):
+    ITEM.check(solution)
 
 
 # -------------------------------------------------------------------- measuring tools

@@ -342,3 +342,112 @@ def accumulates_into_query(query, key, value, mask=None, block_size=128):
 def under_no_grad(query, key, value, mask=None, block_size=128):
     with torch.no_grad():  # "tiling saves memory: no autograd graph either"
         return _loop(query, key, value, mask, block_size)
+
+
+@wrong("tiled_attention.keepdim")
+def no_keepdim(query, key, value, mask=None, block_size=128):
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.max(dim=-1).values)
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.block_slice_end")
+def block_slice_end(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for start in range(0, key.size(-2), block_size):
+        k_b, v_b = key[..., start:block_size, :], value[..., start:block_size, :]
+        s = query @ k_b.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., start:block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ v_b
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.nan_from_start")
+def factor_upside_down(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size,
+                 rescale=lambda r, total, o: (total / r, o / r))  # e^(m' - m)
+
+
+@wrong("tiled_attention.old_max_in_exp")
+def exps_with_the_old_max(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        p = torch.exp(s - m.nan_to_num(neginf=0.0))  # before m is updated
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        r = torch.exp(m - m_new.nan_to_num(neginf=0.0))
+        total = r * total + p.sum(-1, keepdim=True)
+        o = r * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.value_block")
+def first_values_every_time(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., :block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.key_axes")
+def key_transposed_1_2(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(1, 2) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.output_like_query")
+def output_like_query(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), torch.zeros_like(query)
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)

@@ -37,44 +37,62 @@ def _sqrt_d_k(q, k, v):
 
 def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
            running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
-           blocks="all", mask_at="scores", empty="zero"):
+           blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
+           keepdim=True, axes=(-2, -1), start="zeros"):
     """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
     mistakes make (the defaults give the reference):
 
-    scale: what the scores are divided by; rescale_sum, rescale_out: the power of e^(m - m')
-    that the old sum and output get (0: none, 2: twice); running: m' = max(m, rowmax(S))
-    (False: the block's own max); update: m = m' after each block; guard: subtract 0 where
-    m' = -inf; fill: what masked scores become ("min": the dtype's lowest); subtract:
-    subtract m' at all; normalize: "end"
-    (o / l), "block_sum" / "block_mean" (each block's own softmax, summed or averaged),
-    "inside" / "inside_end" (o divided by l in the loop, and again at the end), "none";
-    blocks: "all", "whole" (the last, shorter block dropped), "last" (the last block
-    dropped); mask_at: "scores", "inverted", "zero" (masked scores 0), "ignored", "exp"
-    (e^(S - m') zeroed, m' over every key), "values" (the sum counts masked keys); empty:
-    "zero" (a query that saw no key gets 0) or "nan" (0 / 0)."""
+    scale        what the scores are divided by
+    rescale_sum, rescale_out   the power of e^(m - m') the old sum and output get (0, 2)
+    running      m' = max(m, rowmax(S)) (False: the block's own max)
+    update       m = m' after each block
+    guard        subtract 0 where m' = -inf
+    fill         what masked scores become ("min": the dtype's lowest)
+    subtract     subtract m' at all
+    normalize    "end" (o / l), "block_sum" / "block_mean" (each block's own softmax, summed
+                 or averaged), "inside" / "inside_end" (o / l in the loop, and again at the
+                 end), "none"
+    blocks       "all", "whole" (the last, shorter block dropped), "last" (the last block
+                 dropped), "end" (every block ends at block_size: the later ones are empty)
+    mask_at      "scores", "inverted", "zero" (masked scores 0), "ignored", "exp" (e^(S - m')
+                 zeroed, m' over every key), "values" (the sum counts masked keys)
+    empty        "zero" (a query that saw no key gets 0) or "nan" (0 / 0)
+    exps         e^(S - m') relative to the "new" maximum, the "old" one (0 where it is -inf)
+                 or "old_nan" (-inf kept)
+    factor       e^(m - m') ("down") or e^(m' - m) ("up")
+    values       each block's ("block") or the first block's ("first")
+    keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
+    axes         the key's axes that are swapped
+    start        the running output starts as zeros (..., q_len, d_v), or like the "query"
+    """
     k_len = k.size(-2)
     if m is not None:
         m = m.expand(*m.shape[:-1], k_len)
-    stop = {"all": k_len, "whole": k_len - k_len % block_size, "last": k_len - block_size}[blocks]
+    stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
+            "last": k_len - block_size}[blocks]
     run_max = torch.full_like(q[..., :1], -INF)  # (..., q_len, 1)
     denom = torch.zeros_like(run_max)
-    numer = q.new_zeros(*q.shape[:-1], v.size(-1))  # (..., q_len, d_v)
+    numer = q.new_zeros(*q.shape[:-1], v.size(-1)) if start == "zeros" else torch.zeros_like(q)
     n_blocks = 0
     for start in range(0, stop, block_size):
-        block = slice(start, start + block_size)
-        s = q @ k[..., block, :].transpose(-2, -1) / scale(q, k, v)
+        block = slice(start, block_size if blocks == "end" else start + block_size)
+        s = q @ k[..., block, :].transpose(*axes) / scale(q, k, v)
         allowed = None if m is None else m[..., block]
         if allowed is not None and mask_at in ("scores", "inverted", "zero"):
             where = {"scores": ~allowed, "inverted": allowed, "zero": ~allowed}[mask_at]
             value = torch.finfo(s.dtype).min if fill == "min" else fill
             s = s.masked_fill(where, 0.0 if mask_at == "zero" else value)
-        block_max = s.amax(dim=-1, keepdim=True)
+        block_max = s.amax(dim=-1, keepdim=keepdim)
         new_max = torch.maximum(run_max, block_max) if running else block_max
         shift = new_max.masked_fill(new_max == -INF, 0.0) if guard else new_max
         if not subtract:
             shift = torch.zeros_like(shift)
-        p = torch.exp(s - shift)
+        old = run_max.masked_fill(run_max == -INF, 0.0) if exps == "old" else run_max
+        p = torch.exp(s - (shift if exps == "new" else old))
         rescale = torch.exp(run_max - shift) if subtract else torch.ones_like(shift)
+        if factor == "up":
+            rescale = torch.exp(shift - run_max)
+        v_block = v[..., :block_size, :] if values == "first" else v[..., block, :]
         p_values = p
         if allowed is not None and mask_at in ("exp", "values"):
             p_values = p.masked_fill(~allowed, 0.0)
@@ -82,10 +100,10 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
         n_blocks += 1
         if normalize in ("block_sum", "block_mean"):
             total = p.sum(dim=-1, keepdim=True)
-            numer = numer + p_values @ v[..., block, :] / total.masked_fill(total == 0, 1.0)
+            numer = numer + p_values @ v_block / total.masked_fill(total == 0, 1.0)
             continue
         denom = rescale ** rescale_sum * denom + p.sum(dim=-1, keepdim=True)
-        numer = rescale ** rescale_out * numer + p_values @ v[..., block, :]
+        numer = rescale ** rescale_out * numer + p_values @ v_block
         if normalize in ("inside", "inside_end"):
             numer = numer / denom.masked_fill(denom == 0, 1.0)
         if update:
@@ -129,6 +147,49 @@ MISTAKES = (
          _with(scale=lambda q, k, v: 1 / math.sqrt(q.size(-1))),
          _with(scale=lambda q, k, v: math.sqrt(v.size(-1))),
          _with(scale=lambda q, k, v: q.size(-1) ** 0.25)),
+    ),
+    Mistake(
+        "keepdim", "Row maximum taken without keepdim=True",
+        "s.amax(dim=-1) drops the last axis: (..., q_len) does not broadcast against m and the "
+        "scores (..., q_len, block). Keep it: s.amax(dim=-1, keepdim=True) is (..., q_len, 1).",
+        (_with(keepdim=False),),
+    ),
+    Mistake(
+        "key_axes", "Key transposed on the wrong axes",
+        "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, "
+        "d_k). Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
+        (_with(axes=(1, 2)),),
+    ),
+    Mistake(
+        "output_like_query", "Running output started with the query's shape",
+        "o sums weighted VALUES: it is (..., q_len, d_v), and d_v may differ from d_k. Start it "
+        "as zeros of query.shape[:-1] + (value.size(-1),).",
+        (_with(start="query"),),
+    ),
+    Mistake(
+        "block_slice_end", "Blocks sliced up to block_size instead of start + block_size",
+        "block j holds keys start:start + block_size; key[..., start:block_size] is empty after "
+        "the first block.",
+        (_with(blocks="end"),),
+    ),
+    Mistake(
+        "nan_from_start", "NaN from the running maximum's start at -inf",
+        "m starts at -inf, so e^(m' - m) (the factor upside down: it is e^(m - m') <= 1) or "
+        "e^(S - m) with the old maximum (use the new m') is e^(+inf) = inf, and inf x 0 = NaN.",
+        (_with(factor="up"), _with(exps="old_nan")),
+    ),
+    Mistake(
+        "old_max_in_exp", "Block's exps taken relative to the old maximum",
+        "compute e^(S - m') with the NEW maximum m' = max(m, rowmax(S)), the one the old sum "
+        "and output are rescaled to: relative to the old m the block's terms are on another "
+        "scale (and overflow when its scores are far larger).",
+        (_with(exps="old"),),
+    ),
+    Mistake(
+        "value_block", "Values of the wrong block",
+        "slice value like key, value[..., start:start + block_size, :]: block j's weights "
+        "e^(S - m') weigh block j's values.",
+        (_with(values="first"),),
     ),
     Mistake(
         "last_block_dropped", "Last block of keys dropped",

@@ -449,15 +449,18 @@ def test_activations_counted_on_the_meta_device_are_what_a_real_forward_pass_kee
 # ------------------------------------------------------------------------- benchmarks
 
 
-def test_benchmark_functions_run(monkeypatch):
-    """benchmarks/efficiency.py, on small sizes (it imports benchmarks/run.py, as a script)."""
+def test_benchmark_functions_run_and_are_rows_of_benchmarks_run():
+    """benchmarks/efficiency.py, on small sizes, and its rows in benchmarks/run.py."""
     folder = Path(__file__).parents[1] / "benchmarks"
-    monkeypatch.syspath_prepend(str(folder))
-    spec = importlib.util.spec_from_file_location("benchmarks_efficiency", folder / "efficiency.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    tiled, reference, ratio = bench.tiled_memory(n=512, block_size=64)
-    assert reference >= 2 * 512**2 * 4 and ratio == tiled / reference < 0.5
-    for ours, theirs, ratio in (bench.fused_attention(1, batch=2, seq=16, d_model=32, heads=4),
-                                bench.training_throughput(1, batch=4, seq=8, steps=1)):
-        assert min(ours, theirs, ratio) > 0 and math.isfinite(ratio)
+    spec = importlib.util.spec_from_file_location("benchmarks_run", folder / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)  # puts benchmarks/ on sys.path and imports efficiency.py
+    bench = run.efficiency
+    rows = {b.name: b for b in run.BENCHMARKS}
+    assert set(bench.ROWS) <= set(rows)
+    tiled, reference = bench.tiled_memory_pair(0, n=512, block_size=64)
+    assert reference >= 2 * 512**2 * 4 and rows["tiled"].ratio(tiled, reference) < 0.5
+    ours, theirs = bench.fused_attention_pair(0, batch=2, seq=16, d_model=32, heads=4, repeats=1)
+    assert min(ours, theirs) > 0 and math.isfinite(rows["fused"].ratio(ours, theirs))
+    ours, theirs = run.throughput_pair(0, batch=4, seq=8, steps=1, attn_impl="sdpa")
+    assert min(ours, theirs) > 0

@@ -199,7 +199,7 @@ def test_tiled_gradients_equal_the_reference():
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.parametrize("block_size", [0, -4, 2.5, None])
+@pytest.mark.parametrize("block_size", [0, -4, 2.5, None, True])
 def test_tiled_block_size_must_be_a_positive_int(block_size):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=f"block_size must be a positive number of keys, got {block_size}"):
@@ -357,6 +357,12 @@ def test_autocast_dtype_names_and_errors(monkeypatch):
     with pytest.raises(ValueError, match=r"precision='bfloat16' needs a GPU .*Tesla T4 has not"):
         autocast_dtype("bfloat16", "cuda")
     assert autocast_dtype("float16", "cuda") is torch.float16
+
+
+def test_bfloat16_on_an_mps_device_without_it_is_an_error_naming_the_option(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False)
+    with pytest.raises(ValueError, match=r"precision='bfloat16' on mps needs macOS 14 or newer"):
+        autocast_dtype("bfloat16", "mps")
 
 
 def test_bfloat16_autocast_runs_the_matrix_products_in_bfloat16_and_keeps_float32_gradients():

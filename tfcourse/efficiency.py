@@ -153,7 +153,7 @@ def tiled_attention(query, key, value, mask=None, block_size=128):
     e^(S - m') for the backward pass; FlashAttention writes its own backward instead,
     recomputing the blocks from Q, K, V and the final m and denom.
     """
-    if not isinstance(block_size, int) or block_size < 1:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive number of keys, got {block_size!r}")
     _check_inputs(query, key, value, mask)
     k_len = key.size(-2)

@@ -372,7 +372,7 @@ CASES = [
 ]
 
 # After every case passes: a long sequence. Its q_len x k_len scores take 64 KiB; tiled
-# attention in blocks of 32 keys holds about a tenth of that at once (a third with blocks of
+# attention in blocks of 32 keys holds about a tenth of that at once (a quarter with blocks of
 # 128, a block_size ignored). Half is the limit.
 LONG = (8, 2048, 32, 32)  # q_len, k_len, d, block_size
 

@@ -275,7 +275,8 @@ MISTAKES = (
         "e^s overflows to inf for scores above about 88 in float32 (inf / inf = NaN). On paper "
         "the max cancels out, in floats it is what keeps e^(s - m') <= 1: subtract the running "
         "maximum m' before the exp and rescale by e^(m - m').",
-        (_with(subtract=False), _with(subtract=False, empty="nan")),
+        (_with(subtract=False), _with(subtract=False, empty="nan"),
+         lambda *args, **kwargs: _with(subtract=False, empty="nan")(*args, **kwargs).nan_to_num(0.0)),
     ),
     Mistake(
         "block_max_only", "Block's own maximum used instead of the running maximum",

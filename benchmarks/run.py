@@ -169,10 +169,11 @@ def _time(fn):
     return time.perf_counter() - start
 
 
-def throughput_pair(seed, batch=32, seq=32, steps=10):
-    """Training tokens per second (source + target) of both models, same configuration."""
+def throughput_pair(seed, batch=32, seq=32, steps=10, attn_impl="explicit"):
+    """Training tokens per second (source + target) of both models, same configuration
+    (`attn_impl`: tfcourse's attention, chapter 10)."""
     config = TransformerConfig(32, 32, d_model=256, n_heads=8, d_ff=1024, n_layers=2,
-                               dropout=0.1, max_len=512)
+                               dropout=0.1, max_len=512, attn_impl=attn_impl)
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(4, 32, (batch, seq), generator=g)
     tgt = torch.randint(4, 32, (batch, seq + 1), generator=g)
@@ -233,6 +234,22 @@ BENCHMARKS = [
               throughput_pair, lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 0.9"),
     Benchmark("cache", "greedy decoding, 16 x 256 tokens (tfcourse)", ("cached", "uncached"),
               cache_pair, lambda s: f"{s:.2f} s", lambda a, b: b / a, "speed-up"),
+]
+
+# Chapter 10's rows; their measuring functions are in benchmarks/efficiency.py.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import efficiency  # noqa: E402
+
+BENCHMARKS += [
+    Benchmark("fused", "fused multi-head attention, forward + backward, (8, 256, 256), 8 heads",
+              ("tfcourse, attn_impl='sdpa'", "nn.MultiheadAttention"), efficiency.fused_attention_pair,
+              lambda s: f"{s * 1e3:.1f} ms", lambda a, b: a / b, "<= 1.0"),
+    Benchmark("fused_throughput", "training throughput with attn_impl='sdpa', tokens/s",
+              ("tfcourse", "torch.nn"), functools.partial(throughput_pair, attn_impl="sdpa"),
+              lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 1.0"),
+    Benchmark("tiled", "tiled attention (blocks of 128), peak memory at n = 4,096",
+              ("tiled", "chapter 01's"), efficiency.tiled_memory_pair,
+              lambda b: f"{b / 2**20:.1f} MiB", lambda a, b: a / b, "<= 0.1", seeds=1),
 ]
 
 

@@ -305,6 +305,17 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "best = candidates.topk(scores.size(1)).indices\n"
         "vocab = log_probs.size(-1)\n"
         "return candidates.gather(1, best), best // vocab, best % vocab", None],
+    "ex10_tiled_attention": [
+        "m = torch.full_like(query[..., :1], -math.inf)\n"
+        "l, o = torch.zeros_like(m), 0\n"
+        "for j in range(0, key.size(-2), block_size):\n"
+        "    s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))\n"
+        "    if mask is not None:\n"
+        "        s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)\n"
+        "    m_new = torch.maximum(m, s.amax(-1, keepdim=True))\n"
+        "    p, r = torch.exp(s - m_new), torch.exp(m - m_new)\n"
+        "    l, o, m = r * l + p.sum(-1, keepdim=True), r * o + p @ value[..., j:j + block_size, :], m_new\n"
+        "return o / l"],
 }
 EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex01_attention.py::test_scaled_dot_product_attention": None,
@@ -329,6 +340,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex08_decoding.py::test_greedy_decode": "Not implemented yet:",
     "test_ex08_decoding.py::test_beam_search_step": "No length normalization:",
     "test_ex08_decoding.py::test_decode_step": "Not implemented yet:",
+    "test_ex10_tiled_attention.py::test_tiled_attention": "A fully masked block gives NaN:",
 }
 
 

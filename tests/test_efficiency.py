@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tfcourse.attention import scaled_dot_product_attention
+from tfcourse.checking.ch10_tiled_attention import ITEM
 from tfcourse.data import copy_task, make_batch
 from tfcourse.decoding import greedy_decode
 from tfcourse.efficiency import (
@@ -198,7 +199,7 @@ def test_tiled_gradients_equal_the_reference():
         torch.testing.assert_close(got, want)
 
 
-@pytest.mark.parametrize("block_size", [0, -4, 2.5, None])
+@pytest.mark.parametrize("block_size", [0, -4, 2.5, None, True])
 def test_tiled_block_size_must_be_a_positive_int(block_size):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=f"block_size must be a positive number of keys, got {block_size}"):
@@ -227,6 +228,73 @@ def test_tiled_memory_grows_as_n_where_the_reference_grows_as_n_squared():
     assert loglog_slope(sizes, peaks["reference"]) == pytest.approx(2, abs=0.05)
     assert loglog_slope(sizes, peaks["tiled"]) == pytest.approx(1, abs=0.05)
     assert peaks["tiled"][-1] <= 0.1 * peaks["reference"][-1]  # the benchmark's goal
+
+
+# ------------------------------------------------ exercise 10's check, on right solutions
+
+
+def normalised_as_it_goes(query, key, value, mask=None, block_size=128):
+    """FlashAttention-2's bookkeeping turned around: o stays an average, re-weighted by l."""
+    m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=query.dtype)
+    l_old = torch.zeros_like(m)
+    o = torch.zeros((*query.shape[:-1], value.size(-1)), dtype=query.dtype)
+    for j in range(0, key.size(-2), block_size):
+        s = torch.einsum("...qd,...kd->...qk", query, key[..., j:j + block_size, :])
+        s = s / query.size(-1) ** 0.5
+        if mask is not None:
+            s = torch.where(mask[..., j:j + block_size], s, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(m_new.isfinite(), m_new, 0.0)
+        p = (s - safe).exp()
+        l_new = (m - safe).exp() * l_old + p.sum(-1, keepdim=True)
+        o = ((m - safe).exp() * l_old * o + p @ value[..., j:j + block_size, :]) / l_new.clamp_min(1e-30)
+        m, l_old = m_new, l_new
+    return o
+
+
+def running_log_sum_exp(query, key, value, mask=None, block_size=128):
+    """One running number per query, log l + m, instead of m and l."""
+    lse = torch.full_like(query[..., :1], float("-inf"))
+    out = 0
+    chunks = zip(key.split(block_size, -2), value.split(block_size, -2),
+                 [None] * key.size(-2) if mask is None
+                 else mask.expand(*mask.shape[:-1], key.size(-2)).split(block_size, -1))
+    for k, v, allowed in chunks:
+        s = query @ k.mT / math.sqrt(query.size(-1))
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        top = s.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
+        new = torch.logaddexp(lse, top + (s - top).exp().sum(-1, keepdim=True).log())
+        safe = new.nan_to_num(neginf=0.0)
+        out = (lse - safe).exp() * out + (s - safe).exp() @ v
+        lse = new
+    return out
+
+
+def reference_read_as_a_learner(query, key, value, mask=None, block_size=128):
+    """The notebook's loop, with a python int for the block count and -inf handled by nan_to_num."""
+    n_blocks = -(-key.size(-2) // block_size)
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = torch.zeros_like(query[..., :1]).expand(*query.shape[:-1], value.size(-1))
+    for b in range(n_blocks):
+        keys = slice(b * block_size, (b + 1) * block_size)
+        s = query @ key[..., keys, :].transpose(-2, -1) * query.size(-1) ** -0.5
+        if mask is not None:
+            s = s.masked_fill(~mask[..., keys], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new).nan_to_num(0.0)
+        r = torch.exp(m - m_new).nan_to_num(0.0)
+        total = r * total + p.sum(-1, keepdim=True)
+        o = r * o + p @ value[..., keys, :]
+        m = m_new
+    return torch.where(total > 0, o / total, 0.0)
+
+
+@pytest.mark.parametrize("solution", [normalised_as_it_goes, running_log_sum_exp,
+                                      reference_read_as_a_learner])
+def test_exercise_check_passes_right_solutions_in_other_styles(solution):
+    ITEM.check(solution)
 
 
 # -------------------------------------------------------------------- measuring tools
@@ -289,6 +357,12 @@ def test_autocast_dtype_names_and_errors(monkeypatch):
     with pytest.raises(ValueError, match=r"precision='bfloat16' needs a GPU .*Tesla T4 has not"):
         autocast_dtype("bfloat16", "cuda")
     assert autocast_dtype("float16", "cuda") is torch.float16
+
+
+def test_bfloat16_on_an_mps_device_without_it_is_an_error_naming_the_option(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", lambda major, minor: False)
+    with pytest.raises(ValueError, match=r"precision='bfloat16' on mps needs macOS 14 or newer"):
+        autocast_dtype("bfloat16", "mps")
 
 
 def test_bfloat16_autocast_runs_the_matrix_products_in_bfloat16_and_keeps_float32_gradients():
@@ -381,15 +455,18 @@ def test_activations_counted_on_the_meta_device_are_what_a_real_forward_pass_kee
 # ------------------------------------------------------------------------- benchmarks
 
 
-def test_benchmark_functions_run(monkeypatch):
-    """benchmarks/efficiency.py, on small sizes (it imports benchmarks/run.py, as a script)."""
+def test_benchmark_functions_run_and_are_rows_of_benchmarks_run():
+    """benchmarks/efficiency.py, on small sizes, and its rows in benchmarks/run.py."""
     folder = Path(__file__).parents[1] / "benchmarks"
-    monkeypatch.syspath_prepend(str(folder))
-    spec = importlib.util.spec_from_file_location("benchmarks_efficiency", folder / "efficiency.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    tiled, reference, ratio = bench.tiled_memory(n=512, block_size=64)
-    assert reference >= 2 * 512**2 * 4 and ratio == tiled / reference < 0.5
-    for ours, theirs, ratio in (bench.fused_attention(1, batch=2, seq=16, d_model=32, heads=4),
-                                bench.training_throughput(1, batch=4, seq=8, steps=1)):
-        assert min(ours, theirs, ratio) > 0 and math.isfinite(ratio)
+    spec = importlib.util.spec_from_file_location("benchmarks_run", folder / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)  # puts benchmarks/ on sys.path and imports efficiency.py
+    bench = run.efficiency
+    rows = {b.name: b for b in run.BENCHMARKS}
+    assert set(bench.ROWS) <= set(rows)
+    tiled, reference = bench.tiled_memory_pair(0, n=512, block_size=64)
+    assert reference >= 2 * 512**2 * 4 and rows["tiled"].ratio(tiled, reference) < 0.5
+    ours, theirs = bench.fused_attention_pair(0, batch=2, seq=16, d_model=32, heads=4, repeats=1)
+    assert min(ours, theirs) > 0 and math.isfinite(rows["fused"].ratio(ours, theirs))
+    ours, theirs = run.throughput_pair(0, batch=4, seq=8, steps=1, attn_impl="sdpa")
+    assert min(ours, theirs) > 0

@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.checkpoint import checkpoint
@@ -41,25 +42,17 @@ from tfcourse.training import label_smoothing_loss, train_step
 # ----------------------------------------------------------------------------- measuring
 
 
-class PeakMemory(TorchDispatchMode):
-    """Counts the bytes of the tensors that torch operations create inside the `with` block,
-    forward and backward: `peak` is the most alive at one time, `current` what is still
-    alive. Deterministic (sizes of tensors, not the state of an allocator) and the same on
-    every device. Not counted: tensors that existed before the block (inputs, weights), and
-    scratch memory a fused kernel uses inside itself without making a tensor of it.
-
-        with PeakMemory() as memory:
-            out = attention(q, k, v)
-        memory.peak  # bytes
-    """
+class _LiveBytes:
+    """Counts the bytes of the tensors that operations create inside the `with` block: `peak`
+    is the most alive at one time, `current` what is still alive. Not counted: tensors that
+    existed before the block (inputs, weights), views, and results written in place."""
 
     def __init__(self):
         super().__init__()
         self.current = self.peak = 0
         self._live = {}  # address of a storage made in the block -> its bytes
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+    def _count(self, args, kwargs, out):
         inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
                   if isinstance(t, torch.Tensor)}
         for t in tree_leaves(out):
@@ -77,6 +70,31 @@ class PeakMemory(TorchDispatchMode):
 
     def _free(self, address):
         self.current -= self._live.pop(address)
+
+
+class PeakMemory(_LiveBytes, TorchDispatchMode):
+    """Counts the bytes of the tensors that torch operations create inside the `with` block,
+    forward and backward: `peak` is the most alive at one time, `current` what is still
+    alive. Deterministic (sizes of tensors, not the state of an allocator) and the same on
+    every device. Not counted: tensors that existed before the block (inputs, weights), and
+    scratch memory a fused kernel uses inside itself without making a tensor of it.
+
+        with PeakMemory() as memory:
+            out = attention(q, k, v)
+        memory.peak  # bytes
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self._count(args, kwargs, func(*args, **(kwargs or {})))
+
+
+class ForwardMemory(_LiveBytes, TorchFunctionMode):
+    """PeakMemory's count at the level of torch's Python functions: the same bytes for code
+    that runs forward only (no backward pass: autograd's operations are not seen), without
+    the seconds that the first TorchDispatchMode of a process takes to start."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self._count(args, kwargs, func(*args, **(kwargs or {})))
 
 
 def count_flops(fn, *args, **kwargs):
@@ -135,7 +153,7 @@ def tiled_attention(query, key, value, mask=None, block_size=128):
     e^(S - m') for the backward pass; FlashAttention writes its own backward instead,
     recomputing the blocks from Q, K, V and the final m and denom.
     """
-    if not isinstance(block_size, int) or block_size < 1:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive number of keys, got {block_size!r}")
     _check_inputs(query, key, value, mask)
     k_len = key.size(-2)

@@ -1,0 +1,466 @@
+"""Wrong ways to write tiled attention with an online softmax, and the diagnosis each must get.
+Each is written as a learner would write it, in several styles (a loop over `range`,
+torch.split, a running sum started at 0); tests/test_efficiency.py proves that right ones in
+other styles pass."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import wrong
+
+
+@wrong("tiled_attention.builtin")
+def builtin(query, key, value, mask=None, block_size=128):
+    outputs = []
+    for start in range(0, query.size(-2), block_size):  # tiles the queries, lets SDPA do the rest
+        rows = slice(start, start + block_size)
+        outputs.append(F.scaled_dot_product_attention(
+            query[..., rows, :], key, value, None if mask is None else mask[..., rows, :]))
+    return torch.cat(outputs, dim=-2)
+
+
+@wrong("tiled_attention.whole_matrix")
+def softmax_over_all_keys(query, key, value, mask=None, block_size=128):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    out = torch.zeros(*query.shape[:-1], value.size(-1), dtype=query.dtype)
+    for start in range(0, key.size(-2), block_size):  # "tiled": only the last product
+        out = out + weights[..., start:start + block_size] @ value[..., start:start + block_size, :]
+    return out
+
+
+@wrong("tiled_attention.whole_matrix")
+def every_block_kept(query, key, value, mask=None, block_size=128):
+    """Each block's scores kept in a list, to find the global max first (two passes)."""
+    blocks = []
+    for start in range(0, key.size(-2), block_size):
+        s = query @ key[..., start:start + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., start:start + block_size], -math.inf)
+        blocks.append(s)
+    m = torch.stack([b.amax(-1) for b in blocks]).amax(0).unsqueeze(-1)
+    m = m.masked_fill(m == -math.inf, 0)
+    total = sum(torch.exp(b - m).sum(-1, keepdim=True) for b in blocks)
+    out = sum(torch.exp(b - m) @ value[..., i * block_size:(i + 1) * block_size, :]
+              for i, b in enumerate(blocks))
+    return out / total.clamp_min(1e-30)
+
+
+def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, total, o: (r * total, r * o),
+          fill=-math.inf, stop=None):
+    """A learner's loop with one knob per mistake below (right where not given)."""
+    d_k = query.size(-1)
+    scale = math.sqrt(d_k) if scale is None else scale
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    o = torch.zeros(query.shape[:-1] + (value.size(-1),), dtype=query.dtype)
+    n = key.size(-2)
+    for j in range(0, n if stop is None else stop(n, block_size), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], fill)
+        m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - safe)
+        r = torch.exp(m - safe)
+        total, o = rescale(r, total, o)
+        total = total + p.sum(-1, keepdim=True)
+        o = o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@wrong("tiled_attention.no_scaling")
+def no_scaling(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, scale=1.0)
+
+
+@wrong("tiled_attention.wrong_scale")
+def scaled_by_d_k(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, scale=query.shape[-1])
+
+
+@wrong("tiled_attention.last_block_dropped")
+def whole_blocks_only(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, stop=lambda n, b: n // b * b)
+
+
+@wrong("tiled_attention.last_block_dropped")
+def n_blocks_floor(query, key, value, mask=None, block_size=128):
+    scale = 1 / math.sqrt(query.size(-1))
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = torch.zeros_like(query[..., :1]) * value[..., :1, :].sum(-2, keepdim=True)
+    for b in range(key.size(-2) // block_size):  # forgets the remainder
+        keys = slice(b * block_size, (b + 1) * block_size)
+        ks, vs = key[..., keys, :], value[..., keys, :]
+        s = torch.matmul(query, ks.transpose(-1, -2)) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask[..., keys], -math.inf)
+        new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = torch.nan_to_num(new, neginf=0.0)
+        p = (s - shift).exp()
+        total = (m - shift).exp() * total + p.sum(-1, keepdim=True)
+        o = (m - shift).exp() * o + p @ vs
+        m = new
+    return o / total.masked_fill(total == 0, 1)
+
+
+@wrong("tiled_attention.no_rescale")
+def not_rescaled(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, rescale=lambda r, total, o: (total, o))
+
+
+@wrong("tiled_attention.no_rescale")
+def output_not_rescaled(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, rescale=lambda r, total, o: (r * total, o))
+
+
+@wrong("tiled_attention.rescaled_twice")
+def rescaled_twice(query, key, value, mask=None, block_size=128):
+    def twice(r, total, o):
+        total, o = r * total, r * o
+        return r * total, r * o  # "and rescale the old part"
+
+    return _loop(query, key, value, mask, block_size, rescale=twice)
+
+
+@wrong("tiled_attention.max_not_updated")
+def max_not_updated(query, key, value, mask=None, block_size=128):
+    scale = query.size(-1) ** -0.5
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    o = 0
+    for keys, values, j in zip(key.split(block_size, -2), value.split(block_size, -2),
+                               range(0, key.size(-2), block_size)):
+        s = query @ keys.transpose(-2, -1) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.max(m, s.amax(-1, keepdim=True))
+        safe = m_new.nan_to_num(neginf=0.0)
+        alpha = torch.exp(m - safe)
+        p = torch.exp(s - safe)
+        total = alpha * total + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ values
+        # (forgot: m = m_new)
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.normalised_per_block")
+def softmax_per_block(query, key, value, mask=None, block_size=128):
+    out = 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        out = out + torch.softmax(s, dim=-1).nan_to_num(0.0) @ value[..., j:j + block_size, :]
+    return out
+
+
+@wrong("tiled_attention.normalised_per_block")
+def divided_inside_the_loop(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.masked_fill(m_new.isinf(), 0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        o = o / total.masked_fill(total == 0, 1)  # normalise as we go
+        m = m_new
+    return o
+
+
+@wrong("tiled_attention.not_divided")
+def not_divided_loop(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.masked_fill(m_new.isinf(), 0)
+        o = torch.exp(m - shift) * o + torch.exp(s - shift) @ value[..., j:j + block_size, :]
+        m = m_new
+    return o
+
+
+@wrong("tiled_attention.mask_inverted")
+def mask_inverted(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, None if mask is None else ~mask, block_size)
+
+
+@wrong("tiled_attention.mask_ignored")
+def mask_ignored(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, None, block_size)
+
+
+@wrong("tiled_attention.masked_to_zero")
+def masked_to_zero(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, fill=0.0)
+
+
+@wrong("tiled_attention.masked_in_sum")
+def masked_in_sum(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        total = torch.exp(m - m_new) * total + p.sum(-1, keepdim=True)
+        if mask is not None:
+            p = p * mask[..., j:j + block_size]  # mask applied to the values' weights only
+        o = torch.exp(m - m_new) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total
+
+
+@wrong("tiled_attention.fully_masked_block_nan")
+def no_guard(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        total = torch.exp(m - m_new) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - m_new) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total
+
+
+@wrong("tiled_attention.empty_row")
+def finite_fill(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, fill=-1e9)
+
+
+@wrong("tiled_attention.empty_row")
+def zero_over_zero(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = torch.where(m_new == -math.inf, 0.0, m_new)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total
+
+
+@wrong("tiled_attention.max_not_subtracted")
+def no_max(query, key, value, mask=None, block_size=128):
+    total, o = 0, 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        p = s.exp()  # no max needed: e^-inf = 0 already
+        total = total + p.sum(-1, keepdim=True)
+        o = o + p @ value[..., j:j + block_size, :]
+    return o / torch.where(total == 0, 1.0, total)
+
+
+@wrong("tiled_attention.block_max_only")
+def block_max_only(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = s.amax(-1, keepdim=True)  # this block's max
+        shift = m_new.masked_fill(m_new == -math.inf, 0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1)
+
+
+@wrong("tiled_attention.masked_max")
+def mask_after_exp(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        if mask is not None:
+            p = p * mask[..., j:j + block_size]  # no -inf, so no NaN
+        total = torch.exp(m - m_new) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - m_new) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.clamp(min=torch.finfo(total.dtype).tiny)
+
+
+@wrong("tiled_attention.masked_max")
+def max_before_mask(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        p = torch.exp(s - m_new)
+        total = torch.exp(m - m_new) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - m_new) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return torch.where(total > 0, o / total, 0.0)
+
+
+@wrong("tiled_attention.in_place")
+def accumulates_into_query(query, key, value, mask=None, block_size=128):
+    query /= math.sqrt(query.size(-1))  # scale once, up front
+    return _loop(query, key, value, mask, block_size, scale=1.0)
+
+
+@wrong("tiled_attention.no_gradient")
+def under_no_grad(query, key, value, mask=None, block_size=128):
+    with torch.no_grad():  # "tiling saves memory: no autograd graph either"
+        return _loop(query, key, value, mask, block_size)
+
+
+@wrong("tiled_attention.keepdim")
+def no_keepdim(query, key, value, mask=None, block_size=128):
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.max(dim=-1).values)
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.block_slice_end")
+def block_slice_end(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for start in range(0, key.size(-2), block_size):
+        k_b, v_b = key[..., start:block_size, :], value[..., start:block_size, :]
+        s = query @ k_b.transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., start:block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ v_b
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.nan_from_start")
+def factor_upside_down(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size,
+                 rescale=lambda r, total, o: (total / r, o / r))  # e^(m' - m)
+
+
+@wrong("tiled_attention.old_max_in_exp")
+def exps_with_the_old_max(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        p = torch.exp(s - m.nan_to_num(neginf=0.0))  # before m is updated
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        r = torch.exp(m - m_new.nan_to_num(neginf=0.0))
+        total = r * total + p.sum(-1, keepdim=True)
+        o = r * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.value_block")
+def first_values_every_time(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., :block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.key_axes")
+def key_transposed_1_2(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(1, 2) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.output_like_query")
+def output_like_query(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total, o = torch.zeros_like(m), torch.zeros_like(query)
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.nan_to_num(neginf=0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.max_not_subtracted")
+def no_max_nan_to_num(query, key, value, mask=None, block_size=128):
+    total, o = 0, 0
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].mT / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], float("-inf"))
+        e = s.exp()
+        total = total + e.sum(-1, keepdim=True)
+        o = o + e @ value[..., j:j + block_size, :]
+    return (o / total).nan_to_num(0.0)  # 0 / 0 for a query that sees no key

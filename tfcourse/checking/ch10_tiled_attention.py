@@ -1,0 +1,414 @@
+"""Exercise 10: tiled attention with an online softmax, its cases and its catalogue of mistakes.
+
+Most mistakes of the online softmax are exact on paper and show only on some inputs: the
+cases are built so that each shows on one of them (blocks whose maximum grows, a last block
+that is shorter, masks that block whole blocks or every key of a query, scores too large
+for e^s, masked keys with the largest scores). Once every case passes, a long sequence
+checks that the learner's code never holds all q_len x k_len scores at once.
+"""
+
+import math
+
+import torch
+
+from ..efficiency import ForwardMemory
+from ..efficiency import tiled_attention as reference
+from .core import (
+    NO_MATCH,
+    Case,
+    Item,
+    Mistake,
+    call,
+    difference,
+    fail_on_error,
+    gradient_case,
+    same,
+    structure_problem,
+)
+
+EXERCISE = "ex10_tiled_attention"
+NAME = "tiled_attention"
+INF = math.inf
+
+
+def _sqrt_d_k(q, k, v):
+    return math.sqrt(q.size(-1))
+
+
+def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
+           running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
+           blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
+           keepdim=True, axes=(-2, -1), start="zeros"):
+    """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
+    mistakes make (the defaults give the reference):
+
+    scale        what the scores are divided by
+    rescale_sum, rescale_out   the power of e^(m - m') the old sum and output get (0, 2)
+    running      m' = max(m, rowmax(S)) (False: the block's own max)
+    update       m = m' after each block
+    guard        subtract 0 where m' = -inf
+    fill         what masked scores become ("min": the dtype's lowest)
+    subtract     subtract m' at all
+    normalize    "end" (o / l), "block_sum" / "block_mean" (each block's own softmax, summed
+                 or averaged), "inside" / "inside_end" (o / l in the loop, and again at the
+                 end), "none"
+    blocks       "all", "whole" (the last, shorter block dropped), "last" (the last block
+                 dropped), "end" (every block ends at block_size: the later ones are empty)
+    mask_at      "scores", "inverted", "zero" (masked scores 0), "ignored", "exp" (e^(S - m')
+                 zeroed, m' over every key), "values" (the sum counts masked keys)
+    empty        "zero" (a query that saw no key gets 0) or "nan" (0 / 0)
+    exps         e^(S - m') relative to the "new" maximum, the "old" one (0 where it is -inf)
+                 or "old_nan" (-inf kept)
+    factor       e^(m - m') ("down") or e^(m' - m) ("up")
+    values       each block's ("block") or the first block's ("first")
+    keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
+    axes         the key's axes that are swapped
+    start        the running output starts as zeros (..., q_len, d_v), or like the "query"
+    """
+    k_len = k.size(-2)
+    if m is not None:
+        m = m.expand(*m.shape[:-1], k_len)
+    stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
+            "last": k_len - block_size}[blocks]
+    run_max = torch.full_like(q[..., :1], -INF)  # (..., q_len, 1)
+    denom = torch.zeros_like(run_max)
+    numer = q.new_zeros(*q.shape[:-1], v.size(-1)) if start == "zeros" else torch.zeros_like(q)
+    n_blocks = 0
+    for start in range(0, stop, block_size):
+        block = slice(start, block_size if blocks == "end" else start + block_size)
+        s = q @ k[..., block, :].transpose(*axes) / scale(q, k, v)
+        allowed = None if m is None else m[..., block]
+        if allowed is not None and mask_at in ("scores", "inverted", "zero"):
+            where = {"scores": ~allowed, "inverted": allowed, "zero": ~allowed}[mask_at]
+            value = torch.finfo(s.dtype).min if fill == "min" else fill
+            s = s.masked_fill(where, 0.0 if mask_at == "zero" else value)
+        block_max = s.amax(dim=-1, keepdim=keepdim)
+        new_max = torch.maximum(run_max, block_max) if running else block_max
+        shift = new_max.masked_fill(new_max == -INF, 0.0) if guard else new_max
+        if not subtract:
+            shift = torch.zeros_like(shift)
+        old = run_max.masked_fill(run_max == -INF, 0.0) if exps == "old" else run_max
+        p = torch.exp(s - (shift if exps == "new" else old))
+        rescale = torch.exp(run_max - shift) if subtract else torch.ones_like(shift)
+        if factor == "up":
+            rescale = torch.exp(shift - run_max)
+        v_block = v[..., :block_size, :] if values == "first" else v[..., block, :]
+        p_values = p
+        if allowed is not None and mask_at in ("exp", "values"):
+            p_values = p.masked_fill(~allowed, 0.0)
+            p = p_values if mask_at == "exp" else p
+        n_blocks += 1
+        if normalize in ("block_sum", "block_mean"):
+            total = p.sum(dim=-1, keepdim=True)
+            numer = numer + p_values @ v_block / total.masked_fill(total == 0, 1.0)
+            continue
+        denom = rescale ** rescale_sum * denom + p.sum(dim=-1, keepdim=True)
+        numer = rescale ** rescale_out * numer + p_values @ v_block
+        if normalize in ("inside", "inside_end"):
+            numer = numer / denom.masked_fill(denom == 0, 1.0)
+        if update:
+            run_max = new_max
+    if normalize == "block_mean":
+        return numer / max(n_blocks, 1)
+    if normalize in ("block_sum", "inside", "none"):
+        return numer
+    return numer / (denom.masked_fill(denom == 0, 1.0) if empty == "zero" else denom)
+
+
+def _with(**bug):
+    return lambda q, k, v, m=None, block_size=128: _tiled(q, k, v, m, block_size, **bug)
+
+
+BUILTIN = Mistake(
+    "builtin", "Built-in attention called",
+    "you called torch.nn.functional.scaled_dot_product_attention; the exercise is to write the "
+    "loop over blocks of keys yourself, with @ (matmul) and torch.exp.",
+    uses=("scaled_dot_product_attention",),
+)
+WHOLE_MATRIX = Mistake(
+    "whole_matrix", "All q_len x k_len scores held at once",
+    "{detail}. Tiling is about memory: compute one block's scores, fold them into m, l and o, "
+    "and let them go before the next block (no softmax over all keys, no list of every "
+    "block's scores, no chapter 01 attention inside).",
+)
+MISTAKES = (
+    BUILTIN,
+    Mistake(
+        "no_scaling", "Scores not scaled",
+        "divide each block's Q K_B^T by sqrt(d_k), as chapter 01's attention does: tiling "
+        "changes the order of the work, not the formula.",
+        (_with(scale=lambda q, k, v: 1.0),),
+    ),
+    Mistake(
+        "wrong_scale", "Scores scaled by the wrong amount",
+        "the scores are Q K^T / sqrt(d_k), d_k = query.size(-1): divided once, by the square "
+        "root of the queries' and keys' width.",
+        (_with(scale=lambda q, k, v: q.size(-1)),
+         _with(scale=lambda q, k, v: 1 / math.sqrt(q.size(-1))),
+         _with(scale=lambda q, k, v: math.sqrt(v.size(-1))),
+         _with(scale=lambda q, k, v: q.size(-1) ** 0.25)),
+    ),
+    Mistake(
+        "keepdim", "Row maximum taken without keepdim=True",
+        "s.amax(dim=-1) drops the last axis: (..., q_len) does not broadcast against m and the "
+        "scores (..., q_len, block). Keep it: s.amax(dim=-1, keepdim=True) is (..., q_len, 1).",
+        (_with(keepdim=False),),
+    ),
+    Mistake(
+        "key_axes", "Key transposed on the wrong axes",
+        "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, "
+        "d_k). Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
+        (_with(axes=(1, 2)),),
+    ),
+    Mistake(
+        "output_like_query", "Running output started with the query's shape",
+        "o sums weighted VALUES: it is (..., q_len, d_v), and d_v may differ from d_k. Start it "
+        "as zeros of query.shape[:-1] + (value.size(-1),).",
+        (_with(start="query"),),
+    ),
+    Mistake(
+        "block_slice_end", "Blocks sliced up to block_size instead of start + block_size",
+        "block j holds keys start:start + block_size; key[..., start:block_size] is empty after "
+        "the first block.",
+        (_with(blocks="end"),),
+    ),
+    Mistake(
+        "nan_from_start", "NaN from the running maximum's start at -inf",
+        "m starts at -inf, so e^(m' - m) (the factor upside down: it is e^(m - m') <= 1) or "
+        "e^(S - m) with the old maximum (use the new m') is e^(+inf) = inf, and inf x 0 = NaN.",
+        (_with(factor="up"), _with(exps="old_nan")),
+    ),
+    Mistake(
+        "old_max_in_exp", "Block's exps taken relative to the old maximum",
+        "compute e^(S - m') with the NEW maximum m' = max(m, rowmax(S)), the one the old sum "
+        "and output are rescaled to: relative to the old m the block's terms are on another "
+        "scale (and overflow when its scores are far larger).",
+        (_with(exps="old"),),
+    ),
+    Mistake(
+        "value_block", "Values of the wrong block",
+        "slice value like key, value[..., start:start + block_size, :]: block j's weights "
+        "e^(S - m') weigh block j's values.",
+        (_with(values="first"),),
+    ),
+    Mistake(
+        "last_block_dropped", "Last block of keys dropped",
+        "when k_len is not a multiple of block_size, the last block is shorter but still "
+        "counts: loop `for start in range(0, k_len, block_size)` and slice "
+        "key[..., start:start + block_size, :] (a slice past the end just stops there).",
+        (_with(blocks="whole"), _with(blocks="last")),
+    ),
+    Mistake(
+        "no_rescale", "Old sum and output not rescaled when the maximum grows",
+        "the running sum l and output o were computed relative to the old maximum m; when a "
+        "block raises it to m', multiply BOTH by e^(m - m') before adding the block's terms.",
+        (_with(rescale_sum=0, rescale_out=0), _with(rescale_sum=1, rescale_out=0),
+         _with(rescale_sum=0, rescale_out=1)),
+    ),
+    Mistake(
+        "rescaled_twice", "Rescaling applied twice",
+        "multiply the old sum and output by e^(m - m') once per block: applied a second time "
+        "(or to both l and o and then to their ratio) it shrinks what came before too much.",
+        (_with(rescale_sum=2, rescale_out=2), _with(rescale_sum=1, rescale_out=2),
+         _with(rescale_sum=2, rescale_out=1)),
+    ),
+    Mistake(
+        "max_not_updated", "Running maximum never updated",
+        "after each block set m = m'. Left at -inf, e^(m - m') is 0 at every block and wipes "
+        "what was summed before: only the last block's keys count.",
+        (_with(update=False),),
+    ),
+    Mistake(
+        "normalised_per_block", "Each block normalised on its own",
+        "a block's softmax over its own keys is not the softmax over all keys: keep the "
+        "unnormalised running sum l and output o, and divide o by l once, after the last block.",
+        (_with(normalize="block_sum"), _with(normalize="block_mean"), _with(normalize="inside"),
+         _with(normalize="inside_end")),
+    ),
+    Mistake(
+        "not_divided", "Output not divided by the running sum",
+        "o is a sum of e^(s - m) v, not yet an average: the output is o / l, after the last "
+        "block.",
+        (_with(normalize="none"),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted",
+        "here True means 'may attend' (as in F.scaled_dot_product_attention); you blocked the "
+        "keys that are allowed and let through the masked ones.",
+        (_with(mask_at="inverted"),),
+    ),
+    Mistake(
+        "mask_ignored", "Mask ignored",
+        "your output is the same as with no mask: slice the mask like the keys, "
+        "mask[..., start:start + block_size], and block each block's scores where it is False.",
+        (_with(mask_at="ignored"),),
+    ),
+    Mistake(
+        "masked_to_zero", "Masked scores set to 0 instead of -inf",
+        "e^0 = 1, so masked keys still get weight. Fill masked scores with -inf so that "
+        "e^(s - m) makes them 0.",
+        (_with(mask_at="zero"),),
+    ),
+    Mistake(
+        "masked_in_sum", "Masked keys counted in the running sum",
+        "you kept masked keys out of the output but added their e^(s - m) to l, so the weights "
+        "of a query no longer sum to 1. Mask the scores (-inf) before the max, the exp and both "
+        "sums.",
+        (_with(mask_at="values"),),
+    ),
+    Mistake(
+        "fully_masked_block_nan", "A fully masked block gives NaN",
+        "when every key of a query is masked in the first blocks, m' = max(-inf, -inf) = -inf "
+        "and s - m' = -inf - (-inf) = NaN, which then spreads to the whole row. Where m' is "
+        "-inf, subtract 0 instead (e^(-inf - 0) = 0, as it should be).",
+        (_with(guard=False), _with(guard=False, empty="nan")),
+    ),
+    Mistake(
+        "empty_row", "Query that may see no key not 0",
+        "when ALL keys of a query are masked, its l stays 0 and o / l is 0 / 0 = NaN (or, with "
+        "a finite fill such as -1e9, every key gets the same weight). Such a query attends to "
+        "nothing: make its output 0 (divide by 1 where l is 0).",
+        (_with(empty="nan"), _with(fill=-1e9), _with(fill="min")),
+    ),
+    Mistake(
+        "max_not_subtracted", "Maximum not subtracted before exp",
+        "e^s overflows to inf for scores above about 88 in float32 (inf / inf = NaN). On paper "
+        "the max cancels out, in floats it is what keeps e^(s - m') <= 1: subtract the running "
+        "maximum m' before the exp and rescale by e^(m - m').",
+        (_with(subtract=False), _with(subtract=False, empty="nan"),
+         lambda *args, **kwargs: _with(subtract=False, empty="nan")(*args, **kwargs).nan_to_num(0.0)),
+    ),
+    Mistake(
+        "block_max_only", "Block's own maximum used instead of the running maximum",
+        "m' = max(m, rowmax(S)): with the block's own max, e^(m - m') grows past 1 when a block "
+        "has smaller scores than before (it overflows when they are far smaller, and a fully "
+        "masked block sets m to -inf). Keep the larger of the running max and the block's.",
+        (_with(running=False),),
+    ),
+    Mistake(
+        "masked_max", "Block maximum taken over masked keys",
+        "mask the scores (-inf) before the block's max and the exp. Taking the max of the raw "
+        "scores, or zeroing e^(s - m') after the exp, is exact on paper, but a masked key with "
+        "a large score then sets m, and e^(s - m) of every allowed key underflows to 0.",
+        (_with(mask_at="exp"), _with(mask_at="exp", empty="nan")),
+    ),
+)
+
+
+def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, q_len, d_k, generator=g, dtype=dtype)
+    k = torch.randn(*batch, k_len, d_k, generator=g, dtype=dtype)
+    v = torch.randn(*batch, k_len, d_v, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def _case(args, block_size, seed, note=""):
+    names = ("query", "key", "value", "mask")
+    label = ", ".join(f"{n} {tuple(a.shape)}" for n, a in zip(names, args))
+    return Case(args, {"block_size": block_size}, f"{label}, block_size={block_size}{note}",
+                names=names, seed=seed)
+
+
+def _random(seed, batch, q_len, k_len, d_k, d_v, block_size, mask=None, dtype=torch.float32,
+            note=""):
+    args = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
+    return _case(args + (() if mask is None else (mask,)), block_size, seed, note)
+
+
+def _large_scores(seed, masked):
+    """Four keys (one block) point along the queries' common direction, scores above 200;
+    the other keys are random, scores near 0. `masked`: those keys are masked (the largest
+    scores belong to keys no query may see), else they are the first block."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    q = 0.5 * torch.randn(2, 4, 8, generator=g) + 4 * u
+    k = torch.randn(2, 10, 8, generator=g)
+    v = torch.randn(2, 10, 5, generator=g)
+    big = slice(4, 8) if masked else slice(0, 4)
+    k[:, big] = 200 * u + 0.5 * torch.randn(2, 4, 8, generator=g)
+    if not masked:
+        return _case((q, k, v), 4, seed, " (scores above 200 in the first block)")
+    mask = torch.ones(1, 10, dtype=torch.bool)
+    mask[:, big] = False
+    return _case((q, k, v, mask), 4, seed, " (the masked keys have the largest scores)")
+
+
+def _lengths_mask(lengths, k_len, left=False):
+    """(batch, 1, k_len): padding after (or before, `left`) each sequence's tokens."""
+    positions = torch.arange(k_len)
+    if left:
+        positions = positions.flip(0)
+    return (positions < torch.tensor(lengths)[:, None])[:, None, :]
+
+
+def _empty_rows():
+    mask = torch.ones(2, 5, 9, dtype=torch.bool).tril(3)
+    mask[0, 2] = False  # one query of the first sequence may see no key
+    mask[1] = False  # the second sequence is all padding
+    return mask
+
+
+GRADIENT = gradient_case(
+    _random(9, (2,), 4, 7, 4, 3, 3, mask=torch.ones(4, 7, dtype=torch.bool).tril(2),
+            dtype=torch.float64), "query")
+
+# In order: the first case that a mistake changes is where it is named. Mistakes of the loop
+# show on the first two; each mask mistake on the first mask case that makes it differ.
+CASES = [
+    _random(0, (2,), 5, 12, 8, 6, 4),  # 3 whole blocks; each query's max grows across them
+    _random(1, (2, 3), 5, 11, 8, 6, 4),  # 4-D; the last block has 3 keys
+    _random(2, (2,), 5, 11, 8, 6, 4, mask=torch.ones(5, 11, dtype=torch.bool).tril(4)),
+    _random(3, (2,), 6, 10, 8, 6, 3, mask=_lengths_mask([7, 10], 10)),
+    _random(4, (2, 2), 5, 11, 8, 6, 4, mask=_lengths_mask([6, 11], 11, left=True)[:, None],
+            note=" (left padding: the first blocks of the first sequence are fully masked)"),
+    _random(5, (2,), 5, 9, 8, 6, 4, mask=_empty_rows(), note=" (queries that may see no key)"),
+    _random(6, (2,), 5, 7, 8, 6, 1),
+    _random(7, (3,), 4, 7, 8, 6, 16),
+    _large_scores(10, masked=False),
+    _large_scores(11, masked=True),
+    _random(8, (2,), 5, 9, 8, 6, 4, mask=torch.ones(5, 9, dtype=torch.bool).tril(2),
+            dtype=torch.float64),
+    GRADIENT,
+]
+
+# After every case passes: a long sequence. Its q_len x k_len scores take 64 KiB; tiled
+# attention in blocks of 32 keys holds about a tenth of that at once (a quarter with blocks of
+# 128, a block_size ignored). Half is the limit.
+LONG = (8, 2048, 32, 32)  # q_len, k_len, d, block_size
+
+
+def _check_memory(item, target):
+    q_len, k_len, d, block_size = LONG
+    q, k, v = _inputs(12, (1,), q_len, k_len, d, d)
+    label = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}, block_size={block_size}"
+    memory = ForwardMemory()
+
+    def run():
+        with torch.no_grad(), memory:
+            return target(q, k, v, block_size=block_size)
+
+    outcome = call(run)
+    fail_on_error(outcome, NAME, label)
+    expected = reference(q, k, v, block_size=block_size)
+    scores = q_len * k_len * q.element_size()
+    if memory.peak >= scores / 2:
+        WHOLE_MATRIX.fail(f"  on {label}",
+                          detail=f"on {q_len} queries and {k_len:,} keys your code held "
+                                 f"{memory.peak / 1024:,.0f} KiB of tensors at once; the scores "
+                                 f"of all keys take {scores / 1024:,.0f} KiB, one block's "
+                                 f"{q_len * block_size * 4 / 1024:,.0f} KiB")
+    if not same(outcome.value, expected):
+        problem = structure_problem(outcome.value, expected, "output")
+        if problem:
+            problem[0].fail(problem=problem[1], label=label)
+        NO_MATCH.fail(what="output", prep="on", label=label, formula="",
+                      difference=difference(outcome.value, expected))
+
+
+ITEM = Item(
+    EXERCISE, NAME, reference, CASES, MISTAKES + (WHOLE_MATRIX,), what="output",
+    formula="Compare each step with m' = max(m, rowmax(S)), l' = e^(m - m') l + rowsum(e^(S - "
+            "m')), o' = e^(m - m') o + e^(S - m') V_B, and o / l at the end.",
+    after=(_check_memory,),
+)

@@ -112,6 +112,12 @@ def lm_axis(logits, tokens, pad_id=PAD):
     return -log_p.gather(-1, y[..., None]).squeeze(-1)[y != pad_id].mean()
 
 
+@wrong("lm_loss.view_of_slice")
+def lm_view(logits, tokens, pad_id=PAD):
+    V = logits.size(-1)
+    return F.cross_entropy(logits[:, :-1].view(-1, V), tokens[:, 1:].reshape(-1), ignore_index=pad_id)
+
+
 @wrong("lm_loss.no_gradient")
 def lm_item(logits, tokens, pad_id=PAD):
     return torch.tensor(_ce(logits[:, :-1], tokens[:, 1:], pad_id).item(), dtype=logits.dtype)
@@ -355,6 +361,11 @@ def pool_prefix(h, keep):
     for b, n in enumerate(lengths.tolist()):
         rows.append(h[b, :n].mean(0) if n else torch.zeros_like(h[b, 0]))
     return torch.stack(rows)
+
+
+@wrong("mean_pool.whole_batch")
+def pool_whole_batch(h, keep):
+    return h[keep].mean(dim=0)
 
 
 @wrong("mean_pool.empty_nan")

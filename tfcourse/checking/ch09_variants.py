@@ -150,6 +150,14 @@ LM_MISTAKES = (
         (_lm_with(log="softmax"),),
     ),
     Mistake(
+        "view_of_slice", ".view() of a slice",
+        "logits[:, :-1] skips the last position of every row, so its memory is not one block and "
+        ".view(-1, V) cannot reshape it: use .reshape(-1, V) (or .flatten(0, 1)).",
+        (lambda logits, tokens, pad_id=PAD: logits[:, :-1].view(-1, logits.size(-1)),
+         lambda logits, tokens, pad_id=PAD: F.cross_entropy(
+             logits[:, :-1].reshape(-1, logits.size(-1)), tokens[:, 1:].view(-1))),
+    ),
+    Mistake(
         "softmax_axis", "log_softmax over the wrong axis",
         "normalize over the vocabulary, the last axis: F.log_softmax(logits, dim=-1).",
         (_lm_with(log="axis"),),
@@ -626,6 +634,12 @@ POOL_MISTAKES = (
         "keep need not be a prefix (padding on the left, or a text with a gap): use keep itself, "
         "not the number of True in it.",
         (_prefix,),
+    ),
+    Mistake(
+        "whole_batch", "One mean over the whole batch",
+        "h[keep] gathers the kept positions of EVERY text into one (n, d_model) tensor: its mean "
+        "mixes the texts. Average each row (text) over its own kept positions: (batch, d_model).",
+        (lambda h, keep: h[keep].mean(0), lambda h, keep: h[keep].mean(0).expand(h.size(0), -1)),
     ),
     Mistake(
         "empty_nan", "An empty text gives NaN",

@@ -12,6 +12,7 @@ decoder-only character model of Python source), each sized to train in about a m
 """
 
 import datetime
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,15 +94,16 @@ RECIPES = {
     "classify": Recipe(
         "which of 10 languages a short text is in (CLDR names)", language_id_task,
         EncoderClassifier, _tiny_classifier, dict(dropout=0.1),
-        dict(steps=600, lr=0.003, warmup=50, eval_every=200, label_smoothing=0.0, **_FAST)),
+        dict(steps=300, lr=0.003, warmup=30, eval_every=100, label_smoothing=0.0, **_FAST)),
     "mlm": Recipe(
         "masked characters of the classify texts (BERT's pre-training)", mlm_task,
         EncoderClassifier, _tiny_mlm, dict(dropout=0.1),
-        dict(steps=600, lr=0.003, warmup=50, eval_every=200, label_smoothing=0.0, **_FAST)),
+        dict(steps=300, lr=0.003, warmup=30, eval_every=100, label_smoothing=0.0, **_FAST)),
     "lm": Recipe(
-        "next character of Python source (CPython 3.11.7's standard library)", lm_task,
+        "next character of Python source (CPython 3.11.7's standard library)",
+        functools.partial(lm_task, block_size=64),
         DecoderLM, _tiny_lm, dict(dropout=0.0),
-        dict(steps=600, lr=0.003, warmup=50, eval_every=200, label_smoothing=0.0, eval_size=100,
+        dict(steps=400, lr=0.004, warmup=40, eval_every=100, label_smoothing=0.0, eval_size=200,
              batch_size=32, schedule="cosine")),
 }
 

@@ -18,6 +18,10 @@ repeats that command from scratch and checks the accuracy. Chapter 09's shipped 
 
     tfcourse train --task classify --seed 0 --out tfcourse/checkpoints/classify.pt
     tfcourse train --task lm --seed 0 --out tfcourse/checkpoints/lm.pt
+
+classify: 300 steps, 67.0% accuracy on the 1,555 held-out test texts (10 languages); lm: 800
+steps, 1.94 nats per character on the 48,021 held-out test characters. Each took about 80 s
+of one busy core's time here (about a minute on a quiet 2-core CPU).
 """
 
 import os

@@ -103,8 +103,8 @@ RECIPES = {
         "next character of Python source (CPython 3.11.7's standard library)",
         functools.partial(lm_task, block_size=64),
         DecoderLM, _tiny_lm, dict(dropout=0.0),
-        dict(steps=400, lr=0.004, warmup=40, eval_every=100, label_smoothing=0.0, eval_size=200,
-             batch_size=32, schedule="cosine")),
+        dict(steps=800, lr=0.01, warmup=50, eval_every=200, label_smoothing=0.0, eval_size=200,
+             batch_size=16, schedule="cosine")),
 }
 
 

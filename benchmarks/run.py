@@ -13,6 +13,15 @@
 2. throughput: training tokens/s (source + target tokens through forward, backward and an
    Adam step), same configuration for both.
 3. cache: greedy decoding of 256 tokens (16 sources) with and without the key/value cache.
+4. lm: chapter 09's decoder-only language model (the lm recipe: Python source, characters)
+   against the same-size model built from torch.nn.TransformerEncoderLayer with a causal
+   mask (TorchLM), both trained by the same step (tfcourse.training.train_step, the recipe's
+   batches and settings, warmup then the peak rate) for the same wall time: held-out loss
+   in nats per character on the validation split (lower is better).
+5. lm throughput: training tokens/s of the same two models, same batches.
+6. tying: held-out loss of the LM with its output layer tied to the input embeddings vs
+   untied (its own vocab x d_model matrix), after the same number of steps: what tying
+   costs or gains on top of the parameters it saves.
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
@@ -37,14 +46,16 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from tfcourse.corpora import lm_task  # noqa: E402
 from tfcourse.data import BOS, PAD, copy_task  # noqa: E402
 from tfcourse.decoding import greedy_decode  # noqa: E402
 from tfcourse.encoder import Embeddings  # noqa: E402
 from tfcourse.masks import causal_mask, padding_mask, target_mask  # noqa: E402
 from tfcourse.model import Transformer, TransformerConfig  # noqa: E402
-from tfcourse.positional import PositionalEncoding  # noqa: E402
+from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding  # noqa: E402
 from tfcourse.recipes import RECIPES  # noqa: E402
-from tfcourse.training import free_cpu_cores, train  # noqa: E402
+from tfcourse.training import free_cpu_cores, train, train_step  # noqa: E402
+from tfcourse.variants import DecoderLM  # noqa: E402
 
 # ------------------------------------------------------------------ the torch.nn model
 
@@ -116,6 +127,46 @@ class TokenCache:
 def build(kind, config, seed=0):
     torch.manual_seed(seed)
     return (Transformer if kind == "tfcourse" else TorchTransformer)(config)
+
+
+class TorchLM(nn.Module):
+    """A decoder-only language model built from torch.nn.TransformerEncoderLayer run with a
+    causal mask, with tfcourse's token embeddings, learned positions and tied output layer,
+    initialized as tfcourse.variants.DecoderLM is (its parameters have the same names, under
+    torch.nn's names for the layers: tfcourse.parity maps one onto the other).
+    forward(tokens) -> logits (batch, seq, vocab_size), as LMBatch.loss_inputs calls it."""
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config
+        if c.positional != "learned":
+            raise ValueError("TorchLM has learned positions only")
+        self.embed = Embeddings(c.vocab_size, c.d_model)
+        self.positional = LearnedPositionalEncoding(c.d_model, c.max_len, c.dropout)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation,
+                                       batch_first=True, norm_first=c.norm_first)
+            for _ in range(c.n_layers))
+        self.norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and not name.startswith(("embed.", "positional.")):
+                nn.init.xavier_uniform_(p)  # in_proj_weight: one Xavier matrix, as tfcourse's
+        nn.init.normal_(self.embed.embedding.weight, std=c.d_model**-0.5)
+        if c.tie_output:
+            self.generator.weight = self.embed.embedding.weight
+
+    def forward(self, tokens):
+        x = self.positional(self.embed(tokens))
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.size(1), device=tokens.device)
+        for layer in self.layers:
+            x = layer(x, src_mask=mask, is_causal=True)
+        return self.generator(self.norm(x))  # (batch, seq, vocab_size)
+
+
+def build_lm(kind, config, seed=0):
+    torch.manual_seed(seed)
+    return (DecoderLM if kind == "tfcourse" else TorchLM)(config)
 
 
 # ------------------------------------------------------------------ the rows
@@ -226,6 +277,75 @@ def cache_pair(seed, n_tokens=256, batch=16):
     return seconds
 
 
+@functools.cache
+def _lm_task():
+    return lm_task(seed=0)
+
+
+def _lm_setup(**model):
+    recipe, task = RECIPES["lm"], _lm_task()
+    return task, recipe.config(task, **{**recipe.model, **model}), recipe.train_config(0)
+
+
+def _train_lm(model, task, config, seed, seconds=None, steps=None):
+    """Train with tfcourse.training.train_step on the recipe's batches, linear warmup then
+    the peak learning rate, for `seconds` of wall time or `steps` steps; returns the steps."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9,
+                                 fused=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
+                                                  lambda k: min(1.0, (k + 1) / config.warmup))
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    done, start = 0, time.perf_counter()
+    while (done < steps) if steps else (time.perf_counter() - start < seconds):
+        drawn = torch.randint(len(task.train), (config.batch_size,), generator=g).tolist()
+        batch = task.make_batch([task.train[i] for i in drawn])
+        train_step(model, [batch], optimizer, config.label_smoothing, config.clip)
+        scheduler.step()
+        done += 1
+    return done
+
+
+def lm_pair(seed, seconds=6.0):
+    """Held-out loss (nats/char) after `seconds` of training, tfcourse then TorchLM."""
+    task, config, train_config = _lm_setup()
+    results = []
+    for kind in ("tfcourse", "torch.nn"):
+        model = build_lm(kind, config, seed)
+        steps = _train_lm(model, task, train_config, seed, seconds=seconds)
+        loss = task.evaluate(model, task.val[:100])
+        results.append((loss, steps))
+        print(f"    {kind}: {steps} steps, held-out loss {loss:.3f}", flush=True)
+    return results
+
+
+def lm_throughput_pair(seed, steps=10):
+    """Training tokens per second of the two LMs on the same batches."""
+    task, config, train_config = _lm_setup()
+    tokens = steps * train_config.batch_size * task.train.block_size
+    results = []
+    for kind in ("tfcourse", "torch.nn"):
+        model = build_lm(kind, config, seed)
+        _train_lm(model, task, train_config, seed, steps=2)  # warm-up
+        results.append(tokens / _time(lambda model=model: _train_lm(model, task, train_config,
+                                                                      seed, steps=steps)))
+    return results
+
+
+def tying_pair(seed, steps=200):
+    """Held-out loss (nats/char) after `steps` steps, tied then untied output layer."""
+    results = []
+    for tie in (True, False):
+        task, config, train_config = _lm_setup(tie_output=tie)
+        model = build_lm("tfcourse", config, seed)
+        _train_lm(model, task, train_config, seed, steps=steps)
+        results.append(task.evaluate(model, task.val[:100]))
+        n = sum(p.numel() for p in model.parameters())
+        print(f"    {'tied' if tie else 'untied'}: {n:,} parameters, held-out loss "
+              f"{results[-1]:.3f}", flush=True)
+    return results
+
+
 BENCHMARKS = [
     Benchmark("copy", "copy task: seconds to 100% exact match", ("tfcourse", "torch.nn"),
               copy_pair, lambda r: f"{r[0]:.1f} s ({r[1]:.0f} steps)",
@@ -234,6 +354,13 @@ BENCHMARKS = [
               throughput_pair, lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 0.9"),
     Benchmark("cache", "greedy decoding, 16 x 256 tokens (tfcourse)", ("cached", "uncached"),
               cache_pair, lambda s: f"{s:.2f} s", lambda a, b: b / a, "speed-up"),
+    Benchmark("lm", "LM: held-out nats/char after 6 s of training", ("tfcourse", "torch.nn"),
+              lm_pair, lambda r: f"{r[0]:.3f} ({r[1]:.0f} steps)", lambda a, b: a[0] / b[0],
+              "<= 1.0", quick=2),
+    Benchmark("lm_throughput", "LM training throughput, tokens/s", ("tfcourse", "torch.nn"),
+              lm_throughput_pair, lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 0.9"),
+    Benchmark("tying", "LM held-out nats/char after 200 steps (tfcourse)", ("tied", "untied"),
+              tying_pair, lambda x: f"{x:.3f}", lambda a, b: a / b, "<= 1.0", quick=2),
 ]
 
 # Chapter 10's rows; their measuring functions are in benchmarks/efficiency.py.

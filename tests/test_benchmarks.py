@@ -1,5 +1,7 @@
 """The benchmark compares like with like: its torch.nn.Transformer wrapper computes what
-tfcourse's Transformer computes, given the same weights, and decodes through the same code."""
+tfcourse's Transformer computes, given the same weights, and decodes through the same code;
+its torch.nn language model (TransformerEncoderLayer with a causal mask) computes what
+tfcourse's DecoderLM computes."""
 
 import importlib.util
 import math
@@ -12,7 +14,8 @@ import torch
 from tfcourse.decoding import greedy_decode
 from tfcourse.masks import padding_mask, target_mask
 from tfcourse.model import TransformerConfig
-from tfcourse.parity import load_torch_weights, run_torch
+from tfcourse.parity import copy_weights_to_torch, load_torch_weights, run_torch
+from tfcourse.variants import DecoderLMConfig
 
 PAD, BOS, EOS = 0, 1, 2
 _spec = importlib.util.spec_from_file_location(
@@ -70,5 +73,43 @@ def test_a_row_is_the_median_of_per_seed_ratios_and_names_busy_pairs(monkeypatch
 def test_others_busy_subtracts_this_process(monkeypatch):
     ticks = iter([(100.0, 0.0), (100.5, 0.0)])  # 0.5 s of CPU used machine-wide meanwhile
     monkeypatch.setattr(run, "_cpu_ticks", lambda: next(ticks))
-    result, busy = run.others_busy(time.sleep, 0.25)  # sleeping uses no CPU of ours
-    assert result is None and 1.5 < busy < 2.05
+    clock = iter([10.0, 10.25])  # 0.25 s of wall time, however busy this machine is
+    monkeypatch.setattr(run.time, "perf_counter", lambda: next(clock))
+    result, busy = run.others_busy(time.sleep, 0.1)  # sleeping uses no CPU of ours
+    assert result is None and 1.9 < busy <= 2.0
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_torch_lm_computes_what_the_decoder_only_lm_computes(norm_first):
+    config = DecoderLMConfig.tiny(13, d_model=16, n_heads=4, d_ff=32, norm_first=norm_first)
+    ours, theirs = run.build_lm("tfcourse", config, seed=0), run.build_lm("torch.nn", config, 1)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    copy_weights_to_torch(ours, theirs)  # the same names, through tfcourse.parity
+    assert theirs.generator.weight is theirs.embed.embedding.weight  # still tied
+    tokens = torch.randint(4, 13, (3, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(run_torch(theirs.eval(), tokens), ours.eval()(tokens))
+        changed = tokens.clone()
+        changed[:, 5] = 4
+        # causal: a change at position 5 leaves the logits of positions 0-4 as they were
+        torch.testing.assert_close(run_torch(theirs, changed)[:, :5], ours(tokens)[:, :5])
+
+
+def test_both_lms_start_from_the_same_initialization():
+    config = DecoderLMConfig.tiny(13)
+    ours, theirs = run.build_lm("tfcourse", config, seed=0), run.build_lm("torch.nn", config, 0)
+    d = config.d_model
+    for model in (ours, theirs):
+        assert model.embed.embedding.weight.std().item() == pytest.approx(d**-0.5, rel=0.1)
+    bound = math.sqrt(6 / (4 * d))
+    w_q = ours.layers[0].self_attn.w_q.weight
+    for w in (w_q, theirs.layers[0].self_attn.in_proj_weight):
+        assert 0.9 * bound < w.abs().max() <= bound
+
+
+def test_lm_rows_train_by_time_or_steps():
+    task, config, train_config = run._lm_setup(d_model=16, n_heads=2, d_ff=32, n_layers=1)
+    model = run.build_lm("torch.nn", config)
+    assert run._train_lm(model, task, train_config, seed=0, steps=3) == 3
+    assert run._train_lm(model, task, train_config, seed=0, seconds=0.0) == 0
+    assert [b.name for b in run.BENCHMARKS][-3:] == ["lm", "lm_throughput", "tying"]

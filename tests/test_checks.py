@@ -305,6 +305,9 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "best = candidates.topk(scores.size(1)).indices\n"
         "vocab = log_probs.size(-1)\n"
         "return candidates.gather(1, best), best // vocab, best % vocab", None],
+    "ex09_variants": [
+        "return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], ignore_index=pad_id)",
+        None, "return h.mean(1)"],
     "ex10_tiled_attention": [
         "m = torch.full_like(query[..., :1], -math.inf)\n"
         "l, o = torch.zeros_like(m), 0\n"
@@ -340,6 +343,9 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex08_decoding.py::test_greedy_decode": "Not implemented yet:",
     "test_ex08_decoding.py::test_beam_search_step": "No length normalization:",
     "test_ex08_decoding.py::test_decode_step": "Not implemented yet:",
+    "test_ex09_variants.py::test_lm_loss": None,
+    "test_ex09_variants.py::test_mask_tokens": "Not implemented yet:",
+    "test_ex09_variants.py::test_mean_pool": "Pooled over the padding too:",
     "test_ex10_tiled_attention.py::test_tiled_attention": "A fully masked block gives NaN:",
 }
 

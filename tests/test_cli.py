@@ -34,7 +34,7 @@ def interrupt_at(monkeypatch, call, method="make_batch"):
     monkeypatch.setattr(Task, method, interrupted)
 
 
-@pytest.mark.parametrize("command", ["train", "decode"])
+@pytest.mark.parametrize("command", ["train", "decode", "sample", "classify"])
 def test_help_explains_every_option(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([command, "--help"])
@@ -244,3 +244,89 @@ def test_threads_follow_the_idle_cores_unless_told(monkeypatch):
         assert cli._set_threads("auto") == "2 threads"
     finally:
         torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ chapter 09: sample, classify
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoints(tmp_path_factory):
+    """A language model and a classifier, trained for a few steps by `tfcourse train`."""
+    folder = tmp_path_factory.mktemp("ch09")
+    for task in ("lm", "classify"):
+        argv = ["train", "--task", task, "--out", str(folder / f"{task}.pt"), *QUICK,
+                "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]
+        assert main(argv) == 0
+    return folder
+
+
+def test_train_sample_and_classify(tiny_checkpoints, capsys):
+    capsys.readouterr()
+    lm = str(tiny_checkpoints / "lm.pt")
+    assert main(["sample", "--checkpoint", lm, "--prompt", "import ", "--max-new", "30",
+                 "--samples", "2", "--top-k", "5", "--top-p", "0.9", "--temperature", "0.8"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "--- sample 1 of 2 ---" and lines[1].startswith("import ")
+    assert main(["sample", "--checkpoint", lm, "--prompt", "x", "--max-new", "5", "--greedy"]) == 0
+    greedy = capsys.readouterr().out
+    assert main(["sample", "--checkpoint", lm, "--prompt", "x", "--max-new", "5",
+                 "--top-k", "1"]) == 0
+    assert capsys.readouterr().out == greedy and greedy.startswith("x")
+
+    classifier = str(tiny_checkpoints / "classify.pt")
+    texts = ["Mitteleuropäische Sommerzeit", "dolarów amerykańskich"]
+    assert main(["classify", "--checkpoint", classifier, *texts]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" -> ")[0] for line in lines] == texts
+    assert all(line.split(" -> ")[1][:2] in ("en", "de", "nl", "sv", "fr", "es", "pt", "it",
+                                             "pl", "tr") and "(p = " in line for line in lines)
+
+
+def test_sample_and_classify_bad_input_one_line(tiny_checkpoints, tmp_path, capsys):
+    capsys.readouterr()
+    lm, classifier = str(tiny_checkpoints / "lm.pt"), str(tiny_checkpoints / "classify.pt")
+    assert main(["sample", "--checkpoint", lm, "--prompt", ""]) == 1
+    assert "the prompt is empty" in one_line_error(capsys)
+    assert main(["sample", "--checkpoint", lm, "--prompt", "число = 1"]) == 1
+    assert "characters the model has never seen: 'илосч'" in one_line_error(capsys)
+    assert main(["sample", "--checkpoint", lm, "--prompt", "x" * 200, "--max-new", "100"]) == 1
+    assert "more than the 256 positions the model has" in one_line_error(capsys)
+    assert main(["sample", "--checkpoint", classifier]) == 1
+    assert ("holds a classifier model (task 'classify'); sample needs a language model (lm)"
+            in one_line_error(capsys))
+    assert main(["classify", "--checkpoint", lm, "abc"]) == 1
+    assert "holds a lm model (task 'lm'); classify needs a classifier" in one_line_error(capsys)
+    assert main(["decode", "--checkpoint", classifier, "abc"]) == 1
+    assert "decode needs an encoder-decoder (seq2seq)" in one_line_error(capsys)
+    assert main(["classify", "--checkpoint", str(tmp_path / "missing.pt"), "abc"]) == 1
+    assert "no checkpoint at" in one_line_error(capsys)
+
+    texts = ["Sommerzeit", "", "Sommerzeit 🎉", "日本語", "x" * 500]
+    assert main(["classify", "--checkpoint", classifier, *texts]) == 1  # some were refused
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert [line.split(" -> ")[0] for line in lines] == [texts[0], texts[2]]
+    assert "not in the model's vocabulary, read as unknown: '🎉'" in lines[1]
+    assert "input 2 refused: an empty input" in err
+    assert "input 4 refused: none of its characters is in the model's vocabulary" in err
+    assert "input 5 refused: 500 characters, more than the 127 the model reads" in err
+    assert len(err.strip().splitlines()) == 3
+
+
+def test_classify_refuses_a_model_without_classes(tmp_path, capsys):
+    out = tmp_path / "mlm.pt"
+    assert main(["train", "--task", "mlm", "--out", str(out), *QUICK, "--d-model", "16",
+                 "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]) == 0
+    assert "masked accuracy" in capsys.readouterr().out
+    assert main(["classify", "--checkpoint", str(out), "abc"]) == 1
+    assert "trained on task 'mlm', which has no classes" in one_line_error(capsys)
+
+
+def test_a_new_task_never_overwrites_another_tasks_run(tiny_checkpoints, capsys):
+    lm = tiny_checkpoints / "lm.pt"
+    before = lm.read_bytes()
+    assert main(["train", "--task", "classify", "--out", str(lm), "--resume", *QUICK]) == 1
+    assert "was trained on --task lm, not classify" in one_line_error(capsys)
+    assert main(["train", "--task", "classify", "--out", str(lm), *QUICK]) == 1
+    assert "exists" in one_line_error(capsys)
+    assert lm.read_bytes() == before

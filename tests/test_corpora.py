@@ -1,6 +1,7 @@
 import glob
 import hashlib
 import json
+import math
 import os
 from collections import Counter
 
@@ -19,16 +20,21 @@ from tfcourse.corpora import (
     ClassificationBatch,
     LMBatch,
     MaskedLMBatch,
+    TextWindows,
     _clean,
     classification_batch,
+    classify,
     cldr_names,
+    complete,
     language_id_task,
     lm_batch,
-    lm_eval_batches,
+    lm_task,
     masked_lm_batch,
+    mlm_task,
     stdlib_corpus,
 )
 from tfcourse.data import PAD, UNK
+from tfcourse.decoding import lm_generate, sampler
 from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,7 +54,7 @@ def corpus():
 
 
 def test_language_id_splits_and_class_balance(task):
-    assert task.name == "language_id" and task.classes == LANGUAGES
+    assert task.name == "classify" and task.classes == LANGUAGES
     sizes = {split: len(getattr(task, split)) for split in ("train", "val", "test")}
     assert 12_000 < sizes["train"] < 16_000 and 1_300 < sizes["val"] < 2_000
     assert 1_300 < sizes["test"] < 2_000
@@ -178,35 +184,104 @@ def test_stdlib_vocabulary_and_ids(corpus):
     assert not ((ids == PAD) | (ids == 1) | (ids == 2)).any()
 
 
-def test_lm_batch_targets_are_the_next_characters(corpus):
+def test_windows_targets_are_the_next_characters(corpus):
     ids = corpus.ids("val")
-    batch = lm_batch(ids, 32, 8, torch.Generator().manual_seed(0))
+    windows = TextWindows(ids, 32)
+    assert len(windows) == len(ids) - 32  # every full window
+    assert torch.equal(windows[5], ids[5:38]) and torch.equal(windows[-1], ids[-33:])
+    batch = lm_batch(windows[100:108])
     assert isinstance(batch, LMBatch) and batch.inputs.shape == batch.targets.shape == (8, 32)
     assert torch.equal(batch.inputs[:, 1:], batch.targets[:, :-1])
-    assert batch.n_targets == 8 * 32
+    assert batch.n_targets == 8 * 32 and batch.pad_id == PAD
     text = corpus.vocab.decode(torch.cat((batch.inputs[0], batch.targets[0, -1:])))
     assert text in corpus.val
-    again = lm_batch(ids, 32, 8, torch.Generator().manual_seed(0))
-    assert torch.equal(again.inputs, batch.inputs)
-    starts = lm_batch(ids, 1, 5000, torch.Generator().manual_seed(0)).inputs
-    assert starts.unique().numel() > 50  # from all over the text
     with pytest.raises(ValueError, match=r"block_size must be in \[1, 10\)"):
-        lm_batch(ids[:10], 10, 2)
+        TextWindows(ids[:10], 10)
+    with pytest.raises(IndexError):
+        windows[len(windows)]
     torch.manual_seed(0)
     model = DecoderLM(DecoderLMConfig.tiny(len(corpus.vocab))).eval()
     logits, targets = batch.loss_inputs(model)
     assert logits.shape == (8, 32, 102) and targets is batch.targets
 
 
-def test_lm_eval_batches_predict_every_character_once(corpus):
+def test_consecutive_windows_predict_every_character_once(corpus):
     ids = corpus.ids("test")[:1000]
-    batches = list(lm_eval_batches(ids, 64, 5))
-    assert [b.inputs.shape for b in batches] == [(5, 64), (5, 64), (5, 64), (1, 64)]
-    targets = torch.cat([b.targets.flatten() for b in batches])
-    inputs = torch.cat([b.inputs.flatten() for b in batches])
-    assert torch.equal(targets[targets != PAD], ids[1:])
-    assert torch.equal(inputs[inputs != PAD], ids[:-1])
-    assert sum(b.n_targets for b in batches) == 999
+    windows = TextWindows(ids, 64, stride=64)
+    assert len(windows) == 16  # 999 targets: 15 full windows and one of 39
+    batch = lm_batch(windows[:])
+    assert torch.equal(batch.targets[batch.targets != PAD], ids[1:])
+    assert torch.equal(batch.inputs.flatten()[:999], ids[:-1])
+    assert batch.n_targets == 999 and (batch.targets[-1] != PAD).sum() == 39
+
+
+def test_lm_task_is_judged_by_held_out_nats_per_character(corpus):
+    task = lm_task(corpus=corpus)
+    assert (task.name, task.metric, task.higher_is_better) == ("lm", "loss (nats/char)", False)
+    assert task.vocab == corpus.vocab and task.train.block_size == 128
+    assert sum(lm_batch([w]).n_targets for w in task.val) == len(corpus.val) - 1
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderLMConfig.tiny(len(corpus.vocab)))
+    loss = task.evaluate(model, task.val[:20])
+    batch = lm_batch(task.val[:20])
+    logits = model(batch.inputs)
+    want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
+    assert loss == pytest.approx(want.item(), rel=1e-5)
+    assert abs(loss - math.log(len(corpus.vocab))) < 0.5  # untrained: about uniform
+    assert not model.training  # evaluated in eval mode
+    line, = task.show(model, task.test[:1])
+    assert line.startswith(repr(corpus.test[:40]) + " -> '")
+
+
+def test_complete_greedy_and_seeded_draws(corpus):
+    torch.manual_seed(0)
+    model = DecoderLM(DecoderLMConfig.tiny(len(corpus.vocab)))
+    vocab = corpus.vocab
+    greedy, = complete(model, vocab, "def f(x):", 20)
+    assert len(greedy) == 20 and complete(model, vocab, "def f(x):", 20, top_k=1) == [greedy]
+    draws = complete(model, vocab, "def", 30, temperature=1.5, samples=3, seed=1)
+    assert len(draws) == 3 and len(set(draws)) == 3  # three different draws
+    assert complete(model, vocab, "def", 30, temperature=1.5, samples=3, seed=1) == draws
+    ids = torch.tensor([vocab.encode("def")])
+    steps = lm_generate(model, ids, 30, sampler(1.5, generator=torch.Generator().manual_seed(1)))
+    one, = complete(model, vocab, "def", 30, temperature=1.5, seed=1)
+    assert vocab.decode(steps[0, 3:]) == one  # the text helper is lm_generate's loop
+    with pytest.raises(ValueError, match="the prompt is empty"):
+        complete(model, vocab, "", 5)
+
+
+def test_classification_task_accuracy_and_show(task):
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderClassifierConfig.tiny(len(task.vocab), 10))
+    examples = task.val[:50]
+    guesses = classify(model, [t for t, _ in examples], task.vocab, task.classes)
+    assert all(g in LANGUAGES and 0.1 <= p <= 1 for g, p in guesses)
+    batch = task.make_batch(examples)
+    want = model.eval()(batch.tokens, batch.mask).argmax(-1)
+    assert [LANGUAGES.index(g) for g, _ in guesses] == want.tolist()
+    right = (want == batch.labels).float().mean().item()
+    assert task.evaluate(model, examples) == pytest.approx(right)
+    assert (task.metric, task.higher_is_better) == ("accuracy", True)
+    lines = task.show(model, examples[:3])
+    assert lines[0].startswith(f"{examples[0][0]} -> {guesses[0][0]} (p = ")
+
+
+def test_mlm_task_same_texts_masks_repeat_and_masked_accuracy(task):
+    mlm = mlm_task(seed=0)
+    assert mlm.name == "mlm" and mlm.vocab == task.vocab and mlm.val == task.val
+    examples = mlm.val[:40]
+    batch = mlm.make_batch(examples)
+    assert isinstance(batch, MaskedLMBatch) and batch.pad_id == PAD
+    assert torch.equal(mlm.make_batch(examples).inputs, batch.inputs)  # the same masks
+    assert not torch.equal(mlm.make_batch(examples[1:] + examples[:1]).targets, batch.targets)
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderClassifierConfig.tiny(len(task.vocab), 10))
+    logits = model.eval()(batch.inputs, batch.mask, mlm=True)
+    chosen = batch.targets != PAD
+    right = (logits.argmax(-1)[chosen] == batch.targets[chosen]).float().mean().item()
+    assert mlm.evaluate(model, examples) == pytest.approx(right)
+    line, = mlm.show(model, examples[:1])
+    assert line.endswith(f"of {int(chosen[0].sum())} right)") and "[" in line
 
 
 # ------------------------------------------------------------------------------ packaging

@@ -112,3 +112,42 @@ def test_a_stopped_sequence_only_pads():
 
     out = generate(step, torch.full((2, 1), BOS), 10, EOS, PAD, greedy)
     assert out.tolist() == [[BOS, 5, EOS, PAD, PAD], [BOS, 5, 6, 7, EOS]]
+
+
+# ----------------------------------------------------------- chapter 09's kinds, for real
+
+
+def test_chapter_9_kinds_are_known_to_checkpoints(tmp_path):
+    from tfcourse.recipes import build
+
+    assert {cls.kind for cls in training.MODEL_CLASSES} == {"seq2seq", "classifier", "lm"}
+    for name in ("classify", "mlm", "lm"):
+        task, model, _ = build(name, model=dict(d_model=16, n_heads=2, d_ff=32, n_layers=1))
+        training.save_checkpoint(tmp_path / "m.pt", model, task, TrainConfig(), step=0)
+        loaded, vocab, state = load_checkpoint(tmp_path / "m.pt")
+        assert type(loaded) is type(model) and loaded.config == model.config
+        assert vocab == task.vocab and state["task"] == name == task.name
+        assert state["classes"] == list(getattr(task, "classes", []))
+        batch = task.make_batch(task.val[:3])
+        torch.testing.assert_close(batch.loss_inputs(loaded)[0], batch.loss_inputs(model.eval())[0])
+    assert state["classes"] == [] and build("classify")[0].classes == ("en", "de", "nl", "sv",
+                                                                       "fr", "es", "pt", "it",
+                                                                       "pl", "tr")
+
+
+def test_mlm_pre_training_then_classification_on_one_model():
+    """The notebook's path: the same EncoderClassifier trained on "mlm", then on "classify"
+    (its encoder and embeddings carry over; the MLM head is tied to the embeddings)."""
+    from tfcourse.recipes import build
+
+    small = dict(d_model=16, n_heads=2, d_ff=32, n_layers=1)
+    mlm, model, _ = build("mlm", model=small)
+    quick = TrainConfig(**{**CONFIG, "steps": 20, "eval_every": 0, "eval_size": 50})
+    history = train(model, mlm, quick, progress=False)
+    assert history["val_metric"][-1] > 0.05
+    embeddings = model.embed.embedding.weight.detach().clone()
+    classify = build("classify")[0]
+    assert classify.vocab == mlm.vocab and classify.val == mlm.val
+    history = train(model, classify, quick, progress=False)
+    assert 0 <= history["val_metric"][-1] <= 1
+    assert not torch.equal(model.embed.embedding.weight, embeddings)  # trained further

@@ -1,18 +1,21 @@
-"""The dates checkpoint shipped in the package: its accuracy, and that the command stated in
-tfcourse/cli.py makes it again from scratch."""
+"""The checkpoints shipped in the package (dates; chapter 09's classify and lm): their held-out
+metric, and that the command stated in tfcourse/cli.py makes each again from scratch."""
 
 import os
 
 import pytest
 import torch
 
-from tfcourse.cli import DATES_CHECKPOINT, main
+from tfcourse.cli import CLASSIFY_CHECKPOINT, DATES_CHECKPOINT, LM_CHECKPOINT, main
+from tfcourse.corpora import classify, complete
 from tfcourse.data import dates_task
 from tfcourse.model import TransformerConfig
 from tfcourse.recipes import RECIPES
 from tfcourse.training import exact_match, load_checkpoint, predict
 
 GOAL = 0.98  # held-out exact match (issue 4)
+GOAL_CLASSIFY = 0.64  # held-out accuracy of language identification (10 languages; shipped: 0.670)
+GOAL_LM = 2.0  # held-out nats per character of Python source (shipped: 1.943)
 
 
 @pytest.fixture(scope="module")
@@ -51,3 +54,49 @@ def test_stated_command_makes_it_again(tmp_path, capsys):
     assert state["train_config"] == shipped["train_config"]
     # the same model: fields added since (with their defaults) do not count
     assert TransformerConfig(**state["model_config"]) == TransformerConfig(**shipped["model_config"])
+
+
+# ---------------------------------------------------- chapter 09: language ID and the Python LM
+
+# task -> (shipped file, held-out test metric it must reach: accuracy at least, loss at most)
+CHAPTER_9 = {"classify": (CLASSIFY_CHECKPOINT, GOAL_CLASSIFY), "lm": (LM_CHECKPOINT, GOAL_LM)}
+
+
+def _reaches(task, value, goal):
+    return value >= goal if task.higher_is_better else value <= goal
+
+
+@pytest.mark.parametrize("name", CHAPTER_9)
+def test_chapter_9_checkpoint_is_small_and_reaches_its_goal(name):
+    path, goal = CHAPTER_9[name]
+    assert os.path.getsize(path) < 2**20
+    model, vocab, state = load_checkpoint(path)
+    expected = RECIPES[name].train_config(seed=0)  # `tfcourse train --task NAME --seed 0`
+    assert state["train_config"] == {**expected.__dict__, "amp": state["train_config"]["amp"]}
+    assert state["task"] == name and state["step"] == expected.steps and "optimizer" not in state
+    task = RECIPES[name].make_task(seed=0)
+    assert vocab == task.vocab
+    assert _reaches(task, task.evaluate(model, task.test), goal)
+
+
+def test_shipped_classifier_and_lm_in_use():
+    model, vocab, state = load_checkpoint(CLASSIFY_CHECKPOINT)
+    texts = ["Mitteleuropäische Sommerzeit", "dolarów amerykańskich", "heure normale du Japon"]
+    assert [g for g, _ in classify(model, texts, vocab, state["classes"])] == ["de", "pl", "fr"]
+    model, vocab, _ = load_checkpoint(LM_CHECKPOINT)
+    text, = complete(model, vocab, "    def __init__(self", 40)
+    assert text.startswith(")") or text.startswith(",")  # it knows Python's shape
+
+
+@pytest.mark.parametrize("name", CHAPTER_9)
+def test_chapter_9_stated_command_makes_it_again(name, tmp_path, capsys):
+    path, goal = CHAPTER_9[name]
+    out = tmp_path / f"{name}.pt"
+    assert main(["train", "--task", name, "--seed", "0", "--out", str(out), "--no-progress"]) == 0
+    print(capsys.readouterr().out)  # shown with -s: the metric and the examples
+    model, vocab, state = load_checkpoint(out)
+    task = RECIPES[name].make_task(seed=0)
+    assert _reaches(task, task.evaluate(model, task.test), goal)
+    shipped = torch.load(path, weights_only=True)
+    assert state["train_config"] == shipped["train_config"]
+    assert state["model_config"] == shipped["model_config"]

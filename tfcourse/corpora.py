@@ -22,13 +22,17 @@ import os
 import random
 import re
 import unicodedata
+import zlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from babel import Locale, UnknownLocaleError
 
 from tfcourse.data import PAD, SPECIALS, Task, Vocab, pad_sequences
+from tfcourse.decoding import greedy, lm_generate, sampler
 from tfcourse.masks import padding_mask
 from tfcourse.variants import mask_tokens
 
@@ -41,9 +45,74 @@ CLS, MASK = len(SPECIALS), len(SPECIALS) + 1  # their ids: the first symbols of 
 
 @dataclass
 class ClassificationTask(Task):
-    """Pairs (text, class name); ``classes`` in the order of the model's outputs."""
+    """Pairs (text, class name); ``classes`` in the order of the model's outputs (checkpoints
+    record them). Judged by accuracy: the fraction of texts whose most probable class is
+    right."""
 
     classes: tuple
+    metric = "accuracy"
+    higher_is_better = True
+
+    def make_batch(self, examples):
+        return classification_batch(examples, self.vocab, self.classes)
+
+    def evaluate(self, model, examples):
+        guesses = classify(model, [text for text, _ in examples], self.vocab, self.classes)
+        right = sum(g == c for (g, _), (_, c) in zip(guesses, examples, strict=True))
+        return right / len(examples)
+
+    def show(self, model, examples):
+        guesses = classify(model, [text for text, _ in examples], self.vocab, self.classes)
+        return [f"{text} -> {guess} (p = {p:.2f}; {'ok' if guess == c else f'WRONG, it is {c}'})"
+                for (text, c), (guess, p) in zip(examples, guesses, strict=True)]
+
+
+@dataclass
+class MaskedLMTask(Task):
+    """Texts (pairs (text, class name), the class not used) for BERT's pre-training
+    objective: predict the chosen characters (masked_lm_batch). Judged by masked accuracy:
+    the fraction of chosen characters predicted right. A batch's masking is drawn from a
+    generator seeded by its texts: a run repeats exactly, resumed or not, and every
+    validation round sees the same masks."""
+
+    metric = "masked accuracy"
+
+    def make_batch(self, examples):
+        texts = [text for text, _ in examples]
+        seed = zlib.crc32("\n".join(texts).encode())
+        return masked_lm_batch(texts, self.vocab, torch.Generator().manual_seed(seed))
+
+    @torch.no_grad()
+    def evaluate(self, model, examples, batch_size=500):
+        model.eval()
+        device = next(model.parameters()).device
+        right = chosen = 0
+        for i in range(0, len(examples), batch_size):
+            batch = self.make_batch(examples[i: i + batch_size]).to(device)
+            logits, targets = batch.loss_inputs(model)
+            counted = targets != PAD
+            right += int((logits.argmax(-1)[counted] == targets[counted]).sum())
+            chosen += int(counted.sum())
+        return right / chosen
+
+    @torch.no_grad()
+    def show(self, model, examples):
+        """What the model sees ([MASK] as _) -> its guesses at the chosen characters
+        (in brackets), and how many are right."""
+        model.eval()
+        device = next(model.parameters()).device
+        lines = []
+        for example in examples:
+            batch = self.make_batch([example]).to(device)
+            logits, targets = batch.loss_inputs(model)
+            inputs, targets, guesses = batch.inputs[0, 1:], targets[0, 1:], logits[0, 1:].argmax(-1)
+            seen = "".join("_" if i == MASK else self.vocab.decode([i]) for i in inputs.tolist())
+            filled = "".join(f"[{self.vocab.decode([g])}]" if t != PAD else self.vocab.decode([i])
+                             for i, t, g in zip(inputs.tolist(), targets.tolist(), guesses.tolist()))
+            chosen = targets != PAD
+            right = int((guesses[chosen] == targets[chosen]).sum())
+            lines.append(f"{seen} -> {filled} ({right} of {int(chosen.sum())} right)")
+        return lines
 
 
 def cldr_names(language):
@@ -117,8 +186,30 @@ def language_id_task(seed=0, languages=LANGUAGES, held_out=0.1):
         rng.shuffle(split)
     characters = sorted({c for text, _ in pairs["train"] for c in text})
     vocab = Vocab([CLS_TOKEN, MASK_TOKEN, *characters])
-    return ClassificationTask("language_id", vocab, pairs["train"], pairs["val"], pairs["test"],
+    return ClassificationTask("classify", vocab, pairs["train"], pairs["val"], pairs["test"],
                               classes=tuple(languages))
+
+
+def mlm_task(seed=0, **options):
+    """language_id_task's texts and vocabulary (the same split: the held-out texts stay held
+    out) for the masked-LM objective: a model pre-trained on it, then trained on
+    language_id_task(seed), reads the same characters with the same ids."""
+    task = language_id_task(seed, **options)
+    return MaskedLMTask("mlm", task.vocab, task.train, task.val, task.test)
+
+
+@torch.no_grad()
+def classify(model, texts, vocab, classes, batch_size=500):
+    """Texts -> (the most probable class, its probability) for each, by a classifier
+    (EncoderClassifier) in eval mode on its device."""
+    model.eval()
+    device = next(model.parameters()).device
+    guesses = []
+    for i in range(0, len(texts), batch_size):
+        tokens, mask = encode_texts(texts[i: i + batch_size], vocab)
+        p, k = model(tokens.to(device), mask.to(device)).float().softmax(-1).max(-1)
+        guesses += [(classes[j], q) for j, q in zip(k.tolist(), p.tolist(), strict=True)]
+    return guesses
 
 
 # ---------------------------------------------------------------- the Python source corpus
@@ -171,6 +262,7 @@ class ClassificationBatch:
     tokens: torch.Tensor
     mask: torch.Tensor
     labels: torch.Tensor
+    pad_id = None  # every label counts, class 0 too
 
     to = _to
 
@@ -198,11 +290,13 @@ def classification_batch(pairs, vocab, classes):
 @dataclass
 class MaskedLMBatch:
     """inputs (batch, seq): [CLS] + text after mask_tokens; mask (batch, 1, 1, seq); targets
-    (batch, seq): the original tokens at the chosen positions, PAD elsewhere (not counted)."""
+    (batch, seq): the original tokens at the chosen positions, PAD elsewhere (not counted).
+    The model computes the MLM head's logits: model(inputs, mask, mlm=True)."""
 
     inputs: torch.Tensor
     mask: torch.Tensor
     targets: torch.Tensor
+    pad_id = PAD  # the positions that were not chosen
 
     to = _to
 
@@ -223,6 +317,41 @@ def masked_lm_batch(texts, vocab, generator=None, rate=0.15):
     return MaskedLMBatch(inputs, mask, targets)
 
 
+# ---------------------------------------------------------------------- language modelling
+
+
+class TextWindows(Sequence):
+    """Windows of block_size + 1 ids of a text ``ids`` (n,): window i is
+    ids[i * stride: i * stride + block_size + 1], the last one padded with PAD where the text
+    runs out. Its first block_size ids are the model's input, its last block_size ids the
+    targets (each the next character). stride=1: every full window (training draws from
+    them); stride=block_size: consecutive windows in which every character after the first
+    is a target exactly once, predicted from the earlier characters of its window
+    (evaluation)."""
+
+    def __init__(self, ids, block_size, stride=1):
+        if not 1 <= block_size < len(ids):
+            raise ValueError(f"block_size must be in [1, {len(ids)}) for a text of {len(ids)} "
+                             f"characters, got {block_size}")
+        if not 1 <= stride <= block_size:
+            raise ValueError(f"stride must be in [1, block_size={block_size}], got {stride}")
+        self.ids, self.block_size, self.stride = ids, block_size, stride
+        self._len = -(-(len(ids) - 1 - block_size) // stride) + 1
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(self._len)[i]]
+        if not -self._len <= i < self._len:
+            raise IndexError(f"window {i} of {self._len}")
+        start = (i % self._len) * self.stride
+        window = self.ids[start: start + self.block_size + 1]
+        pad = self.block_size + 1 - len(window)
+        return torch.cat((window, window.new_full((pad,), PAD))) if pad else window
+
+
 @dataclass
 class LMBatch:
     """inputs (batch, block) and targets (batch, block): the same text shifted by one, so that
@@ -230,6 +359,7 @@ class LMBatch:
 
     inputs: torch.Tensor
     targets: torch.Tensor
+    pad_id = PAD
 
     to = _to
 
@@ -241,26 +371,80 @@ class LMBatch:
         return model(self.inputs), self.targets  # (batch, block, V), (batch, block)
 
 
-def lm_batch(ids, block_size, batch_size, generator=None):
-    """``batch_size`` windows of ``block_size`` + 1 characters from random places of ``ids``
-    (n,) -> LMBatch: every position of every window is a prediction to learn from."""
-    if not 1 <= block_size < len(ids):
-        raise ValueError(f"block_size must be in [1, {len(ids)}) for a text of {len(ids)} "
-                         f"characters, got {block_size}")
-    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)
-    windows = ids[starts[:, None] + torch.arange(block_size + 1)]  # (batch, block + 1)
+def lm_batch(windows):
+    """Windows of block_size + 1 ids (TextWindows' items) -> LMBatch: every position of
+    every window is a prediction to learn from."""
+    windows = torch.stack(list(windows))  # (batch, block + 1)
     return LMBatch(windows[:, :-1], windows[:, 1:])
 
 
-def lm_eval_batches(ids, block_size, batch_size):
-    """The whole of ``ids`` (n,) in consecutive windows, as LMBatches: each character after
-    the first is a target exactly once, predicted from the earlier characters of its window
-    (the first of a window from none). The last window is padded."""
-    n = len(ids) - 1  # targets
-    windows = -(-n // block_size)
-    inputs = torch.full((windows * block_size,), PAD, dtype=torch.long)
-    targets = torch.full((windows * block_size,), PAD, dtype=torch.long)
-    inputs[:n], targets[:n] = ids[:-1], ids[1:]
-    inputs, targets = inputs.view(windows, block_size), targets.view(windows, block_size)
-    for i in range(0, windows, batch_size):
-        yield LMBatch(inputs[i:i + batch_size], targets[i:i + batch_size])
+@dataclass
+class LMTask:
+    """A character-level language model on a TextCorpus: the examples are TextWindows
+    (train: every window; val and test: consecutive ones). Judged by the held-out loss, the
+    cross entropy in nats per character (lower is better; log(vocabulary size) for a model
+    that knows nothing, 0 for a perfect one)."""
+
+    name: str
+    vocab: Vocab
+    train: TextWindows
+    val: TextWindows
+    test: TextWindows
+    metric = "loss (nats/char)"
+    higher_is_better = False
+
+    def make_batch(self, examples):
+        return lm_batch(examples)
+
+    @torch.no_grad()
+    def evaluate(self, model, examples, batch_size=100):
+        model.eval()
+        device = next(model.parameters()).device
+        total, count = 0.0, 0
+        for i in range(0, len(examples), batch_size):
+            batch = lm_batch(examples[i: i + batch_size]).to(device)
+            logits, targets = batch.loss_inputs(model)
+            total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                     ignore_index=PAD, reduction="sum").item()
+            count += batch.n_targets
+        return total / count
+
+    def show(self, model, examples, prompt_chars=40, new_chars=60):
+        """Each window's first prompt_chars characters -> the model's greedy continuation."""
+        lines = []
+        for window in examples:
+            prompt = self.vocab.decode(window[:prompt_chars])
+            lines.append(f"{prompt!r} -> {complete(model, self.vocab, prompt, new_chars)[0]!r}")
+        return lines
+
+
+def lm_task(seed=0, block_size=128, corpus=None):
+    """The language-model task on the shipped Python source (stdlib_corpus()), windows of
+    ``block_size`` characters. ``seed`` is unused (the corpus is fixed; the training loop's
+    draws of windows come from TrainConfig.seed); it is there as every task has one."""
+    corpus = corpus or stdlib_corpus()
+    return LMTask("lm", corpus.vocab, TextWindows(corpus.ids("train"), block_size),
+                  *(TextWindows(corpus.ids(split), block_size, block_size)
+                    for split in ("val", "test")))
+
+
+@torch.no_grad()
+def complete(model, vocab, prompt, max_new_chars, temperature=None, top_k=None, top_p=None,
+             samples=1, seed=0):
+    """A language model (DecoderLM) continues the text ``prompt``: ``samples`` continuations
+    of up to max_new_chars characters each, greedy (temperature None) or drawn from
+    softmax(logits / temperature) within the top_k / top_p tokens (decoding.sampler, seeded
+    by ``seed``), by decoding.lm_generate with the key/value cache."""
+    model.eval()
+    device = next(model.parameters()).device
+    if not prompt:
+        raise ValueError("the prompt is empty: the model continues a text, give it at least "
+                         "one character")
+    ids = torch.tensor([vocab.encode(prompt)] * samples, device=device)  # (samples, t)
+    if temperature is None and top_k is None and top_p is None:
+        choose = greedy
+    else:
+        generator = torch.Generator(device).manual_seed(seed)
+        choose = sampler(temperature or 1.0, top_k, top_p, generator)
+    out = lm_generate(model, ids, max_new_chars, choose)
+    return [vocab.decode(row[ids.size(1):]) for row in out]

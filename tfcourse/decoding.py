@@ -90,6 +90,32 @@ def sampler(temperature=1.0, top_k=None, top_p=None, generator=None):
     return choose
 
 
+@torch.no_grad()
+def lm_generate(model, prompt, max_new_tokens, choose=greedy, eos_id=None, use_cache=True):
+    """A decoder-only language model continues ``prompt`` (batch, t) ids by up to
+    max_new_tokens tokens, each picked by ``choose`` (greedy, or sampler(...)) from its
+    next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
+    through the model once, then only the newest token at each step. eos_id: a token that
+    ends a sequence (None: none does, e.g. a character model of running text). Returns
+    (batch, t + n), n <= max_new_tokens: the prompt, then the new tokens."""
+    if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.size(1) == 0:
+        got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
+        raise ValueError(f"prompt must be token ids of shape (batch, t) with t >= 1, got {got}")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if prompt.size(1) + max_new_tokens > model.config.max_len:
+        raise ValueError(f"a prompt of {prompt.size(1)} tokens and {max_new_tokens} new ones "
+                         f"make more than the {model.config.max_len} positions the model has")
+    cache = model.init_cache() if use_cache else None
+
+    def step(tokens):
+        new = tokens if cache is None else tokens[:, len(cache):]  # (batch, t) or (batch, 1)
+        return F.log_softmax(model(new, cache=cache)[:, -1].float(), dim=-1)  # (batch, vocab)
+
+    eos_id = -1 if eos_id is None else eos_id  # -1: no token is ever -1
+    return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose)
+
+
 def _start(src, bos_id):
     return torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
 

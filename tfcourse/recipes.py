@@ -6,19 +6,24 @@ one place for `tfcourse train --task NAME`, notebook 07 and the benchmarks.
 
 A recipe's settings were found by measuring on a 2-core CPU: without dropout (the data are
 plentiful) and with a cosine schedule that ends at 0, these tasks reach their accuracy in
-the fewest steps. Chapter 09 adds its recipes to RECIPES.
+the fewest steps. Chapter 09's: "classify" (language identification, an encoder
+classifier), "mlm" (the same texts, masked-LM pre-training of the same model) and "lm" (a
+decoder-only character model of Python source), each sized to train in about a minute.
 """
 
 import datetime
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from tfcourse.corpora import LANGUAGES, language_id_task, lm_task, mlm_task
 from tfcourse.data import copy_task, dates_task, reverse_task
 from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.training import TrainConfig
+from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,18 @@ def _tiny_seq2seq(task, **overrides):
     return TransformerConfig.tiny(len(task.vocab), **overrides)
 
 
+def _tiny_classifier(task, **overrides):
+    return EncoderClassifierConfig.tiny(len(task.vocab), len(task.classes), **overrides)
+
+
+def _tiny_mlm(task, **overrides):  # with a classifier head for the languages, to train next
+    return EncoderClassifierConfig.tiny(len(task.vocab), len(LANGUAGES), **overrides)
+
+
+def _tiny_lm(task, **overrides):
+    return DecoderLMConfig.tiny(len(task.vocab), **overrides)
+
+
 def _iso_date_problem(text):
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
         return "not a date in ISO form (YYYY-MM-DD)"
@@ -74,6 +91,20 @@ RECIPES = {
         "written-out dates in 8 languages -> ISO 8601", dates_task, Transformer, _tiny_seq2seq,
         dict(dropout=0.0), dict(steps=800, lr=0.005, warmup=100, eval_every=200, **_FAST),
         _iso_date_problem),
+    "classify": Recipe(
+        "which of 10 languages a short text is in (CLDR names)", language_id_task,
+        EncoderClassifier, _tiny_classifier, dict(dropout=0.1),
+        dict(steps=300, lr=0.003, warmup=30, eval_every=100, label_smoothing=0.0, **_FAST)),
+    "mlm": Recipe(
+        "masked characters of the classify texts (BERT's pre-training)", mlm_task,
+        EncoderClassifier, _tiny_mlm, dict(dropout=0.1),
+        dict(steps=300, lr=0.003, warmup=30, eval_every=100, label_smoothing=0.0, **_FAST)),
+    "lm": Recipe(
+        "next character of Python source (CPython 3.11.7's standard library)",
+        functools.partial(lm_task, block_size=64),
+        DecoderLM, _tiny_lm, dict(dropout=0.0),
+        dict(steps=800, lr=0.01, warmup=50, eval_every=200, label_smoothing=0.0, eval_size=200,
+             batch_size=16, schedule="cosine")),
 }
 
 

@@ -33,6 +33,13 @@ A task (tfcourse.data.Task is the seq2seq one) makes its batches and says how it
     evaluate(model, examples) -> float, the task's metric (exact match for seq2seq)
     metric, higher_is_better    its name, and which way is better (the loss: False)
     show(model, examples) -> one line of text per example (`tfcourse train` prints a few)
+    classes         optional: the names of a classifier's outputs, in order (checkpoints
+                    record them; other tasks have none)
+
+Chapter 09's (tfcourse.corpora): ClassificationTask "classify" (language identification,
+accuracy) with ClassificationBatch; MaskedLMTask "mlm" (the same texts, BERT's masked-LM
+objective, masked accuracy) with MaskedLMBatch; LMTask "lm" (Python source, held-out loss in
+nats per character) with LMBatch.
 
 tfcourse.recipes pairs each task with a model and training defaults; tfcourse.decoding's
 generate() is the one token-by-token loop that greedy decoding, sampling and a language
@@ -54,6 +61,7 @@ from tqdm.auto import tqdm
 from tfcourse.data import BOS, EOS, PAD, Vocab, encode_sources, make_batch
 from tfcourse.decoding import beam_search_decode, greedy_decode
 from tfcourse.model import Transformer
+from tfcourse.variants import DecoderLM, EncoderClassifier
 
 # ---------------------------------------------------------------- learning-rate schedules
 
@@ -442,8 +450,8 @@ def exact_match(model, pairs, vocab, beam=1):
 
 # ---------------------------------------------------------------------- checkpoints
 
-# The model classes a checkpoint can hold, by their `kind` (chapter 09 adds its two).
-MODEL_CLASSES = (Transformer,)
+# The model classes a checkpoint can hold, by their `kind`.
+MODEL_CLASSES = (Transformer, EncoderClassifier, DecoderLM)
 _MODELS = {cls.kind: cls for cls in MODEL_CLASSES}
 
 
@@ -460,6 +468,7 @@ def save_checkpoint(path, model, task, config, step, history=None, optimizer=Non
         "train_config": asdict(config),
         "task": task.name,
         "vocab": task.vocab.symbols,
+        "classes": list(getattr(task, "classes", ())),  # a classifier's output names
         "step": step,
         "history": history or {},
     }

@@ -1,0 +1,468 @@
+"""Wrong ways to write exercise 09 (the LM loss, BERT's masking, mean pooling), and the
+diagnosis each must get; then RIGHT: correct solutions in other styles than the reference's,
+which every check must pass (tests/test_ex09_checks.py)."""
+
+import torch
+import torch.nn.functional as F
+
+from tfcourse.data import PAD
+
+from . import wrong
+
+# ------------------------------------------------------------------------------------ lm_loss
+
+
+def _ce(logits, targets, pad_id, **kw):
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
+                           ignore_index=pad_id, **kw)
+
+
+@wrong("lm_loss.not_shifted")
+def lm_current_token(logits, tokens, pad_id=PAD):
+    return _ce(logits, tokens, pad_id)
+
+
+@wrong("lm_loss.not_shifted")
+def lm_last_dropped_from_both(logits, tokens, pad_id=PAD):
+    return _ce(logits[:, :-1], tokens[:, :-1], pad_id)
+
+
+@wrong("lm_loss.shifted_backwards")
+def lm_backwards(logits, tokens, pad_id=PAD):
+    return _ce(logits[:, 1:], tokens[:, :-1], pad_id)
+
+
+@wrong("lm_loss.shifted_backwards")
+def lm_rolled_backwards(logits, tokens, pad_id=PAD):
+    targets = torch.roll(tokens, 1, dims=1)  # meant "the next token"
+    return _ce(logits[:, 1:], targets[:, 1:], pad_id)
+
+
+@wrong("lm_loss.shifted_twice")
+def lm_twice(logits, tokens, pad_id=PAD):
+    targets = tokens[:, 1:]  # the batch's shift ...
+    return _ce(logits[:, :-2], targets[:, 1:], pad_id)  # ... and the loss's again
+
+
+@wrong("lm_loss.shifted_across_rows")
+def lm_flat(logits, tokens, pad_id=PAD):
+    flat_logits, flat_tokens = logits.flatten(0, 1), tokens.flatten()
+    return F.cross_entropy(flat_logits[:-1], flat_tokens[1:], ignore_index=pad_id)
+
+
+@wrong("lm_loss.shifted_along_batch")
+def lm_batch_axis(logits, tokens, pad_id=PAD):
+    return _ce(logits[:-1], tokens[1:], pad_id)
+
+
+@wrong("lm_loss.pad_id_ignored")
+def lm_pad_zero(logits, tokens, pad_id=PAD):
+    return _ce(logits[:, :-1], tokens[:, 1:], 0)
+
+
+@wrong("lm_loss.counts_padding")
+def lm_no_ignore(logits, tokens, pad_id=PAD):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:])
+
+
+@wrong("lm_loss.counts_padding")
+def lm_masked_mean_over_all(logits, tokens, pad_id=PAD):
+    log_p = logits[:, :-1].log_softmax(-1)
+    targets = tokens[:, 1:]
+    nll = -log_p.gather(-1, targets[..., None])[..., 0]
+    return (nll * (targets != pad_id)).mean()
+
+
+@wrong("lm_loss.per_sequence")
+def lm_per_sequence(logits, tokens, pad_id=PAD):
+    targets = tokens[:, 1:]
+    nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+    keep = targets != pad_id
+    return ((nll * keep).sum(1) / keep.sum(1)).mean()
+
+
+@wrong("lm_loss.summed")
+def lm_summed(logits, tokens, pad_id=PAD):
+    return _ce(logits[:, :-1], tokens[:, 1:], pad_id, reduction="sum")
+
+
+@wrong("lm_loss.label_smoothing")
+def lm_smoothed(logits, tokens, pad_id=PAD):
+    return _ce(logits[:, :-1], tokens[:, 1:], pad_id, label_smoothing=0.1)
+
+
+@wrong("lm_loss.no_log_softmax")
+def lm_nll_of_logits(logits, tokens, pad_id=PAD):
+    x, y = logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten()
+    return F.nll_loss(x, y, ignore_index=pad_id)
+
+
+@wrong("lm_loss.probabilities")
+def lm_softmax(logits, tokens, pad_id=PAD):
+    p = logits[:, :-1].softmax(-1)
+    y = tokens[:, 1:]
+    picked = -p.gather(2, y.unsqueeze(2)).squeeze(2)
+    return picked[y != pad_id].mean()
+
+
+@wrong("lm_loss.softmax_axis")
+def lm_axis(logits, tokens, pad_id=PAD):
+    log_p = F.log_softmax(logits[:, :-1], dim=1)
+    y = tokens[:, 1:]
+    return -log_p.gather(-1, y[..., None]).squeeze(-1)[y != pad_id].mean()
+
+
+@wrong("lm_loss.view_of_slice")
+def lm_view(logits, tokens, pad_id=PAD):
+    V = logits.size(-1)
+    return F.cross_entropy(logits[:, :-1].view(-1, V), tokens[:, 1:].reshape(-1), ignore_index=pad_id)
+
+
+@wrong("lm_loss.no_gradient")
+def lm_item(logits, tokens, pad_id=PAD):
+    return torch.tensor(_ce(logits[:, :-1], tokens[:, 1:], pad_id).item(), dtype=logits.dtype)
+
+
+# -------------------------------------------------------------------------------- mask_tokens
+
+
+def _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, *, may=None,
+            k=None, split=(0.8, 0.9), ids=None, targets="chosen", fill=None, choose=None):
+    """A right masking in a learner's style (topk of random scores), with one step swapped."""
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[list(special_ids)] = False
+    ordinary[[pad_id, mask_id]] = False
+    may = ordinary[tokens] if may is None else may
+    n = may.sum(1)
+    k = (n * rate).round().long().clamp(min=1).minimum(n) if k is None else k
+    scores = torch.rand(tokens.shape, generator=generator).masked_fill(~may, -1.0)
+    if choose is None:
+        chosen = torch.zeros_like(may)
+        for row in range(tokens.size(0)):
+            chosen[row, scores[row].topk(int(k[row])).indices] = True
+    else:
+        chosen = choose(scores, may, generator)
+    u = torch.rand(tokens.shape, generator=generator)
+    ids = ordinary.nonzero().squeeze(1) if ids is None else ids
+    random = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
+    inputs = tokens.clone()
+    inputs[chosen & (u < split[0])] = mask_id
+    swap = chosen & (u >= split[0]) & (u < split[1])
+    inputs[swap] = random[swap]
+    where = {"chosen": chosen, "all": tokens != pad_id, "masked": chosen & (u < split[0])}[targets]
+    out = torch.full_like(tokens, pad_id if fill is None else fill)
+    out[where] = tokens[where]
+    return inputs, out
+
+
+@wrong("mask_tokens.targets_everywhere")
+def mask_targets_everywhere(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                            pad_id=PAD):
+    inputs, _ = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id)
+    return inputs, tokens.clone()  # "the model predicts the text"
+
+
+@wrong("mask_tokens.targets_corrupted")
+def mask_targets_corrupted(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                           pad_id=PAD):
+    inputs, targets = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id)
+    return inputs, torch.where(targets != pad_id, inputs, pad_id)
+
+
+@wrong("mask_tokens.targets_only_masked")
+def mask_targets_at_mask(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                         pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   targets="masked")
+
+
+@wrong("mask_tokens.fill_minus_100")
+def mask_minus_100(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, fill=-100)
+
+
+@wrong("mask_tokens.padding_chosen")
+def mask_padding(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    may = ~torch.isin(tokens, torch.tensor([*special_ids, mask_id]))  # pad_id forgotten
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, may=may)
+
+
+@wrong("mask_tokens.specials_chosen")
+def mask_cls(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   may=tokens != pad_id)
+
+
+@wrong("mask_tokens.rate_over_all")
+def mask_rate_of_length(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                        pad_id=PAD):
+    k = torch.full((tokens.size(0),), round(rate * tokens.size(1)))
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, k=k)
+
+
+@wrong("mask_tokens.rate_over_all")
+def mask_rate_of_text(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                      pad_id=PAD):
+    k = ((tokens != pad_id).sum(1) * rate).round().long().clamp(min=1)
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, k=k)
+
+
+@wrong("mask_tokens.no_minimum")
+def mask_no_minimum(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                    pad_id=PAD):
+    special = torch.tensor([*special_ids, mask_id, pad_id])
+    k = (~torch.isin(tokens, special)).sum(1).mul(rate).round().long()
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, k=k)
+
+
+@wrong("mask_tokens.rounded_down")
+def mask_int(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    special = torch.tensor([*special_ids, mask_id, pad_id])
+    n = (~torch.isin(tokens, special)).sum(1)
+    k = torch.tensor([max(1, int(rate * m)) if m else 0 for m in n.tolist()])
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, k=k)
+
+
+@wrong("mask_tokens.rate_ignored")
+def mask_fixed_rate(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                    pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, 0.15, generator, pad_id)
+
+
+def _batch_choice(rate):
+    def choose(scores, may, generator):
+        total = round(rate * int(may.sum()))
+        flat = torch.zeros(may.numel(), dtype=torch.bool)
+        flat[scores.flatten().topk(total).indices] = True
+        return flat.view(may.shape)
+
+    return choose
+
+
+@wrong("mask_tokens.per_batch")
+def mask_per_batch(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                   pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   choose=_batch_choice(rate))
+
+
+@wrong("mask_tokens.independent")
+def mask_bernoulli(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                   pad_id=PAD):
+    def choose(scores, may, g):
+        return may & torch.bernoulli(torch.full(may.shape, rate), generator=g).bool()
+
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, choose=choose)
+
+
+@wrong("mask_tokens.all_mask")
+def mask_all_mask(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, split=(1, 1))
+
+
+@wrong("mask_tokens.random_as_mask")
+def mask_random_as_mask(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                        pad_id=PAD):
+    inputs, targets = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                              split=(0.8, 0.8))
+    u = torch.rand(tokens.shape, generator=generator)
+    inputs[(targets != pad_id) & (inputs != mask_id) & (u < 0.5)] = mask_id  # "the other 10%"
+    return inputs, targets
+
+
+@wrong("mask_tokens.split_wrong")
+def mask_overlapping(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                     pad_id=PAD):
+    inputs, targets = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                              split=(0, 0))
+    chosen = targets != pad_id
+    u = torch.rand(tokens.shape, generator=generator)
+    inputs[chosen & (u < 0.8)] = mask_id
+    r = torch.randint(mask_id + 1, vocab_size, tokens.shape, generator=generator)
+    inputs[chosen & (u < 0.1)] = r[chosen & (u < 0.1)]  # overwrites 10% of the [MASK]s
+    return inputs, targets
+
+
+@wrong("mask_tokens.split_wrong")
+def mask_ten_percent_of_rest(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                             pad_id=PAD):
+    inputs, targets = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                              split=(0.8, 0.8))
+    rest = (targets != pad_id) & (inputs != mask_id)
+    swap = rest & (torch.rand(tokens.shape, generator=generator) < 0.1)
+    inputs[swap] = torch.randint(mask_id + 1, vocab_size, tokens.shape, generator=generator)[swap]
+    return inputs, targets
+
+
+@wrong("mask_tokens.random_specials")
+def mask_random_from_vocab(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                           pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   ids=torch.arange(vocab_size))
+
+
+@wrong("mask_tokens.generator_ignored")
+def mask_global_random(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                       pad_id=PAD):
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, None, pad_id)
+
+
+@wrong("mask_tokens.in_place")
+def mask_in_place(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD):
+    inputs, targets = _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id)
+    tokens[:] = inputs
+    return tokens, targets
+
+
+# --------------------------------------------------------------------------------- mean_pool
+
+
+@wrong("mean_pool.over_padding")
+def pool_mean(h, keep):
+    return h.mean(dim=1)
+
+
+@wrong("mean_pool.padded_length")
+def pool_padded_length(h, keep):
+    return (h * keep.unsqueeze(-1)).sum(1) / h.shape[1]
+
+
+@wrong("mean_pool.padded_length")
+def pool_masked_mean(h, keep):
+    return h.masked_fill(~keep[..., None], 0).mean(1)
+
+
+@wrong("mean_pool.keep_inverted")
+def pool_inverted(h, keep):
+    pad = keep[:, :, None].to(h.dtype)  # "1 where padding"
+    return (h * (1 - pad)).sum(1) / (1 - pad).sum(1).clamp(min=1)
+
+
+@wrong("mean_pool.summed")
+def pool_sum(h, keep):
+    return (h * keep[:, :, None]).sum(1)
+
+
+@wrong("mean_pool.cls")
+def pool_cls(h, keep):
+    return h[:, 0, :]
+
+
+@wrong("mean_pool.max")
+def pool_max(h, keep):
+    out = h.masked_fill(~keep[:, :, None], float("-inf")).amax(1)
+    return torch.where(keep.any(1, keepdim=True), out, torch.zeros_like(out))
+
+
+@wrong("mean_pool.prefix")
+def pool_prefix(h, keep):
+    lengths = keep.sum(1)
+    rows = []
+    for b, n in enumerate(lengths.tolist()):
+        rows.append(h[b, :n].mean(0) if n else torch.zeros_like(h[b, 0]))
+    return torch.stack(rows)
+
+
+@wrong("mean_pool.whole_batch")
+def pool_whole_batch(h, keep):
+    return h[keep].mean(dim=0)
+
+
+@wrong("mean_pool.empty_nan")
+def pool_nan(h, keep):
+    k = keep.unsqueeze(-1).to(h.dtype)
+    return (h * k).sum(1) / k.sum(1)
+
+
+@wrong("mean_pool.no_feature_axis")
+def pool_no_axis(h, keep):
+    return (h * keep).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
+
+
+@wrong("mean_pool.divisor_axis")
+def pool_divisor(h, keep):
+    return (h * keep[:, :, None]).sum(1) / keep.sum(1).clamp(min=1)
+
+
+@wrong("mean_pool.in_place")
+def pool_in_place(h, keep):
+    h[~keep] = 0
+    return h.sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
+
+
+# ------------------------------------------------------------------ right, in other styles
+
+
+def lm_loss_log_softmax(logits, tokens, pad_id=PAD):
+    log_p = F.log_softmax(logits, dim=-1)[:, :-1]  # (batch, seq - 1, V)
+    targets = tokens[:, 1:]
+    nll = -log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    keep = targets != pad_id
+    return (nll * keep).sum() / keep.sum()
+
+
+def lm_loss_padded_targets(logits, tokens, pad_id=PAD):
+    """Every logit gets a target: the next token, and padding after the last one."""
+    targets = torch.cat((tokens[:, 1:], torch.full_like(tokens[:, :1], pad_id)), dim=1)
+    return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad_id)
+
+
+def mask_tokens_loop(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                     pad_id=PAD):
+    """Row by row with randperm, two draws per chosen token (80%, then half of the rest)."""
+    never = {*special_ids, mask_id, pad_id}
+    ordinary_ids = torch.tensor([i for i in range(vocab_size) if i not in never])
+    inputs, targets = tokens.clone(), torch.full_like(tokens, pad_id)
+    for row in range(tokens.size(0)):
+        positions = [t for t in range(tokens.size(1)) if int(tokens[row, t]) not in never]
+        if not positions:
+            continue
+        k = max(1, round(rate * len(positions)))
+        for i in torch.randperm(len(positions), generator=generator)[:k].tolist():
+            t = positions[i]
+            targets[row, t] = tokens[row, t]
+            if torch.rand(1, generator=generator) < 0.8:
+                inputs[row, t] = mask_id
+            elif torch.rand(1, generator=generator) < 0.5:
+                pick = torch.randint(len(ordinary_ids), (1,), generator=generator)
+                inputs[row, t] = ordinary_ids[pick]
+    return inputs, targets
+
+
+def mask_tokens_multinomial(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                            pad_id=PAD):
+    """Positions by torch.multinomial without replacement; the split by one categorical draw."""
+    special = torch.tensor(sorted({*special_ids, mask_id, pad_id}))
+    may = ~torch.isin(tokens, special)
+    n = may.sum(1)
+    chosen = torch.zeros_like(may)
+    for row in range(tokens.size(0)):
+        if n[row]:
+            k = max(1, int(torch.round(rate * n[row])))
+            picks = torch.multinomial(may[row].float(), k, replacement=False, generator=generator)
+            chosen[row, picks] = True
+    kind = torch.multinomial(torch.tensor([0.8, 0.1, 0.1]), tokens.numel(), replacement=True,
+                             generator=generator).view(tokens.shape)
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    ids = ordinary.nonzero()[:, 0]
+    random = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (kind == 0), torch.full_like(tokens, mask_id), tokens)
+    inputs = torch.where(chosen & (kind == 1), random, inputs)
+    return inputs, torch.where(chosen, tokens, torch.full_like(tokens, pad_id))
+
+
+def mean_pool_einsum(h, keep):
+    weights = keep.to(h.dtype)
+    weights = weights / weights.sum(1, keepdim=True).clamp(min=1)
+    return torch.einsum("bs,bsd->bd", weights, h)
+
+
+def mean_pool_loop(h, keep):
+    return torch.stack([h[b][keep[b]].mean(0) if keep[b].any() else h.new_zeros(h.size(-1))
+                        for b in range(h.size(0))])
+
+
+RIGHT = {"lm_loss": (lm_loss_log_softmax, lm_loss_padded_targets),
+         "mask_tokens": (mask_tokens_loop, mask_tokens_multinomial),
+         "mean_pool": (mean_pool_einsum, mean_pool_loop)}

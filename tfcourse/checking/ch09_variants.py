@@ -1,0 +1,686 @@
+"""Exercise 09: the language model's shifted loss, BERT's masked-LM corruption and the mean
+pooling of a classifier; their cases and their catalogue of mistakes.
+
+mask_tokens is random, and a learner's draws need not be the reference's: its check compares
+what the rule does, not the values. Each result is summed up as a few facts, in order
+(where the targets are, which tokens may be chosen, how many per text, what becomes of the
+chosen ones, where random replacements come from), measured on a batch of about 10,000
+tokens; a fact after the first wrong one is not looked at. A learner's result is right when
+its facts are the reference's, and is a catalogued mistake when they are that mistake's
+(the mistake's own computation, with its own draws, summed up the same way). The shares of
+[MASK] / random / kept are told apart by at least 5 standard deviations.
+"""
+
+import math
+from dataclasses import astuple, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..data import PAD
+from ..training import label_smoothing_loss
+from ..variants import mask_tokens as reference_masking
+from ..variants import mean_pool as reference_pool
+from .ch07_training import _same_gradient, _same_loss
+from .core import Case, Item, Mistake, call, clone, describe, fail_on_error
+
+EXERCISE = "ex09_variants"
+
+
+# ------------------------------------------------------------------------------------ lm_loss
+
+
+def lm_loss(logits, tokens, pad_id=PAD):
+    """The reference: the next-token loss as tfcourse trains its language model, the targets
+    of corpora.LMBatch (targets[:, t] = tokens[:, t + 1]) and training.label_smoothing_loss
+    without smoothing: -log p(tokens[:, t + 1] | tokens[:, :t + 1]), averaged over the
+    targets that are not padding."""
+    return label_smoothing_loss(logits[:, :-1], tokens[:, 1:], 0.0, pad_id)
+
+
+def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, flat=False,
+        count_pad=False, ignore=None, reduce="mean", log="log_softmax", eps=0.0):
+    """The next-token loss with the variations mistakes make: `pair` the slices of logits
+    and of tokens along `axis` (or of the flattened batch, `flat`)."""
+    logits = logits.double()
+    if flat:
+        logits, tokens = logits.flatten(0, 1), tokens.flatten()
+        axis = 0
+    index = [slice(None)] * tokens.dim()
+    index[axis] = pair[0]
+    x = logits[tuple(index)]
+    index[axis] = pair[1]
+    y = tokens[tuple(index)]
+    log_p = {"log_softmax": lambda: F.log_softmax(x, -1), "logits": lambda: x,
+             "softmax": lambda: x.softmax(-1), "axis": lambda: F.log_softmax(x, 1)}[log]()
+    nll = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (..., positions)
+    nll = (1 - eps) * nll - eps * log_p.mean(-1)
+    keep = (y != (pad_id if ignore is None else ignore)).double()
+    if count_pad:
+        keep = torch.ones_like(keep)
+    per = nll * keep
+    if reduce == "sum":
+        return per.sum()
+    if reduce == "sequence":  # the mean of each sequence's mean
+        return (per.sum(-1) / keep.sum(-1)).mean()
+    if reduce == "all":  # padding left out of the sum, but counted in the divisor
+        return per.sum() / keep.numel()
+    return per.sum() / keep.sum()
+
+
+def _lm_with(**bug):
+    return lambda logits, tokens, pad_id=PAD: _lm(logits, tokens, pad_id, **bug)
+
+
+def _pair(a, b):
+    return slice(*a), slice(*b)
+
+
+LM_MISTAKES = (
+    Mistake(
+        "not_shifted", "Predicting the current token instead of the next",
+        "logits[:, t] has already read tokens[:, t]: copying it is no prediction. Pair "
+        "logits[:, t] with tokens[:, t + 1] (the last logit has no next token, the first "
+        "token is never predicted).",
+        tuple(_lm_with(pair=_pair(a, b)) for a, b in (((None,), (None,)), ((None, -1), (None, -1)),
+                                                       ((1, None), (1, None)))),
+    ),
+    Mistake(
+        "shifted_backwards", "Shifted the wrong way",
+        "you pair logits[:, t + 1] with tokens[:, t], the token BEFORE: the model would learn to "
+        "predict the past, which it has already read. Drop the last logit and the first token.",
+        (_lm_with(pair=_pair((1, None), (None, -1))),),
+    ),
+    Mistake(
+        "shifted_twice", "Shifted by two",
+        "the target of logits[:, t] is tokens[:, t + 1], one step ahead: shift once (either the "
+        "batch is already shifted, or the logits, not both).",
+        (_lm_with(pair=_pair((None, -2), (2, None))),),
+    ),
+    Mistake(
+        "shifted_across_rows", "Shifted across the rows of the batch",
+        "flattening before the shift makes the last logit of each text predict the first token "
+        "of the next text. Shift within each row (logits[:, :-1], tokens[:, 1:]), then flatten.",
+        (_lm_with(flat=True),),
+    ),
+    Mistake(
+        "shifted_along_batch", "Shifted along the batch axis",
+        "time is axis 1 of (batch, seq): logits[:, :-1] and tokens[:, 1:]; logits[:-1] and "
+        "tokens[1:] pair each text with the NEXT text.",
+        (_lm_with(axis=0),),
+    ),
+    Mistake(
+        "pad_id_ignored", "pad_id ignored",
+        "use the pad_id argument (ignore_index=pad_id) to find the padding, not the number 0.",
+        (_lm_with(ignore=0),),
+    ),
+    Mistake(
+        "counts_padding", "Loss counts padding",
+        "a target that is padding is no text to predict: leave it out of the loss "
+        "(ignore_index=pad_id), and average over the real targets only.",
+        (_lm_with(count_pad=True), _lm_with(reduce="all")),
+    ),
+    Mistake(
+        "per_sequence", "Averaged per sequence, then over the batch",
+        "average over every real target of the batch: a mean of the texts' means weighs the "
+        "characters of short texts more.",
+        (_lm_with(reduce="sequence"),),
+    ),
+    Mistake(
+        "summed", "Loss summed instead of averaged",
+        "divide by the number of real (non-padding) targets, so that the loss is in nats per "
+        "token and does not grow with the batch.",
+        (_lm_with(reduce="sum"),),
+    ),
+    Mistake(
+        "label_smoothing", "Label smoothing in the language model's loss",
+        "this loss is -log p(next token), the model's held-out measure (nats per token): no "
+        "label_smoothing.",
+        tuple(_lm_with(eps=eps) for eps in (0.1, 0.05, 0.2)),
+    ),
+    Mistake(
+        "no_log_softmax", "Logits used as log-probabilities",
+        "take log_softmax(logits, dim=-1) first (F.cross_entropy does): the logits are "
+        "unnormalized scores.",
+        (_lm_with(log="logits"),),
+    ),
+    Mistake(
+        "probabilities", "Probabilities used instead of log-probabilities",
+        "the loss is -log p(target): log_softmax, not softmax.",
+        (_lm_with(log="softmax"),),
+    ),
+    Mistake(
+        "view_of_slice", ".view() of a slice",
+        "logits[:, :-1] skips the last position of every row, so its memory is not one block and "
+        ".view(-1, V) cannot reshape it: use .reshape(-1, V) (or .flatten(0, 1)).",
+        (lambda logits, tokens, pad_id=PAD: logits[:, :-1].view(-1, logits.size(-1)),
+         lambda logits, tokens, pad_id=PAD: F.cross_entropy(
+             logits[:, :-1].reshape(-1, logits.size(-1)), tokens[:, 1:].view(-1))),
+    ),
+    Mistake(
+        "softmax_axis", "log_softmax over the wrong axis",
+        "normalize over the vocabulary, the last axis: F.log_softmax(logits, dim=-1).",
+        (_lm_with(log="axis"),),
+    ),
+)
+
+
+def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(batch, seq, vocab, generator=g) * 2).to(dtype)
+    tokens = torch.randint(0, vocab - 1, (batch, seq), generator=g)
+    tokens[tokens >= pad_id] += 1  # every id but pad_id (0 too, when pad_id is not 0)
+    if lengths is not None:  # rows padded after their length
+        tokens[torch.arange(seq) >= torch.tensor(lengths)[:, None]] = pad_id
+    kwargs = {} if pad_id == PAD else {"pad_id": pad_id}
+    return Case((logits, tokens), kwargs, names=("logits", "tokens"), seed=seed,
+                label=describe(logits=logits, tokens=tokens) + (f", pad_id={pad_id}" if kwargs else ""))
+
+
+def _logits_gradient(fn, args, case):
+    logits, *rest = args
+    logits.requires_grad_()
+    fn(logits, *rest, **case.kwargs).backward()
+    return logits.grad
+
+
+def _detached(how):
+    def compute(logits, tokens, pad_id=PAD):
+        return _logits_gradient(lambda *a: how(lm_loss(*a)), (logits, tokens, pad_id), Case())
+
+    return compute
+
+
+_LM_GRADIENT = _lm_case(3, 3, 6, 9, lengths=[6, 3, 5], dtype=torch.float64)
+LM_CASES = [
+    _lm_case(0, 2, 5, 7),  # no padding
+    _lm_case(1, 3, 7, 11, lengths=[7, 4, 2]),
+    _lm_case(2, 2, 6, 9, lengths=[6, 3], pad_id=5, dtype=torch.float64),  # id 0 is a real token
+    _lm_case(4, 1, 8, 6, lengths=[5]),  # a single text
+    Case(_LM_GRADIENT.args, names=_LM_GRADIENT.names, seed=3, run=_logits_gradient,
+         label=_LM_GRADIENT.label + ", backward from the loss", what="gradient of the logits",
+         same=_same_gradient,
+         mistakes=(Mistake("no_gradient", "No gradient flows back to the logits",
+                           "training needs it: stay in torch (no .item(), .detach(), .numpy() or "
+                           "tensors rebuilt from values).",
+                           (_detached(lambda t: t.detach()), _detached(lambda t: t.item()))),)),
+]
+LM_LOSS = Item(
+    EXERCISE, "lm_loss", lm_loss, LM_CASES, LM_MISTAKES, same=_same_loss, what="loss",
+    formula="Pair logits[:, :-1] with tokens[:, 1:] and average -log_softmax(logits)[target] "
+            "over the targets that are not pad_id.",
+)
+
+
+# -------------------------------------------------------------------------------- mask_tokens
+
+
+def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None, pad_id=PAD, *,
+             eligible="ordinary", count="round", choose="rank", split="80/10/10",
+             random_from="ordinary", targets="chosen", fill=None):
+    """mask_tokens with the variations mistakes make (its draws from the global generator)."""
+    special = sorted({*special_ids, pad_id, mask_id})
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    may = {"ordinary": ordinary[tokens], "not_pad": tokens != pad_id,
+           "not_special": ~torch.isin(tokens, torch.tensor([*special_ids, mask_id]))}[eligible]
+    n = may.sum(1)  # (batch,)
+    k = {"round": lambda: (rate * n).round().long().clamp(min=1),
+         "no_min": lambda: (rate * n).round().long(),
+         "floor": lambda: (rate * n).long().clamp(min=1),
+         "length": lambda: (rate * torch.full_like(n, tokens.size(1))).round().long().clamp(min=1),
+         "not_pad": lambda: (rate * (tokens != pad_id).sum(1)).round().long().clamp(min=1),
+         "fixed": lambda: (0.15 * n).round().long().clamp(min=1)}[count]().minimum(n)
+    scores = torch.rand(tokens.shape).masked_fill(~may, 2.0)
+    if choose == "rank":
+        chosen = scores.argsort(1).argsort(1) < k[:, None]
+    elif choose == "batch":  # round(rate * N) of the batch's N tokens, wherever they are
+        total = int((rate * n.sum()).round())
+        chosen = (scores.flatten().argsort().argsort() < total).view(tokens.shape)
+    else:  # "independent": each token with probability rate
+        chosen = may & (torch.rand(tokens.shape) < rate)
+    draw = torch.rand(tokens.shape)
+    ids = ordinary.nonzero()[:, 0] if random_from == "ordinary" else torch.arange(vocab_size)
+    random_ids = ids[torch.randint(len(ids), tokens.shape)]
+    masked, replaced = {
+        "80/10/10": lambda: (draw < 0.8, (draw >= 0.8) & (draw < 0.9)),
+        "all": lambda: (draw < 2, draw > 2),
+        "90/0/10": lambda: (draw < 0.9, draw > 2),
+        "80/20/0": lambda: (draw < 0.8, draw >= 0.8),
+        "70/10/20": lambda: ((draw >= 0.1) & (draw < 0.8), draw < 0.1),  # overwritten
+        "80/2/18": lambda: (draw < 0.8, (draw >= 0.8) & (torch.rand(tokens.shape) < 0.1)),
+        "10/10/80": lambda: (draw < 0.1, (draw >= 0.1) & (draw < 0.2)),
+    }[split]()
+    inputs = torch.where(chosen & masked, mask_id, tokens)
+    inputs = torch.where(chosen & replaced, random_ids, inputs)
+    target_at = {"chosen": chosen, "all": torch.ones_like(chosen), "masked": chosen & masked,
+                 "inputs": chosen}[targets]
+    source = inputs if targets == "inputs" else tokens
+    return inputs, torch.where(target_at, source, pad_id if fill is None else fill)
+
+
+def _masking_with(**bug):
+    return lambda *args, **kwargs: _masking(*args, **kwargs, **bug)
+
+
+@dataclass(frozen=True)
+class Masking:
+    """What a masking does, fact by fact; a fact after the first wrong one is "-"."""
+
+    targets: str
+    chosen_from: str
+    counts: str
+    split: str
+    random_ids: str
+
+
+_RIGHT = Masking("the original token at the chosen positions, pad_id elsewhere",
+                 "the ordinary tokens only", "round(rate * n), at least 1, in each text",
+                 "80% [MASK], 10% random, 10% kept", "ordinary ids")
+SPLIT_SAMPLE = 1000  # the shares are judged on cases with at least this many chosen tokens
+
+
+def _facts(tokens, mask_id, special_ids, vocab_size, rate, pad_id, result):
+    """The facts of `result` (inputs, targets) for `tokens`, one after the other; None when
+    `result` is not two long tensors of tokens' shape."""
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and all(
+            isinstance(t, torch.Tensor) and t.shape == tokens.shape and t.dtype == torch.long
+            for t in result)):
+        return None
+    inputs, targets = result
+    special = sorted({*special_ids, pad_id, mask_id})
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    pad = tokens == pad_id
+    may = ordinary[tokens]
+    changed = inputs != tokens
+    targeted = (targets == tokens) & ~pad  # the chosen positions, if the targets are right
+    facts = []
+
+    def found(value):
+        facts.append(value)
+        return value == astuple(_RIGHT)[len(facts) - 1]
+
+    rest = targets[~targeted & ~pad]
+    if bool(targeted[~pad].all()):
+        where = "the original token at every position"
+    elif bool(changed.any()) and bool((targets[changed] == inputs[changed]).all()):
+        where = "the model's inputs (after the corruption)"
+    elif bool((rest == pad_id).all()):
+        untargeted = changed & ~targeted & ~pad  # changed, and nothing to predict there
+        if not untargeted.any():
+            where = _RIGHT.targets
+        elif not (untargeted & (inputs == mask_id)).any():
+            where = "the original token where [MASK] was put only"
+        else:
+            where = "none at some changed positions"
+    elif bool((rest == -100).all()):
+        where = "the original token at the chosen positions, -100 elsewhere"
+    else:
+        where = "other"
+    if found(where):
+        touched = (targeted | changed) & ~may
+        kinds = [name for name, at in (("padding", pad), ("special tokens", ~pad)) if (touched & at).any()]
+        if found(f"{' and '.join(kinds)} too" if kinds else _RIGHT.chosen_from):
+            found(_counts(targeted, may, rate, tokens, pad_id))
+    if facts[-1] == _RIGHT.counts:
+        chosen = targeted
+        total = int(chosen.sum())
+        if total >= SPLIT_SAMPLE and found(_split(inputs[chosen], tokens[chosen], mask_id, total)):
+            random = chosen & changed & (inputs != mask_id)
+            found("ordinary ids" if bool(ordinary[inputs[random]].all()) else "some special ids")
+    return Masking(*facts, *["-"] * (5 - len(facts)))
+
+
+def _counts(chosen, may, rate, tokens, pad_id):
+    """Which rule the number of chosen tokens of each text follows."""
+    k, n = chosen.sum(1), may.sum(1)
+    rules = {
+        _RIGHT.counts: (rate * n).round().long().clamp(min=1).minimum(n),
+        "round(rate * n), none in a short text": (rate * n).round().long(),
+        "int(rate * n): rounded down": (rate * n).long().clamp(min=1).minimum(n),
+        "rate * the row's length (padding and special tokens counted)":
+            (rate * torch.full_like(n, tokens.size(1))).round().long().clamp(min=1).minimum(n),
+        "rate * the text's tokens (special tokens counted)":
+            (rate * (tokens != pad_id).sum(1)).round().long().clamp(min=1).minimum(n),
+        "0.15 * n, whatever rate is": (0.15 * n).round().long().clamp(min=1).minimum(n),
+    }
+    for rule, want in rules.items():
+        if torch.equal(k, want):
+            return rule
+    mean, sd = rate * n.sum().item(), math.sqrt(n.sum().item() * rate * (1 - rate))
+    if int(k.sum()) == round(rate * n.sum().item()):
+        return "round(rate * N) of the whole batch's N tokens"
+    if abs(k.sum().item() - mean) <= 5 * sd:
+        return "a random number in each text, rate * n on average"
+    return "other"
+
+
+def _split(inputs, tokens, mask_id, total):
+    """The shares of [MASK], random and kept among the chosen tokens, as a rule."""
+    n_masked, n_kept = int((inputs == mask_id).sum()), int((inputs == tokens).sum())
+    masked, kept = n_masked / total, n_kept / total
+    random = 1 - masked - kept
+    if n_masked == total:
+        return "every chosen token [MASK]"
+    if n_masked + n_kept == total and abs(masked - 0.9) < 0.04:
+        return "90% [MASK], 10% kept, none random"
+    if abs(masked - 0.8) < 0.04 and abs(random - 0.1) < 0.04 and abs(kept - 0.1) < 0.04:
+        return _RIGHT.split
+    return "other shares"
+
+
+def _masking_case(seed, lengths, seq, vocab_size=40, special_ids=(1, 2, 3, 4), mask_id=5,
+                  pad_id=PAD, rate=0.15, unk=None):
+    """[CLS] (special_ids[-1]) and then ordinary tokens, a share `unk` of them special_ids[0].
+    The tokens come from another random stream than the one seeded for the draws (`seed`)."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    special = sorted({*special_ids, pad_id, mask_id})
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in special])
+    tokens = ordinary[torch.randint(len(ordinary), (len(lengths), seq), generator=g)]
+    if unk:
+        tokens[torch.rand(tokens.shape, generator=g) < unk] = special_ids[0]
+    tokens[:, 0] = special_ids[-1]
+    tokens[torch.arange(seq) >= torch.tensor(lengths)[:, None]] = pad_id
+    args = (tokens, mask_id, tuple(special_ids), vocab_size, rate)
+    kwargs = {} if pad_id == PAD else {"pad_id": pad_id}
+
+    def same(actual, expected):
+        facts = _facts(*args, pad_id, actual)
+        return facts is not None and facts == _facts(*args, pad_id, expected)
+
+    config = f"mask_id={mask_id}, special_ids={tuple(special_ids)}, vocab_size={vocab_size}, rate={rate}"
+    config += f", pad_id={pad_id}" if kwargs else ""
+    return Case(args, kwargs, names=("tokens",), seed=seed, same=same,
+                label=f"tokens {tuple(tokens.shape)} ({len(lengths)} texts of {min(lengths)} to "
+                      f"{max(lengths)} tokens, [CLS] first, padded), {config}")
+
+
+def _run_masking(obj, args, case, generator_seed=None):
+    g = torch.Generator().manual_seed(case.seed if generator_seed is None else generator_seed)
+    return obj(*args, generator=g, **case.kwargs)
+
+
+def _show_masking(case, result, expected):
+    tokens, mask_id, special_ids, vocab_size, rate = case.args
+    pad_id = case.kwargs.get("pad_id", PAD)
+    got, want = (_facts(tokens, mask_id, special_ids, vocab_size, rate, pad_id, r)
+                 for r in (result, expected))
+    if got is None:
+        return ""
+    for field, g, w in zip(Masking.__dataclass_fields__, astuple(got), astuple(want)):
+        if g != w:
+            return f"\n  {field.replace('_', ' ')}: yours {g}; expected {w}"
+    return ""
+
+
+def _lengths(seed, batch, low, high):
+    """Text lengths (with [CLS]) whose n = length - 1 never makes 0.15 n or 0.3 n end in .5."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    while len(out) < batch:
+        length = int(torch.randint(low, high + 1, (1,), generator=g))
+        if all(abs((r * (length - 1)) % 1 - 0.5) > 0.02 for r in (0.15, 0.3)):
+            out.append(length)
+    return out
+
+
+GENERATOR = Mistake(
+    "generator_ignored", "Draws not all taken from `generator`",
+    "pass generator=generator to every torch.rand / torch.randint / torch.randperm / "
+    "torch.bernoulli, so that a seeded generator repeats the masking (and the global random "
+    "state is left alone).\n  {what}")
+
+
+def _check_generator(item, target):
+    """After every case: the same generator repeats the result whatever the global seed, and
+    another generator changes it."""
+    case = item.cases[0]
+    results = {}
+    for generator_seed, global_seed in ((0, 1), (0, 2), (1, 1)):
+        outcome = call(_run_masking, target, clone(case.args), case, generator_seed, seed=global_seed)
+        fail_on_error(outcome, "mask_tokens", case.label)
+        results[generator_seed, global_seed] = outcome.value
+    if not all(torch.equal(a, b) for a, b in zip(results[0, 1], results[0, 2])):
+        GENERATOR.fail(what="the same generator gave another result when torch's global random "
+                            "state changed.")
+    if all(torch.equal(a, b) for a, b in zip(results[0, 1], results[1, 1])):
+        GENERATOR.fail(what="another generator seed gave the same result: the generator is not "
+                            "used.")
+
+
+MASKING_MISTAKES = (
+    Mistake(
+        "targets_everywhere", "Targets at every position: loss on unmasked tokens",
+        "targets are pad_id (ignored by the loss) wherever no token was chosen: predicting a "
+        "token the model can see teaches it to copy, and only the chosen positions are "
+        "predicted.",
+        (_masking_with(targets="all"),),
+    ),
+    Mistake(
+        "targets_corrupted", "Targets are the corrupted inputs",
+        "the model must predict the ORIGINAL token at each chosen position (the one before "
+        "[MASK] or the random token replaced it), not what it reads there.",
+        (_masking_with(targets="inputs"),),
+    ),
+    Mistake(
+        "targets_only_masked", "Targets only where [MASK] was put",
+        "the randomly replaced and the kept tokens are chosen too: each chosen position gets "
+        "its original token as target, whatever became of it, so that the model cannot trust "
+        "any token it reads.",
+        (_masking_with(targets="masked"),),
+    ),
+    Mistake(
+        "fill_minus_100", "Unchosen targets set to -100 instead of pad_id",
+        "-100 is F.cross_entropy's default ignore_index (and Hugging Face's convention); this "
+        "course's losses ignore pad_id: torch.where(chosen, tokens, pad_id).",
+        (_masking_with(fill=-100),),
+    ),
+    Mistake(
+        "padding_chosen", "Padding chosen for masking",
+        "only ordinary tokens may be chosen: leave out pad_id (and mask_id, and special_ids), "
+        "and count only the ordinary tokens in n.",
+        (_masking_with(eligible="not_special"),),
+    ),
+    Mistake(
+        "specials_chosen", "[CLS] or another special token chosen for masking",
+        "[CLS], [MASK] and the other special_ids are never chosen, nor counted in n: only "
+        "ordinary tokens, the text itself.",
+        (_masking_with(eligible="not_pad"),),
+    ),
+    Mistake(
+        "rate_over_all", "Rate taken over all tokens instead of the ordinary ones",
+        "n is the number of the text's ORDINARY tokens (not its length with padding, nor with "
+        "[CLS] and other special tokens): choose round(rate * n).",
+        (_masking_with(count="length"), _masking_with(count="not_pad")),
+    ),
+    Mistake(
+        "no_minimum", "No token chosen in a short text",
+        "round(0.15 * n) is 0 for n <= 3: choose at least one token in every text that has one "
+        "(a text with nothing to predict is wasted).",
+        (_masking_with(count="no_min"),),
+    ),
+    Mistake(
+        "rounded_down", "Number of chosen tokens rounded down",
+        "int() and .long() round down: round(rate * n) (torch.round, or Python's round), at "
+        "least 1.",
+        (_masking_with(count="floor"),),
+    ),
+    Mistake(
+        "rate_ignored", "rate ignored",
+        "choose round(rate * n) with the rate argument, not a fixed 0.15.",
+        (_masking_with(count="fixed"),),
+    ),
+    Mistake(
+        "per_batch", "rate applied to the whole batch instead of each text",
+        "choose round(rate * n) tokens in EACH text (n its ordinary tokens), so that every text "
+        "gets its share, short texts too.",
+        (_masking_with(choose="batch"),),
+    ),
+    Mistake(
+        "independent", "Each token chosen independently: a random number per text",
+        "BERT chooses exactly round(rate * n) tokens of each text (at least 1), at random "
+        "positions: e.g. the ranks of random scores, scores.argsort(1).argsort(1) < k[:, None].",
+        (_masking_with(choose="independent"),),
+    ),
+    Mistake(
+        "all_mask", "Every chosen token replaced by [MASK]",
+        "of the chosen tokens, 80% become [MASK], 10% a random ordinary token and 10% stay as "
+        "they are: [MASK] never appears when the model is used, so it must not learn that only "
+        "[MASK] positions matter.",
+        (_masking_with(split="all"),),
+    ),
+    Mistake(
+        "random_as_mask", "The random 10% replaced by [MASK] too",
+        "10% of the chosen tokens become a RANDOM ordinary token (ids drawn uniformly from the "
+        "ordinary ones), 80% [MASK], 10% stay.",
+        (_masking_with(split="90/0/10"),),
+    ),
+    Mistake(
+        "split_wrong", "The 80/10/10 split is wrong",
+        "one uniform draw u per chosen token: u < 0.8 -> [MASK], 0.8 <= u < 0.9 -> random, else "
+        "kept. Two draws that overlap, or 10% of the remaining 20%, give other shares.",
+        tuple(_masking_with(split=s) for s in ("80/20/0", "70/10/20", "80/2/18", "10/10/80")),
+    ),
+    Mistake(
+        "random_specials", "Random replacements include special ids",
+        "draw the random token from the ordinary ids only (not [CLS], [MASK], padding...): "
+        "ordinary.nonzero() lists them.",
+        (_masking_with(random_from="vocab"),),
+    ),
+    GENERATOR,
+)
+MASKING_CASES = [
+    _masking_case(0, _lengths(0, 128, 56, 100), 100, unk=0.03),
+    _masking_case(1, [1, 2, 3, 4, 8, 14, 21], 24),  # n = 0, 1, 2, 3, 7, 13, 20 ordinary tokens
+    _masking_case(2, _lengths(2, 64, 40, 80), 80, vocab_size=30, special_ids=(0, 1, 2),
+                  mask_id=28, pad_id=29, rate=0.3, unk=0.02),
+]
+MASKING = Item(
+    EXERCISE, "mask_tokens", reference_masking, MASKING_CASES, MASKING_MISTAKES,
+    what="result", parts=("inputs", "targets"), run=_run_masking, show=_show_masking,
+    after=(_check_generator,),
+    formula="(Your random draws may differ from the reference's: what counts is the rule, "
+            "below.)",
+)
+
+
+# --------------------------------------------------------------------------------- mean_pool
+
+
+def _pool(h, keep, over="keep", divide="count", empty="zero"):
+    """mean_pool with the variations mistakes make."""
+    k = {"keep": keep, "all": torch.ones_like(keep), "inverted": ~keep}[over].to(h.dtype)[:, :, None]
+    total = (h * k).sum(1)  # (batch, d_model)
+    if divide == "sum":
+        return total
+    count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1))}[divide]
+    return total / (count if empty == "nan" else count.clamp(min=1.0))
+
+
+def _pool_with(**bug):
+    return lambda h, keep: _pool(h, keep, **bug)
+
+
+def _prefix(h, keep):
+    """The first n positions averaged, n = the number of True: right padding assumed."""
+    n = keep.sum(1)
+    return torch.stack([h[b, :n[b]].mean(0) if n[b] else h.new_zeros(h.size(-1))
+                        for b in range(h.size(0))])
+
+
+def _masked_max(h, keep):
+    out = h.masked_fill(~keep[:, :, None], float("-inf")).max(1).values
+    return out.masked_fill(~keep.any(1, keepdim=True), 0.0)
+
+
+POOL_MISTAKES = (
+    Mistake(
+        "over_padding", "Pooled over the padding too",
+        "h.mean(1) averages every position: padding adds to the sum and counts in the divisor. "
+        "Keep only the positions where keep is True.",
+        (_pool_with(over="all"),),
+    ),
+    Mistake(
+        "padded_length", "Divided by the padded length",
+        "the padding is out of the sum, but the divisor still counts it: divide by the number "
+        "of True in each row of keep, keep.sum(1).",
+        (_pool_with(divide="length"),),
+    ),
+    Mistake(
+        "keep_inverted", "keep used the wrong way round",
+        "keep is True at the text's tokens: average those, not the padding.",
+        (_pool_with(over="inverted"),),
+    ),
+    Mistake(
+        "summed", "Summed instead of averaged",
+        "divide the sum by the number of kept positions, so that long and short texts give "
+        "vectors of the same size.",
+        (_pool_with(divide="sum"),),
+    ),
+    Mistake(
+        "cls", "The first position taken instead of the mean",
+        "h[:, 0] is [CLS] pooling, the model's other choice; mean_pool averages every kept "
+        "position.",
+        (lambda h, keep: h[:, 0],),
+    ),
+    Mistake(
+        "max", "Max pooling instead of the mean",
+        "the mean over the kept positions: their sum divided by their number.",
+        (_masked_max,),
+    ),
+    Mistake(
+        "prefix", "Only the first n positions averaged",
+        "keep need not be a prefix (padding on the left, or a text with a gap): use keep itself, "
+        "not the number of True in it.",
+        (_prefix,),
+    ),
+    Mistake(
+        "whole_batch", "One mean over the whole batch",
+        "h[keep] gathers the kept positions of EVERY text into one (n, d_model) tensor: its mean "
+        "mixes the texts. Average each row (text) over its own kept positions: (batch, d_model).",
+        (lambda h, keep: h[keep].mean(0), lambda h, keep: h[keep].mean(0).expand(h.size(0), -1)),
+    ),
+    Mistake(
+        "empty_nan", "An empty text gives NaN",
+        "a row of keep with no True divides 0 by 0: clamp the count to at least 1 "
+        "(count.clamp(min=1)), so that the pooled vector is zeros.",
+        (_pool_with(empty="nan"),),
+    ),
+    Mistake(
+        "no_feature_axis", "keep not given a feature axis",
+        "keep is (batch, seq) and h (batch, seq, d_model): keep[:, :, None] (or "
+        ".unsqueeze(-1)) lines keep up with h's positions.",
+        (lambda h, keep: (h * keep).sum(1), lambda h, keep: (h * keep[:, None]).sum(1),
+         lambda h, keep: h.masked_fill(~keep, 0.0)),
+    ),
+    Mistake(
+        "divisor_axis", "Divisor without its feature axis",
+        "the sum is (batch, d_model) and keep.sum(1) is (batch,): divide by keep.sum(1, "
+        "keepdim=True), (batch, 1), or by the count of a (batch, seq, 1) keep.",
+        (lambda h, keep: (h * keep[:, :, None]).sum(1) / keep.sum(1),),
+    ),
+)
+
+
+def _pool_case(seed, lengths, seq, d_model, dtype=torch.float32, keep=None):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(len(lengths), seq, d_model, generator=g).to(dtype)
+    if keep is None:
+        keep = torch.arange(seq) < torch.tensor(lengths)[:, None]
+    return Case((h, keep), names=("h", "keep"), seed=seed,
+                label=describe(h=h, keep=keep) + f", texts of {lengths} tokens")
+
+
+POOL_CASES = [
+    _pool_case(0, [5, 3, 1], 5, 4),
+    _pool_case(1, [4, 6], 6, 3, torch.float64),
+    _pool_case(2, [3, 2, 4], 4, 6, keep=torch.tensor([[False, True, True, True],  # left padding
+                                                      [True, False, False, True],
+                                                      [True, True, True, True]])),
+    _pool_case(3, [2, 0, 3], 4, 5),  # an empty text
+]
+MEAN_POOL = Item(
+    EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
+    formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
+)

@@ -3,10 +3,10 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from parity import load_torch_weights, run_torch
 from torch import nn
 
 from tfcourse.masks import causal_mask, padding_mask
+from tfcourse.parity import load_torch_weights, run_torch
 from tfcourse.variants import (
     DecoderLM,
     DecoderLMConfig,

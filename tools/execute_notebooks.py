@@ -2,7 +2,7 @@
 
     python tools/execute_notebooks.py                  # every notebook in notebooks/
     python tools/execute_notebooks.py 01_attention     # one or more, by name
-    python tools/execute_notebooks.py tests/fixtures/attention_explorer.ipynb   # or by path
+    python tools/execute_notebooks.py notebooks/08_decoding.ipynb      # or by path
     python tools/execute_notebooks.py --freeze-only 07_training   # widgets as text, no run
 
 Each runs top to bottom in a fresh `tfcourse` kernel, from its own folder, on one thread

@@ -112,4 +112,4 @@ def test_lm_rows_train_by_time_or_steps():
     model = run.build_lm("torch.nn", config)
     assert run._train_lm(model, task, train_config, seed=0, steps=3) == 3
     assert run._train_lm(model, task, train_config, seed=0, seconds=0.0) == 0
-    assert [b.name for b in run.BENCHMARKS][-3:] == ["lm", "lm_throughput", "tying"]
+    assert {"lm", "lm_throughput", "tying"} <= {b.name for b in run.BENCHMARKS}

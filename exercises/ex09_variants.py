@@ -1,8 +1,10 @@
 """Exercise 09: what turns the Transformer's halves into BERT and GPT. The language model's
-shifted targets and loss (GPT), the masked-language-model corruption (BERT), and the mean
-over the positions that are not padding (a classifier's pooling).
+shifted targets and loss (GPT), the masked-language-model corruption (BERT), the mean
+over the positions that are not padding (a classifier's pooling), and the decoder-only
+model itself (GPT's forward pass, from the parts of chapters 03-06).
 
-Fill in the three functions below, then check them from the repository's root:
+Fill in the three functions and DecoderLM.forward below, then check them from the
+repository's root:
 
     pytest exercises/test_ex09_variants.py
 
@@ -16,9 +18,13 @@ the rule says (which tokens may be chosen, how many, what becomes of them), meas
 large batch.
 """
 
-import torch  # noqa: F401  (you will likely need these)
-import torch.nn.functional as F  # noqa: F401
+import math  # noqa: F401  (you will likely need these)
 
+import torch  # noqa: F401
+import torch.nn.functional as F  # noqa: F401
+from torch import nn
+
+from tfcourse import encoder, normalization, positional, variants
 from tfcourse.data import PAD
 
 
@@ -104,3 +110,52 @@ def mean_pool(h, keep):
         2. Padding must neither add to the sum nor count in the divisor.
     """
     raise NotImplementedError
+
+
+class DecoderLM(nn.Module):
+    """A decoder-only (GPT-style) language model: logits for the next token at every position,
+    each computed from the tokens up to it only.
+
+        x = PE(Embed(tokens))                       chapter 05's Embeddings (scaled by
+                                                    sqrt(d_model)) and chapter 03's positions
+        x = layer(x, causal mask)  for each layer   chapter 06's decoder layer without its
+                                                    cross-attention: self-attention + FFN
+        logits = Norm(x) E^T                        the final LayerNorm (pre-norm only), and
+                                                    the output layer tied to the embeddings
+
+    __init__ is given complete, as tfcourse.variants.DecoderLM builds it: keep it as it is
+    (the checks copy the reference's weights into your model by name).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        c = self.config = config  # a tfcourse.variants.DecoderLMConfig
+        self.embed = encoder.Embeddings(c.vocab_size, c.d_model)  # lookup * sqrt(d_model)
+        encoding = {"learned": positional.LearnedPositionalEncoding,
+                    "sinusoidal": positional.PositionalEncoding}[c.positional]
+        self.positional = encoding(c.d_model, c.max_len, c.dropout)  # x + PE, then dropout
+        self.layers = nn.ModuleList(
+            variants.DecoderOnlyLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first,
+                                      c.activation)
+            for _ in range(c.n_layers)
+        )
+        self.norm = normalization.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tie_output:  # one matrix to read tokens and to write them
+            self.generator.weight = self.embed.embedding.weight
+
+    def forward(self, tokens):
+        """tokens (batch, seq) ids, right-padded -> logits (batch, seq, vocab_size), where
+        logits[:, t] is computed from tokens[:, :t + 1] only.
+
+        Hints:
+            1. self.embed and self.positional do the input side; read what each one returns.
+            2. layer(x, mask) is one decoder-only layer (tfcourse.variants.DecoderOnlyLayer):
+               masked self-attention and the feed-forward network, each in its sublayer.
+               There is no encoder here: what does that leave of chapter 06's decoder layer?
+            3. The mask: bool, True = may attend, (seq, seq). Which keys may query t read?
+               Right padding needs no mask of its own: no earlier position ever reads it.
+            4. self.norm once at the end, then the output layer: self.generator, whose weight
+               IS self.embed.embedding.weight. Return logits, not probabilities.
+        """
+        raise NotImplementedError

@@ -17,3 +17,7 @@ def test_mask_tokens():
 
 def test_mean_pool():
     run_check(EXERCISE, "mean_pool")
+
+
+def test_decoder_lm():
+    run_check(EXERCISE, "DecoderLM")

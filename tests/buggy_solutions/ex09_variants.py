@@ -2,12 +2,19 @@
 diagnosis each must get; then RIGHT: correct solutions in other styles than the reference's,
 which every check must pass (tests/test_ex09_checks.py)."""
 
+import math
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from tfcourse.checking.core import exercises_dir, load_exercise
 from tfcourse.data import PAD
+from tfcourse.masks import causal_mask, target_mask
 
 from . import wrong
+
+given = load_exercise(exercises_dir() / "ex09_variants.py")
 
 # ------------------------------------------------------------------------------------ lm_loss
 
@@ -390,6 +397,244 @@ def pool_in_place(h, keep):
     return h.sum(1) / keep.sum(1, keepdim=True).clamp(min=1)
 
 
+# ---------------------------------------------------------------------------------- DecoderLM
+# Each solution subclasses the exercise's own class (its __init__ as given) and writes only
+# forward, or one step of _Steps' forward (a right forward in four steps).
+
+
+class _Steps(given.DecoderLM):
+    def inputs(self, tokens):
+        return self.positional(self.embed(tokens))
+
+    def mask(self, tokens):
+        seq = tokens.size(1)
+        return torch.ones(seq, seq, dtype=torch.bool).tril()
+
+    def block(self, layer, x, mask):
+        return layer(x, mask)
+
+    def output(self, x):
+        return self.generator(self.norm(x))
+
+    def forward(self, tokens):
+        x = self.inputs(tokens)
+        mask = self.mask(tokens)
+        for layer in self.layers:
+            x = self.block(layer, x, mask)
+        return self.output(x)
+
+
+@wrong("DecoderLM.no_causal_mask")
+class lm_no_mask(_Steps):
+    def block(self, layer, x, mask):
+        return layer(x)
+
+
+@wrong("DecoderLM.no_causal_mask")
+class lm_padding_mask_only(_Steps):
+    def mask(self, tokens):
+        return (tokens != self.config.pad_id)[:, None, None, :]
+
+
+@wrong("DecoderLM.mask_inverted")
+class lm_mask_upper(_Steps):
+    def mask(self, tokens):
+        seq = tokens.size(1)
+        return torch.triu(torch.ones(seq, seq, dtype=torch.bool), diagonal=1)  # "the future is masked"
+
+
+@wrong("DecoderLM.mask_inverted")
+class lm_mask_transposed(_Steps):
+    def mask(self, tokens):
+        seq = tokens.size(1)
+        return torch.ones(seq, seq, dtype=torch.bool).tril().T
+
+
+@wrong("DecoderLM.diagonal_masked")
+class lm_mask_strict(_Steps):
+    def mask(self, tokens):
+        i = torch.arange(tokens.size(1))
+        return i[None, :] < i[:, None]  # keys strictly before the query
+
+
+@wrong("DecoderLM.sees_next")
+class lm_mask_next(_Steps):
+    def mask(self, tokens):
+        i = torch.arange(tokens.size(1))
+        return i[None, :] <= i[:, None] + 1
+
+
+@wrong("DecoderLM.mask_not_bool")
+class lm_float_mask(_Steps):
+    def mask(self, tokens):
+        return nn.Transformer.generate_square_subsequent_mask(tokens.size(1))
+
+
+@wrong("DecoderLM.cross_attention")
+class lm_cross_attention_to_itself(_Steps):
+    def block(self, layer, x, mask):  # chapter 06's three steps, memory = the layer's input
+        memory = x
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        x = layer.sublayers[1](x, lambda y: layer.self_attn(y, memory, memory)[0])
+        return layer.sublayers[1](x, layer.feed_forward)
+
+
+@wrong("DecoderLM.cross_attention")
+class lm_called_as_chapter_06(_Steps):
+    def block(self, layer, x, mask):
+        return layer(x, x, None, mask)  # layer(x, memory, src_mask, tgt_mask)
+
+
+@wrong("DecoderLM.embedding_added_twice")
+class lm_embedding_twice(_Steps):
+    def inputs(self, tokens):
+        x = self.embed(tokens)
+        return x + self.positional(x)
+
+
+@wrong("DecoderLM.scaled_twice")
+class lm_scaled_twice(_Steps):
+    def inputs(self, tokens):
+        return self.positional(self.embed(tokens) * math.sqrt(self.config.d_model))
+
+
+@wrong("DecoderLM.not_scaled")
+class lm_not_scaled(_Steps):
+    def inputs(self, tokens):
+        return self.positional(self.embed.embedding(tokens))
+
+
+@wrong("DecoderLM.no_positional")
+class lm_no_positions(_Steps):
+    def inputs(self, tokens):
+        return self.embed(tokens)
+
+
+@wrong("DecoderLM.positional_twice")
+class lm_positions_twice(_Steps):
+    def block(self, layer, x, mask):
+        return layer(self.positional(x), mask) if layer is self.layers[0] else layer(x, mask)
+
+
+@wrong("DecoderLM.positional_dropout")
+class lm_positions_by_hand(_Steps):
+    def inputs(self, tokens):
+        pe = self.positional
+        seq = tokens.size(1)
+        table = pe.pe[:seq] if hasattr(pe, "pe") else pe.embedding.weight[:seq]
+        return self.embed(tokens) + table
+
+
+@wrong("DecoderLM.sublayer_dropout")
+class lm_sublayers_by_hand(_Steps):
+    def block(self, layer, x, mask):
+        attention, ffn = layer.sublayers
+        if attention.norm_first:
+            h = attention.norm(x)
+            x = x + layer.self_attn(h, h, h, mask)[0]
+            return x + layer.feed_forward(ffn.norm(x))
+        x = attention.norm(x + layer.self_attn(x, x, x, mask)[0])
+        return ffn.norm(x + layer.feed_forward(x))
+
+
+@wrong("DecoderLM.one_layer")
+class lm_first_layer_only(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for _ in range(self.config.n_layers):
+            x = self.layers[0](x, mask)
+        return self.output(x)
+
+
+@wrong("DecoderLM.not_chained")
+class lm_not_chained(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in self.layers:
+            h = layer(x, mask)
+        return self.output(h)
+
+
+@wrong("DecoderLM.no_final_norm")
+class lm_no_norm(_Steps):
+    def output(self, x):
+        return self.generator(x)
+
+
+@wrong("DecoderLM.final_norm_twice")
+class lm_norm_twice(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        x = self.norm(x)  # after the stack, as the Encoder of chapter 05 ...
+        return self.output(x)  # ... and again in the output step
+
+
+@wrong("DecoderLM.norm_reused")
+class lm_norm_on_embeddings(_Steps):
+    def inputs(self, tokens):
+        return self.norm(self.positional(self.embed(tokens)))  # as BERT's embedding LayerNorm
+
+
+@wrong("DecoderLM.untied")
+class lm_new_output_layer(_Steps):
+    def output(self, x):
+        return nn.Linear(self.config.d_model, self.config.vocab_size)(self.norm(x))
+
+
+@wrong("DecoderLM.untied")
+class lm_new_output_layer_no_bias(_Steps):
+    def output(self, x):
+        head = nn.Linear(self.config.d_model, self.config.vocab_size, bias=False)
+        return head(self.norm(x))
+
+
+@wrong("DecoderLM.not_transposed")
+class lm_embedding_not_transposed(_Steps):
+    def output(self, x):
+        return self.norm(x) @ self.embed.embedding.weight
+
+
+@wrong("DecoderLM.softmax")
+class lm_probabilities(_Steps):
+    def output(self, x):
+        return torch.softmax(self.generator(self.norm(x)), dim=-1)
+
+
+@wrong("DecoderLM.log_softmax")
+class lm_log_probabilities(_Steps):
+    def output(self, x):
+        return F.log_softmax(self.generator(self.norm(x)), dim=-1)
+
+
+@wrong("DecoderLM.last_only")
+class lm_last_position(_Steps):
+    def output(self, x):
+        return self.generator(self.norm(x[:, -1]))  # the next token, as in generation
+
+
+@wrong("DecoderLM.seq_first")
+class lm_seq_first(_Steps):
+    def forward(self, tokens):
+        x = self.inputs(tokens).transpose(0, 1)  # (seq, batch, d_model), as nn.Transformer
+        mask = self.mask(tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.output(x).transpose(0, 1)
+
+
+@wrong("DecoderLM.seq_first")
+class lm_seq_first_mask_of_x(_Steps):
+    def forward(self, tokens):
+        x = self.inputs(tokens).transpose(0, 1)
+        seq = x.size(1)
+        mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.output(x).transpose(0, 1)
+
+
 # ------------------------------------------------------------------ right, in other styles
 
 
@@ -463,6 +708,32 @@ def mean_pool_loop(h, keep):
                         for b in range(h.size(0))])
 
 
+class DecoderLMSublayers(given.DecoderLM):
+    """The layers written out with their sublayers, chapter 06's masks (causal and padding:
+    the logits at padding differ, and are not compared), the tied weight used directly."""
+
+    def forward(self, tokens):
+        x = self.positional(self.embed(tokens))
+        mask = target_mask(tokens, self.config.pad_id)  # (batch, 1, seq, seq)
+        for layer in self.layers:
+            x = layer.sublayers[0](x, lambda y, layer=layer: layer.self_attn(y, y, y, mask)[0])
+            x = layer.sublayers[1](x, layer.feed_forward)
+        return F.linear(self.norm(x), self.embed.embedding.weight)
+
+
+class DecoderLMCausalMask(given.DecoderLM):
+    def forward(self, tokens):
+        batch, seq = tokens.shape
+        x = self.embed(tokens)
+        x = self.positional(x)
+        future = causal_mask(seq, tokens.device)[None, None].expand(batch, 1, seq, seq)
+        for layer in self.layers:
+            x = layer(x, mask=future)
+        x = self.norm(x)
+        return x @ self.embed.embedding.weight.transpose(0, 1)
+
+
 RIGHT = {"lm_loss": (lm_loss_log_softmax, lm_loss_padded_targets),
          "mask_tokens": (mask_tokens_loop, mask_tokens_multinomial),
-         "mean_pool": (mean_pool_einsum, mean_pool_loop)}
+         "mean_pool": (mean_pool_einsum, mean_pool_loop),
+         "DecoderLM": (DecoderLMSublayers, DecoderLMCausalMask)}

@@ -13,16 +13,19 @@ its facts are the reference's, and is a catalogued mistake when they are that mi
 
 import math
 from dataclasses import astuple, dataclass
+from itertools import product
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from ..data import PAD
 from ..training import label_smoothing_loss
+from ..variants import DecoderLM, DecoderLMConfig
 from ..variants import mask_tokens as reference_masking
 from ..variants import mean_pool as reference_pool
 from .ch07_training import _same_gradient, _same_loss
-from .core import Case, Item, Mistake, call, clone, describe, fail_on_error
+from .core import Case, Item, Mistake, call, clone, close, describe, fail_on_error, same
 
 EXERCISE = "ex09_variants"
 
@@ -683,4 +686,288 @@ POOL_CASES = [
 MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
     formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
+)
+
+
+# -------------------------------------------------------------------------------- DecoderLM
+# DecoderLM(config).forward(tokens) -> logits: the decoder-only model, from its given parts.
+
+
+def _positions(positional, seq):
+    """The positional encoding's vectors for positions 0 ... seq - 1, without its dropout."""
+    if hasattr(positional, "pe"):
+        return positional.pe[:seq]
+    return positional.embedding(torch.arange(seq))
+
+
+def _masks(tokens, size, pad_id):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return {"causal": lambda: ones.tril(), None: lambda: None,
+            "padding": lambda: (tokens != pad_id)[:, None, None, :],
+            "inverted": lambda: ~ones.tril(), "transposed": lambda: ones.triu(),
+            "diagonal": lambda: ones.tril(-1), "next": lambda: ones.tril(1),
+            "float": lambda: nn.Transformer.generate_square_subsequent_mask(size)}
+
+
+def _block(layer, x, mask, how, memory):
+    """One decoder-only layer: "module" layer(x, mask); "by_hand" its two sublayers written as
+    x + f(norm(x)) (or norm(x + f(x))) without their dropout; ("cross", sublayer, memory mask)
+    chapter 06's layer with a cross-attention step (the self_attn module, keys and values
+    from `memory`) between self-attention and the feed-forward network."""
+    if how == "module":
+        return layer(x, mask)
+    if how == "by_hand":
+        steps = (lambda y: layer.self_attn(y, y, y, mask)[0], layer.feed_forward)
+        for sublayer, step in zip(layer.sublayers, steps):
+            x = x + step(sublayer.norm(x)) if sublayer.norm_first else sublayer.norm(x + step(x))
+        return x
+    _, sub, cross_mask = how
+    x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+    x = layer.sublayers[sub](x, lambda y: layer.self_attn(y, memory, memory, cross_mask)[0])
+    return layer.sublayers[1](x, layer.feed_forward)
+
+
+def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="causal",
+                mask_size="x", block="module", memory="input", layers="each", chained=True,
+                norm=1, norm_before=False, output="tied", returns="logits", seq_first=None,
+                call=None):
+    """DecoderLM.forward with the variations that mistakes make (see DECODER_MISTAKES)."""
+    c = model.config
+    e = model.embed(tokens)  # (batch, seq, d_model), scaled by sqrt(d_model)
+    e = {"scaled": e, "unscaled": model.embed.embedding(tokens),
+         "twice": e * math.sqrt(c.d_model)}[embed]
+    x = {"module": lambda: model.positional(e), "none": lambda: e,
+         "twice": lambda: model.positional(model.positional(e)),
+         "embed_twice": lambda: e + model.positional(e),
+         "by_hand": lambda: e + _positions(model.positional, tokens.size(1))}[positional]()
+    if seq_first:
+        x = x.transpose(0, 1)  # (seq, batch, d_model): the layers read it as batch-first
+    if norm_before:
+        x = model.norm(x)
+    size = x.size(1) if mask_size == "x" else tokens.size(1)
+    m = _masks(tokens, size, c.pad_id)[mask]()
+    first = x
+    for i, layer in enumerate(model.layers):
+        layer = {"each": layer, "first": model.layers[0], "last": model.layers[-1]}[layers]
+        given = x if chained else first
+        if call == "memory":  # chapter 06's decoder: layer(x, memory, src_mask, tgt_mask)
+            x = layer(given, given, None, m)
+        elif call == "memory_mask":
+            x = layer(given, given, m)
+        else:
+            x = _block(layer, given, m, block, {"input": given, "embeddings": first}[memory])
+    for _ in range(norm):
+        x = model.norm(x)
+    if output == "tied":
+        logits = model.generator(x)
+    elif output == "not_transposed":
+        logits = x @ model.embed.embedding.weight
+    else:  # a fresh projection, made in forward (from the seeded random state)
+        logits = nn.Linear(c.d_model, c.vocab_size, bias=output == "fresh_bias")(x)
+    if seq_first == "back":
+        logits = logits.transpose(0, 1)
+    logits = {"logits": logits, "softmax": logits.softmax(-1),
+              "log_softmax": logits.log_softmax(-1)}[returns]
+    return logits
+
+
+def _decoder_with(**bug):
+    return lambda model, tokens: _decoder_lm(model, tokens, **bug)
+
+
+def _variants(**choices):
+    """One computation for each combination of the listed choices."""
+    names = list(choices)
+    return tuple(_decoder_with(**dict(zip(names, values)))
+                 for values in product(*(choices[n] for n in names)))
+
+
+def _last_only(model, tokens):
+    return _decoder_lm(model, tokens)[:, -1]
+
+
+DECODER_MISTAKES = (
+    Mistake(
+        "no_causal_mask", "No causal mask: every position reads the future",
+        "a language model predicts token t + 1 from tokens 0 ... t only: give every layer the "
+        "causal mask, torch.ones(seq, seq, dtype=torch.bool).tril() (True = may attend). A "
+        "padding mask alone does not hide the future.",
+        _variants(mask=(None, "padding")) + _variants(mask=(None,), block=("by_hand",)),
+    ),
+    Mistake(
+        "mask_inverted", "Causal mask inverted: positions read the future, not the past",
+        "True means 'may attend' here: query i (a row) may read keys j <= i, the lower "
+        "triangle with its diagonal, tril().",
+        _variants(mask=("inverted", "transposed")),
+    ),
+    Mistake(
+        "diagonal_masked", "Causal mask hides the diagonal: a position cannot read its own token",
+        "position t must see token t itself (and the ones before) to predict token t + 1: "
+        "keep the diagonal, tril(), not tril(-1).",
+        _variants(mask=("diagonal",)),
+    ),
+    Mistake(
+        "sees_next", "Causal mask off by one: a position reads the next token",
+        "the next token is the one position t must predict: tril(), not tril(1).",
+        _variants(mask=("next",)),
+    ),
+    Mistake(
+        "mask_not_bool", "Causal mask is not boolean",
+        "this course's masks are bool, True = may attend; nn.Transformer's float mask (0 and "
+        "-inf) is another convention: torch.ones(seq, seq, dtype=torch.bool).tril().",
+        _variants(mask=("float",)),
+    ),
+    Mistake(
+        "cross_attention", "Cross-attention left in: the model attends to its own input as memory",
+        "a decoder-only model has no encoder, so no memory and no cross-attention: each layer is "
+        "masked self-attention then the feed-forward network, layer(x, mask). Attending to its "
+        "own input without the causal mask reads the future.",
+        _variants(block=(("cross", 0, None), ("cross", 1, None), ("cross", 1, "causal")),
+                  memory=("input", "embeddings"))
+        + _variants(call=("memory", "memory_mask")),
+    ),
+    Mistake(
+        "embedding_added_twice", "Token embedding added twice",
+        "self.positional(x) returns x + PE already: x = self.positional(self.embed(tokens)), "
+        "not x + self.positional(x).",
+        _variants(positional=("embed_twice",)),
+    ),
+    Mistake(
+        "scaled_twice", "Embeddings scaled by sqrt(d_model) twice",
+        "self.embed (chapter 05's Embeddings) multiplies by sqrt(d_model) already: do not "
+        "scale its output again.",
+        _variants(embed=("twice",)),
+    ),
+    Mistake(
+        "not_scaled", "Embeddings not scaled by sqrt(d_model)",
+        "self.embed.embedding(tokens) is the bare lookup: self.embed(tokens) scales it by "
+        "sqrt(d_model), as the package's models do.",
+        _variants(embed=("unscaled",)),
+    ),
+    Mistake(
+        "no_positional", "Positional encoding missing",
+        "self-attention does not know the order of its inputs: add the positions, "
+        "x = self.positional(self.embed(tokens)).",
+        _variants(positional=("none",)),
+    ),
+    Mistake(
+        "positional_twice", "Positional encoding added twice",
+        "self.positional once, to the embeddings: the layers do not add positions again.",
+        _variants(positional=("twice",)),
+    ),
+    Mistake(
+        "positional_dropout", "Dropout of the positional encoding missing",
+        "self.positional(x) adds the positions AND applies the dropout (in training): call it "
+        "rather than adding its table by hand.",
+        _variants(positional=("by_hand",)),
+    ),
+    Mistake(
+        "sublayer_dropout", "Sublayer dropout missing",
+        "each layer's sublayers apply dropout in training: call layer(x, mask), or "
+        "layer.sublayers[i](x, f), rather than writing x + f(norm(x)) by hand.",
+        _variants(block=("by_hand",)),
+    ),
+    Mistake(
+        "one_layer", "One layer used for every layer",
+        "self.layers holds n_layers layers, each with its own weights: for layer in "
+        "self.layers: x = layer(x, mask).",
+        _variants(layers=("first", "last")),
+    ),
+    Mistake(
+        "not_chained", "Layers not chained",
+        "each layer takes the previous layer's output: x = layer(x, mask), not the embeddings "
+        "every time.",
+        _variants(chained=(False,)),
+    ),
+    Mistake(
+        "no_final_norm", "Final LayerNorm missing",
+        "pre-norm leaves the last layer's output unnormalized: self.norm(x) before the output "
+        "layer (it is nn.Identity in post-norm, so calling it is always right).",
+        _variants(norm=(0,)),
+    ),
+    Mistake(
+        "final_norm_twice", "Final LayerNorm applied twice",
+        "self.norm once, after the last layer.",
+        _variants(norm=(2,)),
+    ),
+    Mistake(
+        "norm_reused", "Final LayerNorm also applied to the embeddings",
+        "self.norm belongs after the last layer only; each layer normalizes its own input "
+        "(pre-norm) already.",
+        _variants(norm_before=(True,), norm=(0, 1)),
+    ),
+    Mistake(
+        "untied", "Output layer not tied to the embeddings: a new projection",
+        "the output layer IS the input embedding table (tied): self.generator(x), whose weight "
+        "is self.embed.embedding.weight, or x @ self.embed.embedding.weight.T; a new nn.Linear "
+        "is untrained and untied.",
+        _variants(output=("fresh", "fresh_bias")),
+    ),
+    Mistake(
+        "not_transposed", "Embedding table used as the output layer without its transpose",
+        "the table E is (vocab_size, d_model): the logits are x @ E.T (what self.generator(x) "
+        "computes), (batch, seq, vocab_size).",
+        _variants(output=("not_transposed",)),
+    ),
+    Mistake(
+        "softmax", "Probabilities returned instead of logits",
+        "forward returns the logits; the loss (F.cross_entropy) and the samplers apply the "
+        "softmax themselves.",
+        _variants(returns=("softmax",)),
+    ),
+    Mistake(
+        "log_softmax", "Log-probabilities returned instead of logits",
+        "forward returns the logits, unnormalized; the loss applies log_softmax itself.",
+        _variants(returns=("log_softmax",)),
+    ),
+    Mistake(
+        "last_only", "Logits for the last position only",
+        "training predicts the next token at EVERY position: return (batch, seq, vocab_size); "
+        "generation takes logits[:, -1] itself.",
+        (_last_only,),
+    ),
+    Mistake(
+        "seq_first", "Sequence-first layout: attention runs across the batch",
+        "tfcourse's layers are batch-first, (batch, seq, d_model), unlike nn.Transformer's "
+        "default: no transpose(0, 1).",
+        _variants(seq_first=(True, "back"), mask_size=("x", "tokens")),
+    ),
+)
+
+
+def _decoder_case(seed, lengths, seq, vocab_size, train=False, **config):
+    """Token ids 1 ... vocab_size - 1, right-padded after each length; a DecoderLM of two
+    layers, d_model 16. Logits are compared at the real tokens only: what a model computes at
+    padding never reaches the loss (a padding mask added to the causal one is not wrong)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, vocab_size, (len(lengths), seq), generator=g)
+    tokens[torch.arange(seq) >= torch.tensor(lengths)[:, None]] = PAD
+    real = tokens != PAD
+    c = DecoderLMConfig(vocab_size, d_model=16, n_heads=4, d_ff=32, n_layers=2, dropout=0.1,
+                        max_len=16, **config)
+
+    def same_at_real(actual, expected):
+        if (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
+                and expected.shape[:2] == real.shape):
+            return close(actual[real], expected[real])
+        return same(actual, expected)
+
+    label = (f"tokens {tuple(tokens.shape)}" + (f" (texts of {lengths} tokens, padded)"
+                                                 if min(lengths) < seq else "")
+             + f", vocab_size={vocab_size}, d_model=16, n_heads=4, n_layers=2, "
+             + ("pre-norm" if c.norm_first else "post-norm") + f", {c.positional} positions"
+             + (", in training mode (dropout=0.1)" if train else ""))
+    return Case((tokens,), names=("tokens",), init=(c,), train=train, seed=seed, same=same_at_real,
+                label=label)
+
+
+DECODER_CASES = [
+    _decoder_case(0, [6, 6], 6, 11),  # GPT-2's layout: pre-norm, learned positions
+    _decoder_case(1, [5, 3, 4], 5, 13, norm_first=False, positional="sinusoidal"),
+    _decoder_case(2, [7, 7], 7, 11, train=True),
+]
+DECODER_LM = Item(
+    EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, DECODER_MISTAKES, what="logits",
+    formula="x = self.positional(self.embed(tokens)); each layer under the causal mask; "
+            "self.norm; the tied output layer.",
 )

@@ -307,7 +307,9 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "return candidates.gather(1, best), best // vocab, best % vocab", None],
     "ex09_variants": [
         "return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], ignore_index=pad_id)",
-        None, "return h.mean(1)"],
+        None, "return h.mean(1)",
+        "x = self.positional(self.embed(tokens))\nfor layer in self.layers:\n    x = layer(x)\n"
+        "return self.generator(self.norm(x))"],
     "ex10_tiled_attention": [
         "m = torch.full_like(query[..., :1], -math.inf)\n"
         "l, o = torch.zeros_like(m), 0\n"
@@ -346,6 +348,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex09_variants.py::test_lm_loss": None,
     "test_ex09_variants.py::test_mask_tokens": "Not implemented yet:",
     "test_ex09_variants.py::test_mean_pool": "Pooled over the padding too:",
+    "test_ex09_variants.py::test_decoder_lm": "No causal mask: every position reads the future:",
     "test_ex10_tiled_attention.py::test_tiled_attention": "A fully masked block gives NaN:",
 }
 

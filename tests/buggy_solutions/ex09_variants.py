@@ -470,6 +470,38 @@ class lm_float_mask(_Steps):
         return nn.Transformer.generate_square_subsequent_mask(tokens.size(1))
 
 
+@wrong("DecoderLM.mask_not_bool")
+class lm_ones_tril(_Steps):
+    def mask(self, tokens):
+        return torch.tril(torch.ones(tokens.size(1), tokens.size(1)))  # 1 = may attend
+
+
+@wrong("DecoderLM.mask_size")
+class lm_mask_not_cut(_Steps):
+    def mask(self, tokens):  # nanoGPT's buffer, without its [:seq, :seq]
+        return torch.ones(self.config.max_len, self.config.max_len, dtype=torch.bool).tril()
+
+
+@wrong("DecoderLM.mask_size")
+class lm_mask_of_batch_size(_Steps):
+    def mask(self, tokens):
+        n = len(tokens)
+        return torch.ones(n, n, dtype=torch.bool).tril()
+
+
+@wrong("DecoderLM.sublayer_reused")
+class lm_one_sublayer(_Steps):
+    def block(self, layer, x, mask):
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        return layer.sublayers[0](x, layer.feed_forward)  # copied from the line above
+
+
+@wrong("DecoderLM.no_feed_forward")
+class lm_attention_only(_Steps):
+    def block(self, layer, x, mask):  # "no cross-attention" taken one sublayer too far
+        return layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+
+
 @wrong("DecoderLM.cross_attention")
 class lm_cross_attention_to_itself(_Steps):
     def block(self, layer, x, mask):  # chapter 06's three steps, memory = the layer's input
@@ -571,6 +603,15 @@ class lm_norm_twice(_Steps):
         return self.output(x)  # ... and again in the output step
 
 
+@wrong("DecoderLM.norm_each_layer")
+class lm_norm_in_the_loop(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in self.layers:
+            x = self.norm(layer(x, mask))
+        return self.generator(x)
+
+
 @wrong("DecoderLM.norm_reused")
 class lm_norm_on_embeddings(_Steps):
     def inputs(self, tokens):
@@ -612,6 +653,25 @@ class lm_log_probabilities(_Steps):
 class lm_last_position(_Steps):
     def output(self, x):
         return self.generator(self.norm(x[:, -1]))  # the next token, as in generation
+
+
+@wrong("DecoderLM.last_dropped")
+class lm_inputs_shifted(_Steps):
+    def forward(self, tokens):
+        return super().forward(tokens[:, :-1])  # the last token has no next token
+
+
+@wrong("DecoderLM.last_dropped")
+class lm_last_logit_dropped(_Steps):
+    def output(self, x):
+        return self.generator(self.norm(x))[:, :-1]
+
+
+@wrong("DecoderLM.flattened")
+class lm_flat_logits(_Steps):
+    def output(self, x):
+        logits = self.generator(self.norm(x))
+        return logits.view(-1, logits.size(-1))  # ready for F.cross_entropy
 
 
 @wrong("DecoderLM.seq_first")

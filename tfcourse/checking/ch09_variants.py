@@ -1,5 +1,11 @@
-"""Exercise 09: the language model's shifted loss, BERT's masked-LM corruption and the mean
-pooling of a classifier; their cases and their catalogue of mistakes.
+"""Exercise 09: the language model's shifted loss, BERT's masked-LM corruption, the mean
+pooling of a classifier and the decoder-only model's forward pass; their cases and their
+catalogue of mistakes.
+
+DecoderLM's check copies the reference's weights, every parameter randomized (the
+LayerNorms' gains and biases too, so that a norm used in the wrong place shows), into the
+learner's model, as the chapter 05 and 06 checks do; it runs in eval mode, then in training
+mode with dropout, and compares the logits at the real tokens (padding's never reach a loss).
 
 mask_tokens is random, and a learner's draws need not be the reference's: its check compares
 what the rule does, not the values. Each result is summed up as a few facts, in order
@@ -706,16 +712,24 @@ def _masks(tokens, size, pad_id):
             "padding": lambda: (tokens != pad_id)[:, None, None, :],
             "inverted": lambda: ~ones.tril(), "transposed": lambda: ones.triu(),
             "diagonal": lambda: ones.tril(-1), "next": lambda: ones.tril(1),
-            "float": lambda: nn.Transformer.generate_square_subsequent_mask(size)}
+            "float": lambda: nn.Transformer.generate_square_subsequent_mask(size),
+            **{dtype: lambda dtype=dtype: ones.tril().to(dtype) for dtype in _NOT_BOOL}}
+
+
+_NOT_BOOL = (torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8)
 
 
 def _block(layer, x, mask, how, memory):
     """One decoder-only layer: "module" layer(x, mask); "by_hand" its two sublayers written as
-    x + f(norm(x)) (or norm(x + f(x))) without their dropout; ("cross", sublayer, memory mask)
-    chapter 06's layer with a cross-attention step (the self_attn module, keys and values
-    from `memory`) between self-attention and the feed-forward network."""
+    x + f(norm(x)) (or norm(x + f(x))) without their dropout; ("subs", i, j) self-attention
+    in sublayers[i], the feed-forward network in sublayers[j] (None: left out); ("cross",
+    sublayer, memory mask) chapter 06's layer with a cross-attention step (the self_attn
+    module, keys and values from `memory`) between self-attention and the feed-forward."""
     if how == "module":
         return layer(x, mask)
+    if how[0] == "subs":
+        x = layer.sublayers[how[1]](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        return x if how[2] is None else layer.sublayers[how[2]](x, layer.feed_forward)
     if how == "by_hand":
         steps = (lambda y: layer.self_attn(y, y, y, mask)[0], layer.feed_forward)
         for sublayer, step in zip(layer.sublayers, steps):
@@ -744,10 +758,11 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
         x = x.transpose(0, 1)  # (seq, batch, d_model): the layers read it as batch-first
     if norm_before:
         x = model.norm(x)
-    size = x.size(1) if mask_size == "x" else tokens.size(1)
+    size = {"x": x.size(1), "tokens": tokens.size(1), "batch": tokens.size(0),
+            "max_len": c.max_len}[mask_size]
     m = _masks(tokens, size, c.pad_id)[mask]()
     first = x
-    for i, layer in enumerate(model.layers):
+    for layer in model.layers:
         layer = {"each": layer, "first": model.layers[0], "last": model.layers[-1]}[layers]
         given = x if chained else first
         if call == "memory":  # chapter 06's decoder: layer(x, memory, src_mask, tgt_mask)
@@ -756,7 +771,9 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
             x = layer(given, given, m)
         else:
             x = _block(layer, given, m, block, {"input": given, "embeddings": first}[memory])
-    for _ in range(norm):
+        if norm == "each":
+            x = model.norm(x)
+    for _ in range(norm if norm != "each" else 0):
         x = model.norm(x)
     if output == "tied":
         logits = model.generator(x)
@@ -766,8 +783,9 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
         logits = nn.Linear(c.d_model, c.vocab_size, bias=output == "fresh_bias")(x)
     if seq_first == "back":
         logits = logits.transpose(0, 1)
-    logits = {"logits": logits, "softmax": logits.softmax(-1),
-              "log_softmax": logits.log_softmax(-1)}[returns]
+    logits = {"logits": lambda: logits, "softmax": lambda: logits.softmax(-1),
+              "log_softmax": lambda: logits.log_softmax(-1), "last": lambda: logits[:, -1],
+              "all_but_last": lambda: logits[:, :-1], "flat": lambda: logits.flatten(0, 1)}[returns]()
     return logits
 
 
@@ -780,10 +798,6 @@ def _variants(**choices):
     names = list(choices)
     return tuple(_decoder_with(**dict(zip(names, values)))
                  for values in product(*(choices[n] for n in names)))
-
-
-def _last_only(model, tokens):
-    return _decoder_lm(model, tokens)[:, -1]
 
 
 DECODER_MISTAKES = (
@@ -815,10 +829,17 @@ DECODER_MISTAKES = (
         "mask_not_bool", "Causal mask is not boolean",
         "this course's masks are bool, True = may attend; nn.Transformer's float mask (0 and "
         "-inf) is another convention: torch.ones(seq, seq, dtype=torch.bool).tril().",
-        _variants(mask=("float",)),
+        _variants(mask=("float", *_NOT_BOOL)),
     ),
     Mistake(
-        "cross_attention", "Cross-attention left in: the model attends to its own input as memory",
+        "mask_size", "Causal mask of the wrong size",
+        "the scores are (batch, heads, seq, seq) with seq = tokens.size(1): a mask made for "
+        "max_len (as nanoGPT's buffer) must be cut to [:seq, :seq], and the batch size is no "
+        "length.",
+        _variants(mask_size=("batch", "max_len")),
+    ),
+    Mistake(
+        "cross_attention", "Cross-attention left in",
         "a decoder-only model has no encoder, so no memory and no cross-attention: each layer is "
         "masked self-attention then the feed-forward network, layer(x, mask). Attending to its "
         "own input without the causal mask reads the future.",
@@ -868,6 +889,18 @@ DECODER_MISTAKES = (
         _variants(block=("by_hand",)),
     ),
     Mistake(
+        "sublayer_reused", "One sublayer (and its LayerNorm) used for both steps",
+        "layer.sublayers[0] wraps self-attention, layer.sublayers[1] the feed-forward network, "
+        "each with its own LayerNorm (or call layer(x, mask), which does it).",
+        _variants(block=(("subs", 0, 0), ("subs", 1, 1), ("subs", 1, 0))),
+    ),
+    Mistake(
+        "no_feed_forward", "Feed-forward sublayer missing",
+        "a decoder-only layer is masked self-attention THEN the feed-forward network: "
+        "x = layer.sublayers[1](x, layer.feed_forward) (or call layer(x, mask)).",
+        _variants(block=(("subs", 0, None),)),
+    ),
+    Mistake(
         "one_layer", "One layer used for every layer",
         "self.layers holds n_layers layers, each with its own weights: for layer in "
         "self.layers: x = layer(x, mask).",
@@ -889,6 +922,11 @@ DECODER_MISTAKES = (
         "final_norm_twice", "Final LayerNorm applied twice",
         "self.norm once, after the last layer.",
         _variants(norm=(2,)),
+    ),
+    Mistake(
+        "norm_each_layer", "Final LayerNorm applied after every layer",
+        "self.norm comes once, after the whole stack: each layer has its own norms inside.",
+        _variants(norm=("each",)),
     ),
     Mistake(
         "norm_reused", "Final LayerNorm also applied to the embeddings",
@@ -924,7 +962,18 @@ DECODER_MISTAKES = (
         "last_only", "Logits for the last position only",
         "training predicts the next token at EVERY position: return (batch, seq, vocab_size); "
         "generation takes logits[:, -1] itself.",
-        (_last_only,),
+        _variants(returns=("last",)),
+    ),
+    Mistake(
+        "last_dropped", "Logits of the last position dropped",
+        "forward gives logits at EVERY position, (batch, seq, vocab_size): the loss (lm_loss) "
+        "pairs them with the next tokens and drops the last one itself. Do not shift here.",
+        _variants(returns=("all_but_last",)),
+    ),
+    Mistake(
+        "flattened", "Logits flattened",
+        "return (batch, seq, vocab_size): the loss flattens them for F.cross_entropy itself.",
+        _variants(returns=("flat",)),
     ),
     Mistake(
         "seq_first", "Sequence-first layout: attention runs across the batch",
@@ -968,6 +1017,6 @@ DECODER_CASES = [
 ]
 DECODER_LM = Item(
     EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, DECODER_MISTAKES, what="logits",
-    formula="x = self.positional(self.embed(tokens)); each layer under the causal mask; "
-            "self.norm; the tied output layer.",
+    formula="Compare each step with the docstring: embeddings and positions, every layer "
+            "under the causal mask, the final norm, the tied output layer.",
 )

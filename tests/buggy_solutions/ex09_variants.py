@@ -489,6 +489,13 @@ class lm_mask_of_batch_size(_Steps):
         return torch.ones(n, n, dtype=torch.bool).tril()
 
 
+@wrong("DecoderLM.tuple")
+class lm_attention_tuple(_Steps):
+    def block(self, layer, x, mask):
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask))
+        return layer.sublayers[1](x, layer.feed_forward)
+
+
 @wrong("DecoderLM.sublayer_reused")
 class lm_one_sublayer(_Steps):
     def block(self, layer, x, mask):
@@ -528,6 +535,12 @@ class lm_embedding_twice(_Steps):
 class lm_scaled_twice(_Steps):
     def inputs(self, tokens):
         return self.positional(self.embed(tokens) * math.sqrt(self.config.d_model))
+
+
+@wrong("DecoderLM.scaled_twice")
+class lm_scaled_after_positions(_Steps):
+    def inputs(self, tokens):
+        return self.positional(self.embed(tokens)) * self.config.d_model ** 0.5
 
 
 @wrong("DecoderLM.not_scaled")
@@ -672,6 +685,12 @@ class lm_flat_logits(_Steps):
     def output(self, x):
         logits = self.generator(self.norm(x))
         return logits.view(-1, logits.size(-1))  # ready for F.cross_entropy
+
+
+@wrong("DecoderLM.flattened")
+class lm_classes_second(_Steps):
+    def output(self, x):
+        return self.generator(self.norm(x)).transpose(1, 2)  # (batch, vocab, seq), as F.cross_entropy
 
 
 @wrong("DecoderLM.seq_first")

@@ -727,6 +727,9 @@ def _block(layer, x, mask, how, memory):
     module, keys and values from `memory`) between self-attention and the feed-forward."""
     if how == "module":
         return layer(x, mask)
+    if how == "tuple":  # the attention's (output, weights) handed on as it is
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask))
+        return layer.sublayers[1](x, layer.feed_forward)
     if how[0] == "subs":
         x = layer.sublayers[how[1]](x, lambda y: layer.self_attn(y, y, y, mask)[0])
         return x if how[2] is None else layer.sublayers[how[2]](x, layer.feed_forward)
@@ -749,11 +752,13 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
     c = model.config
     e = model.embed(tokens)  # (batch, seq, d_model), scaled by sqrt(d_model)
     e = {"scaled": e, "unscaled": model.embed.embedding(tokens),
-         "twice": e * math.sqrt(c.d_model)}[embed]
+         "twice": e * math.sqrt(c.d_model), "after": e}[embed]
     x = {"module": lambda: model.positional(e), "none": lambda: e,
          "twice": lambda: model.positional(model.positional(e)),
          "embed_twice": lambda: e + model.positional(e),
          "by_hand": lambda: e + _positions(model.positional, tokens.size(1))}[positional]()
+    if embed == "after":  # the scale again, after the positions were added
+        x = x * math.sqrt(c.d_model)
     if seq_first:
         x = x.transpose(0, 1)  # (seq, batch, d_model): the layers read it as batch-first
     if norm_before:
@@ -785,7 +790,8 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
         logits = logits.transpose(0, 1)
     logits = {"logits": lambda: logits, "softmax": lambda: logits.softmax(-1),
               "log_softmax": lambda: logits.log_softmax(-1), "last": lambda: logits[:, -1],
-              "all_but_last": lambda: logits[:, :-1], "flat": lambda: logits.flatten(0, 1)}[returns]()
+              "all_but_last": lambda: logits[:, :-1], "flat": lambda: logits.flatten(0, 1),
+              "classes_second": lambda: logits.transpose(1, 2)}[returns]()
     return logits
 
 
@@ -857,7 +863,7 @@ DECODER_MISTAKES = (
         "scaled_twice", "Embeddings scaled by sqrt(d_model) twice",
         "self.embed (chapter 05's Embeddings) multiplies by sqrt(d_model) already: do not "
         "scale its output again.",
-        _variants(embed=("twice",)),
+        _variants(embed=("twice", "after")),
     ),
     Mistake(
         "not_scaled", "Embeddings not scaled by sqrt(d_model)",
@@ -887,6 +893,12 @@ DECODER_MISTAKES = (
         "each layer's sublayers apply dropout in training: call layer(x, mask), or "
         "layer.sublayers[i](x, f), rather than writing x + f(norm(x)) by hand.",
         _variants(block=("by_hand",)),
+    ),
+    Mistake(
+        "tuple", "Attention's (output, weights) used as a tensor",
+        "layer.self_attn(...) returns a tuple (output, weights): keep only the output ([0]) "
+        "inside the sublayer (or call layer(x, mask), which does it).",
+        _variants(block=("tuple",)),
     ),
     Mistake(
         "sublayer_reused", "One sublayer (and its LayerNorm) used for both steps",
@@ -971,9 +983,9 @@ DECODER_MISTAKES = (
         _variants(returns=("all_but_last",)),
     ),
     Mistake(
-        "flattened", "Logits flattened",
-        "return (batch, seq, vocab_size): the loss flattens them for F.cross_entropy itself.",
-        _variants(returns=("flat",)),
+        "flattened", "Logits flattened or transposed for the loss",
+        "return (batch, seq, vocab_size): the loss reshapes them for F.cross_entropy itself.",
+        _variants(returns=("flat", "classes_second")),
     ),
     Mistake(
         "seq_first", "Sequence-first layout: attention runs across the batch",

@@ -436,6 +436,12 @@ class lm_padding_mask_only(_Steps):
         return (tokens != self.config.pad_id)[:, None, None, :]
 
 
+@wrong("DecoderLM.no_causal_mask")
+class lm_padding_mask_3d(_Steps):
+    def mask(self, tokens):
+        return (tokens != self.config.pad_id).unsqueeze(1)  # (batch, 1, seq)
+
+
 @wrong("DecoderLM.mask_inverted")
 class lm_mask_upper(_Steps):
     def mask(self, tokens):
@@ -483,6 +489,13 @@ class lm_mask_not_cut(_Steps):
 
 
 @wrong("DecoderLM.mask_size")
+class lm_mask_cut_on_rows(_Steps):
+    def mask(self, tokens):
+        n = self.config.max_len
+        return torch.ones(n, n, dtype=torch.bool).tril()[:tokens.size(1)]
+
+
+@wrong("DecoderLM.mask_size")
 class lm_mask_of_batch_size(_Steps):
     def mask(self, tokens):
         n = len(tokens)
@@ -494,6 +507,12 @@ class lm_attention_tuple(_Steps):
     def block(self, layer, x, mask):
         x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask))
         return layer.sublayers[1](x, layer.feed_forward)
+
+
+@wrong("DecoderLM.no_residual")
+class lm_bare_layers(_Steps):
+    def block(self, layer, x, mask):
+        return layer.feed_forward(layer.self_attn(x, x, x, mask)[0])
 
 
 @wrong("DecoderLM.sublayer_reused")
@@ -522,6 +541,14 @@ class lm_cross_attention_to_itself(_Steps):
 class lm_called_as_chapter_06(_Steps):
     def block(self, layer, x, mask):
         return layer(x, x, None, mask)  # layer(x, memory, src_mask, tgt_mask)
+
+
+@wrong("DecoderLM.attention_twice")
+class lm_second_self_attention(_Steps):
+    def block(self, layer, x, mask):  # chapter 06's cross-attention made self-attention
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        return layer.sublayers[1](x, layer.feed_forward)
 
 
 @wrong("DecoderLM.embedding_added_twice")
@@ -570,6 +597,19 @@ class lm_positions_by_hand(_Steps):
         return self.embed(tokens) + table
 
 
+@wrong("DecoderLM.extra_dropout")
+class lm_functional_dropout(_Steps):
+    def inputs(self, tokens):
+        return F.dropout(self.positional(self.embed(tokens)), self.config.dropout)
+
+
+@wrong("DecoderLM.extra_dropout")
+class lm_dropout_twice_in_training(_Steps):
+    def inputs(self, tokens):
+        x = self.positional(self.embed(tokens))
+        return F.dropout(x, self.config.dropout, training=self.training)
+
+
 @wrong("DecoderLM.sublayer_dropout")
 class lm_sublayers_by_hand(_Steps):
     def block(self, layer, x, mask):
@@ -588,6 +628,24 @@ class lm_first_layer_only(_Steps):
         x, mask = self.inputs(tokens), self.mask(tokens)
         for _ in range(self.config.n_layers):
             x = self.layers[0](x, mask)
+        return self.output(x)
+
+
+@wrong("DecoderLM.layer_skipped")
+class lm_last_layer_skipped(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for i in range(len(self.layers) - 1):
+            x = self.layers[i](x, mask)
+        return self.output(x)
+
+
+@wrong("DecoderLM.layer_order")
+class lm_layers_reversed(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in reversed(self.layers):
+            x = layer(x, mask)
         return self.output(x)
 
 

@@ -710,6 +710,7 @@ def _masks(tokens, size, pad_id):
     ones = torch.ones(size, size, dtype=torch.bool)
     return {"causal": lambda: ones.tril(), None: lambda: None,
             "padding": lambda: (tokens != pad_id)[:, None, None, :],
+            "padding_3d": lambda: (tokens != pad_id)[:, None, :],
             "inverted": lambda: ~ones.tril(), "transposed": lambda: ones.triu(),
             "diagonal": lambda: ones.tril(-1), "next": lambda: ones.tril(1),
             "float": lambda: nn.Transformer.generate_square_subsequent_mask(size),
@@ -730,6 +731,13 @@ def _block(layer, x, mask, how, memory):
     if how == "tuple":  # the attention's (output, weights) handed on as it is
         x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask))
         return layer.sublayers[1](x, layer.feed_forward)
+    if how == "bare":  # no residual, no norm, no dropout
+        return layer.feed_forward(layer.self_attn(x, x, x, mask)[0])
+    if how == "attention_twice":  # chapter 06's middle sublayer made a second self-attention
+        for i in (0, 0, 1):
+            x = layer.sublayers[i](x, lambda y: layer.self_attn(y, y, y, mask)[0]) if i == 0 \
+                else layer.sublayers[1](x, layer.feed_forward)
+        return x
     if how[0] == "subs":
         x = layer.sublayers[how[1]](x, lambda y: layer.self_attn(y, y, y, mask)[0])
         return x if how[2] is None else layer.sublayers[how[2]](x, layer.feed_forward)
@@ -746,6 +754,7 @@ def _block(layer, x, mask, how, memory):
 
 def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="causal",
                 mask_size="x", block="module", memory="input", layers="each", chained=True,
+                dropout=None,
                 norm=1, norm_before=False, output="tied", returns="logits", seq_first=None,
                 call=None):
     """DecoderLM.forward with the variations that mistakes make (see DECODER_MISTAKES)."""
@@ -764,11 +773,16 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
     if norm_before:
         x = model.norm(x)
     size = {"x": x.size(1), "tokens": tokens.size(1), "batch": tokens.size(0),
-            "max_len": c.max_len}[mask_size]
+            "max_len": c.max_len, "rows": c.max_len}[mask_size]
     m = _masks(tokens, size, c.pad_id)[mask]()
+    if mask_size == "rows":  # nanoGPT's buffer cut on one axis only
+        m = m[:tokens.size(1)]
+    if dropout:  # F.dropout's default is training=True
+        x = F.dropout(x, c.dropout, training=model.training if dropout == "train" else True)
     first = x
-    for layer in model.layers:
-        layer = {"each": layer, "first": model.layers[0], "last": model.layers[-1]}[layers]
+    stack = {"reversed": model.layers[::-1], "but_last": model.layers[:-1]}.get(layers, model.layers)
+    for layer in stack:
+        layer = {"first": model.layers[0], "last": model.layers[-1]}.get(layers, layer)
         given = x if chained else first
         if call == "memory":  # chapter 06's decoder: layer(x, memory, src_mask, tgt_mask)
             x = layer(given, given, None, m)
@@ -812,7 +826,8 @@ DECODER_MISTAKES = (
         "a language model predicts token t + 1 from tokens 0 ... t only: give every layer the "
         "causal mask, torch.ones(seq, seq, dtype=torch.bool).tril() (True = may attend). A "
         "padding mask alone does not hide the future.",
-        _variants(mask=(None, "padding")) + _variants(mask=(None,), block=("by_hand",)),
+        _variants(mask=(None, "padding", "padding_3d"))
+        + _variants(mask=(None,), block=("by_hand",)),
     ),
     Mistake(
         "mask_inverted", "Causal mask inverted: positions read the future, not the past",
@@ -834,7 +849,8 @@ DECODER_MISTAKES = (
     Mistake(
         "mask_not_bool", "Causal mask is not boolean",
         "this course's masks are bool, True = may attend; nn.Transformer's float mask (0 and "
-        "-inf) is another convention: torch.ones(seq, seq, dtype=torch.bool).tril().",
+        "-inf) is another convention: torch.ones(seq, seq, dtype=torch.bool).tril(). (And "
+        "layer(x, mask) takes the mask second, where chapter 06's layer took memory.)",
         _variants(mask=("float", *_NOT_BOOL)),
     ),
     Mistake(
@@ -842,7 +858,7 @@ DECODER_MISTAKES = (
         "the scores are (batch, heads, seq, seq) with seq = tokens.size(1): a mask made for "
         "max_len (as nanoGPT's buffer) must be cut to [:seq, :seq], and the batch size is no "
         "length.",
-        _variants(mask_size=("batch", "max_len")),
+        _variants(mask_size=("batch", "max_len", "rows")),
     ),
     Mistake(
         "cross_attention", "Cross-attention left in",
@@ -852,6 +868,13 @@ DECODER_MISTAKES = (
         _variants(block=(("cross", 0, None), ("cross", 1, None), ("cross", 1, "causal")),
                   memory=("input", "embeddings"))
         + _variants(call=("memory", "memory_mask")),
+    ),
+    Mistake(
+        "attention_twice", "Self-attention applied twice in each layer",
+        "without an encoder, chapter 06's middle sublayer (cross-attention) goes away: it does "
+        "not become a second self-attention. Each layer: self-attention, then the "
+        "feed-forward network.",
+        _variants(block=("attention_twice",)),
     ),
     Mistake(
         "embedding_added_twice", "Token embedding added twice",
@@ -889,6 +912,12 @@ DECODER_MISTAKES = (
         _variants(positional=("by_hand",)),
     ),
     Mistake(
+        "extra_dropout", "Dropout applied again, outside the modules",
+        "self.positional and the layers apply their own dropout, in training only; F.dropout(x, "
+        "p) drops in eval mode too (its default is training=True), and a second one drops twice.",
+        _variants(dropout=(True, "train")),
+    ),
+    Mistake(
         "sublayer_dropout", "Sublayer dropout missing",
         "each layer's sublayers apply dropout in training: call layer(x, mask), or "
         "layer.sublayers[i](x, f), rather than writing x + f(norm(x)) by hand.",
@@ -899,6 +928,12 @@ DECODER_MISTAKES = (
         "layer.self_attn(...) returns a tuple (output, weights): keep only the output ([0]) "
         "inside the sublayer (or call layer(x, mask), which does it).",
         _variants(block=("tuple",)),
+    ),
+    Mistake(
+        "no_residual", "Residual connections and norms missing",
+        "each step is wrapped in its sublayer, x = layer.sublayers[i](x, f): the residual "
+        "x + ..., the LayerNorm and the dropout (or call layer(x, mask), which does it).",
+        _variants(block=("bare",)),
     ),
     Mistake(
         "sublayer_reused", "One sublayer (and its LayerNorm) used for both steps",
@@ -917,6 +952,16 @@ DECODER_MISTAKES = (
         "self.layers holds n_layers layers, each with its own weights: for layer in "
         "self.layers: x = layer(x, mask).",
         _variants(layers=("first", "last")),
+    ),
+    Mistake(
+        "layer_skipped", "Not every layer used",
+        "every layer of self.layers, in order: for layer in self.layers (no slice).",
+        _variants(layers=("but_last",)),
+    ),
+    Mistake(
+        "layer_order", "Layers in the wrong order",
+        "self.layers[0] first: the layers were trained in that order.",
+        _variants(layers=("reversed",)),
     ),
     Mistake(
         "not_chained", "Layers not chained",

@@ -721,8 +721,10 @@ _NOT_BOOL = (torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8
 
 
 def _block(layer, x, mask, how, memory):
-    """One decoder-only layer: "module" layer(x, mask); "by_hand" its two sublayers written as
-    x + f(norm(x)) (or norm(x + f(x))) without their dropout; ("subs", i, j) self-attention
+    """One decoder-only layer, as `how` says: "module" layer(x, mask); "tuple" the attention's
+    (output, weights) given to the sublayer; "bare" no sublayers (no residual, norm or
+    dropout); "attention_twice" two self-attention steps; "by_hand" the two sublayers written
+    as x + f(norm(x)) (or norm(x + f(x))) without their dropout; ("subs", i, j) self-attention
     in sublayers[i], the feed-forward network in sublayers[j] (None: left out); ("cross",
     sublayer, memory mask) chapter 06's layer with a cross-attention step (the self_attn
     module, keys and values from `memory`) between self-attention and the feed-forward."""
@@ -734,18 +736,17 @@ def _block(layer, x, mask, how, memory):
     if how == "bare":  # no residual, no norm, no dropout
         return layer.feed_forward(layer.self_attn(x, x, x, mask)[0])
     if how == "attention_twice":  # chapter 06's middle sublayer made a second self-attention
-        for i in (0, 0, 1):
-            x = layer.sublayers[i](x, lambda y: layer.self_attn(y, y, y, mask)[0]) if i == 0 \
-                else layer.sublayers[1](x, layer.feed_forward)
-        return x
-    if how[0] == "subs":
-        x = layer.sublayers[how[1]](x, lambda y: layer.self_attn(y, y, y, mask)[0])
-        return x if how[2] is None else layer.sublayers[how[2]](x, layer.feed_forward)
+        for _ in range(2):
+            x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        return layer.sublayers[1](x, layer.feed_forward)
     if how == "by_hand":
         steps = (lambda y: layer.self_attn(y, y, y, mask)[0], layer.feed_forward)
         for sublayer, step in zip(layer.sublayers, steps):
             x = x + step(sublayer.norm(x)) if sublayer.norm_first else sublayer.norm(x + step(x))
         return x
+    if how[0] == "subs":
+        x = layer.sublayers[how[1]](x, lambda y: layer.self_attn(y, y, y, mask)[0])
+        return x if how[2] is None else layer.sublayers[how[2]](x, layer.feed_forward)
     _, sub, cross_mask = how
     x = layer.sublayers[0](x, lambda y: layer.self_attn(y, y, y, mask)[0])
     x = layer.sublayers[sub](x, lambda y: layer.self_attn(y, memory, memory, cross_mask)[0])
@@ -753,11 +754,16 @@ def _block(layer, x, mask, how, memory):
 
 
 def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="causal",
-                mask_size="x", block="module", memory="input", layers="each", chained=True,
-                dropout=None,
-                norm=1, norm_before=False, output="tied", returns="logits", seq_first=None,
-                call=None):
-    """DecoderLM.forward with the variations that mistakes make (see DECODER_MISTAKES)."""
+                mask_size="x", dropout=None, block="module", memory="input", call=None,
+                layers="each", chained=True, norm=1, norm_before=False, output="tied",
+                returns="logits", seq_first=None):
+    """DecoderLM.forward with the variations that mistakes make, step by step: the embeddings
+    (`embed`, `positional`), the mask (`mask`, of the size `mask_size` says), an extra
+    `dropout`, each layer (`block` with `memory`, or called as chapter 06's, `call`), which
+    layers and how chained (`layers`, `chained`), the final norm (`norm` times, or "each"
+    layer, and `norm_before` the layers), the output layer (`output`) and what is returned
+    (`returns`); `seq_first` runs the layers on (seq, batch, d_model), "back" transposes the
+    logits back."""
     c = model.config
     e = model.embed(tokens)  # (batch, seq, d_model), scaled by sqrt(d_model)
     e = {"scaled": e, "unscaled": model.embed.embedding(tokens),

@@ -1,6 +1,7 @@
 """Exercise 09's checks accept right solutions written otherwise than the reference: other
 draws and other orders of draws for mask_tokens (its check judges the rule, not the values),
-other formulas for lm_loss and mean_pool."""
+other formulas for lm_loss and mean_pool, other wirings of DecoderLM.forward (its layers
+written with their sublayers, chapter 06's masks, the tied matrix used directly)."""
 
 import pytest
 from buggy_solutions.ex09_variants import RIGHT

@@ -1,6 +1,6 @@
 """Wrong ways to write exercise 09 (the LM loss, BERT's masking, mean pooling, the decoder-only
-model's forward pass), and the diagnosis each must get; then RIGHT: correct solutions in other styles than the reference's,
-which every check must pass (tests/test_ex09_checks.py)."""
+model's forward pass), and the diagnosis each must get; then RIGHT: correct solutions in
+other styles than the reference's, which every check must pass (tests/test_ex09_checks.py)."""
 
 import math
 

@@ -109,8 +109,9 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     (on the sublayer's output, in eval mode too), "residual" or "residual_after" (on the
     sublayer's output and on the residual x too, drawn before or after the sublayer's).
     order: the sublayers' order; norms[i]: the norm that sublayer i uses. kv: "raw" gives
-    self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward sublayer reads the layer's input (the two
-    sublayers in parallel). post_too: pre-norm that also normalizes each residual sum.
+    self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward
+    sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
+    that also normalizes each residual sum.
     """
     if mask_t and mask is not None:
         mask = mask.transpose(-2, -1)

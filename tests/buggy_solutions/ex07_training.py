@@ -104,6 +104,14 @@ def padding_zeroed_but_counted(logits, target, eps=0.1, pad_id=PAD):
     return (loss * (target != pad_id)).sum() / target.numel()
 
 
+@wrong("label_smoothing_loss.true_share_overwritten")
+def scatter_overwrites_the_share(logits, target, eps=0.1, pad_id=PAD):
+    q = torch.full_like(logits, eps / logits.size(-1))
+    q.scatter_(-1, target.unsqueeze(-1), 1 - eps)
+    loss = -(q * F.log_softmax(logits, -1)).sum(-1)
+    return loss[target != pad_id].mean()
+
+
 @wrong("label_smoothing_loss.onto_true_class")
 def eps_back_on_true_class(logits, target, eps=0.1, pad_id=PAD):
     one_hot = F.one_hot(target, logits.size(-1)).to(logits.dtype)
@@ -188,6 +196,22 @@ def _rate(step, d_model, warmup, warm=-1.5, decay=-0.5):
     return d_model**-0.5 * min(step**decay, step * warmup**warm)
 
 
+@wrong("noam_lr.precedence_half")
+def minus_one_half(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model ** -1/2 * min(step ** -1/2, step * warmup ** -1.5)  # noqa: E225
+
+
+@wrong("noam_lr.not_a_float")
+def rate_as_a_tensor(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    step = torch.tensor(float(step))
+    return torch.rsqrt(torch.tensor(float(d_model))) * torch.minimum(
+        torch.rsqrt(step), step * warmup ** -1.5)
+
+
 @wrong("noam_lr.warmup_exponent")
 def warmup_square_root(step, d_model, warmup):
     return _rate(step, d_model, warmup, warm=-0.5)
@@ -231,7 +255,7 @@ def clamps_step_0(step, d_model, warmup):
 @wrong("noam_lr.step_zero")
 def torch_rate(step, d_model, warmup):
     step = torch.tensor(float(step))
-    return d_model**-0.5 * torch.minimum(step**-0.5, step * warmup**-1.5)  # inf at 0, then 0
+    return (d_model**-0.5 * torch.minimum(step**-0.5, step * warmup**-1.5)).item()  # inf at 0
 
 
 @wrong("noam_lr.wrong_type")

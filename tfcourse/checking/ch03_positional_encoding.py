@@ -191,6 +191,14 @@ MULTIPLIED = Mistake(
 POSITIONAL_MISTAKES = (
     MULTIPLIED,
     Mistake(
+        "seq_first_broadcast", "Batch and sequence axes mixed up",
+        "x is (batch, seq, d_model), batch first: its positions are x.size(1), and PE[start : "
+        "start + seq] (seq, d_model) broadcasts over the batch as it is. Slicing by x.size(0) and "
+        "unsqueezing axis 1 is the seq-first (seq, batch, d_model) layout of PyTorch's tutorials: "
+        "here it adds position b's encoding to every position of sentence b.",
+        (lambda m, x, start=0: m.dropout(x + m.pe[start : start + x.size(0)].unsqueeze(1)),),
+    ),
+    Mistake(
         "input_left_out", "Input left out",
         "the output is x + PE: the encoding is added to the input, not returned instead of it.",
         (_pe(lambda x, pe, m: m.dropout(pe.expand_as(x))), _pe(lambda x, pe, m: m.dropout(pe))),

@@ -46,6 +46,7 @@ import hashlib
 import importlib.util
 import inspect
 import io
+import itertools
 import linecache
 import math
 import os
@@ -171,8 +172,12 @@ SEQ_FIRST = Mistake(
     "{input}.size(1) the sequence length, and a (seq, d_model) table broadcasts over the batch "
     "as it is (or as table[None] / unsqueeze(0), not unsqueeze(1)): the seq-first (seq, batch, "
     "...) layout of PyTorch's tutorials does not apply here.\n  it raised {error}")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, RECURSION, IN_PLACE, PARAMETERS_CHANGED,
-          NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
+WRONG_ORDER = Mistake(
+    "results_order", "Results returned in the wrong order",
+    "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
+    "{label}.")
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, RECURSION, IN_PLACE,
+          PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           REFERENCE_USED, RENAMED)
 
 # What can go wrong with the exercise file itself (checked before any item).
@@ -1087,6 +1092,7 @@ class Item:
         what, parts = case.what or self.what, case.parts or self.parts
         problem = structure_problem(result, expected, what, parts, _inputs(case))
         if problem:
+            _fail_if_reordered(result, expected, what, parts, compare, case.label)
             problem[0].fail(problem=problem[1], label=case.label)
         bad = _not_finite(result, expected, what, parts)
         if bad:
@@ -1096,6 +1102,21 @@ class Item:
         NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
                       what=what, prep=self.prep, label=case.label, difference=diff,
                       formula=f" {self.formula}" if self.formula else "")
+
+
+def _fail_if_reordered(result, expected, what, parts, compare, label):
+    """WRONG_ORDER when a tuple result is the expected one with its parts in another order:
+    the same values (or, failing that, the same types, shapes and dtypes)."""
+    if not (isinstance(expected, tuple) and isinstance(result, (tuple, list))
+            and len(result) == len(expected) and 1 < len(expected) <= 4):
+        return
+    names = parts if len(parts) == len(expected) else [f"{what}[{i}]" for i in range(len(expected))]
+    for how, fits in (("values", lambda r: _safely(compare, r, expected)),
+                      ("kinds of values", lambda r: structure_problem(r, expected, what, parts) is None)):
+        for order in itertools.permutations(range(len(expected))):
+            if list(order) != sorted(order) and fits(tuple(result[i] for i in order)):
+                got = [names[order.index(i)] for i in range(len(expected))]
+                WRONG_ORDER.fail(expected=", ".join(names), got=", ".join(got), how=how, label=label)
 
 
 def _inputs(case):

@@ -51,6 +51,14 @@ def padding_only_target_mask(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), padding_mask(tgt_in, PAD))
 
 
+@wrong("make_batch.tgt_mask_from_source")
+def target_mask_of_the_source(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
+    tgt_out = pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(src, PAD))  # copy-paste
+
+
 @wrong("make_batch.tgt_mask_no_padding")
 def causal_only_target_mask(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
@@ -316,6 +324,24 @@ def zeroed_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return total / len(batches)
+
+
+@wrong("train_step.token_weighted")
+def weighted_by_tokens(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                       autocast_dtype=None):
+    optimizer.zero_grad()
+    n_tokens = sum(int((b.tgt_out != PAD).sum()) for b in batches)
+    total = 0.0
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), reduction="sum",
+                               label_smoothing=label_smoothing, ignore_index=PAD)
+        (loss / n_tokens).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return total / n_tokens
 
 
 @wrong("train_step.not_divided")

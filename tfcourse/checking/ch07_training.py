@@ -50,6 +50,7 @@ def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src
     src_masks = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
                  "inverted": ~padding_mask(src, PAD), "2d": src != PAD, "3d": (src != PAD)[:, None],
                  "from_target": padding_mask(tgt_in_ids, PAD)}
+    masks["from_source"] = lambda: target_mask(src, PAD)
     return Batch(src, tgt_in_ids, tgt_out_ids, src_masks[src_mask], masks[tgt_mask]())
 
 
@@ -102,6 +103,12 @@ BATCH_MISTAKES = (
         "the decoder must not see the tokens it is about to predict: combine the padding mask "
         "with the causal mask (tfcourse.masks.target_mask does both).",
         (_batch_with(tgt_mask="padding"),),
+    ),
+    Mistake(
+        "tgt_mask_from_source", "Target mask built from the source",
+        "tgt_mask is target_mask(tgt_in, PAD): the decoder's self-attention runs over the "
+        "decoder input, (batch, 1, tgt_len, tgt_len), not over the source.",
+        (_batch_with(tgt_mask="from_source"),),
     ),
     Mistake(
         "tgt_mask_no_padding", "Target mask without padding",
@@ -646,10 +653,11 @@ def _steps_of(fn, args, case):
 
 def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True,
          ignore_pad=True, clip_zero=False, clip_each=False, step_each=False, target="tgt_out",
-         step=True, returns="mean", by_value=False, flat=True):
+         step=True, returns="mean", by_value=False, flat=True, per_token=False):
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
     weights after each step and the returned losses. zero: "start" (right), "never", "each"
-    (micro-batch) or "end" (after the step)."""
+    (micro-batch) or "end" (after the step). per_token: each micro-batch's summed loss divided
+    by the real tokens of all of them (a mean over tokens, not over micro-batches)."""
     model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
@@ -657,6 +665,7 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
         if zero == "start":
             optimizer.zero_grad()
         total, kept = 0.0, []
+        tokens = sum(int((b.tgt_out != PAD).sum()) for b in batches)
         for batch in batches:
             if zero == "each":
                 optimizer.zero_grad()
@@ -665,7 +674,10 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
             loss = F.cross_entropy(logits.flatten(0, 1) if flat else logits,
                                    wanted.flatten() if flat else wanted,
                                    label_smoothing=eps if smoothing else 0.0,
-                                   ignore_index=PAD if ignore_pad else -100)
+                                   ignore_index=PAD if ignore_pad else -100,
+                                   reduction="sum" if per_token else "mean")
+            if per_token:
+                loss = loss * len(batches) / tokens  # so that the mean below is sum / tokens
             (loss / (len(batches) if divide else 1)).backward()
             total += loss.item()
             kept.append(loss)
@@ -748,6 +760,13 @@ STEP_MISTAKES = (
         "call optimizer.step() once, after the loop.",
         (_variant(step_each=True), _variant(step_each=True, divide=False),
          _variant(step_each=True, zero="each"), _variant(step_each=True, zero="each", divide=False)),
+    ),
+    Mistake(
+        "token_weighted", "Micro-batches weighted by their number of tokens",
+        "train_step averages the micro-batches' MEAN losses, each micro-batch counting the same: "
+        "backpropagate loss / len(batches), loss being the mean over that micro-batch's tokens "
+        "(summing every token's loss and dividing by all the tokens weights big micro-batches more).",
+        (_variant(per_token=True),),
     ),
     Mistake(
         "not_divided", "Micro-batch losses not divided by their number",

@@ -15,13 +15,19 @@ fixed, the same for every item:
   4. Past the time limit                                -> "Too slow"
   5. It called a built-in the item forbids, or ran the reference itself -> that mistake
   6. It raised: a catalogued mistake whose own computation raises the same way on this
-     case (and not on the cases passed so far), else "Raised <error>" with the line
+     case (and not on the cases passed so far); torch's complaint that sizes do not match,
+     where the sizes are one (batch, seq, ...) input's batch and sequence length -> "Batch
+     and sequence axes mixed up"; else "Raised <error>" with the line, and what torch's
+     common errors mean (explain_error: a weight not transposed, classes not on axis 1, ...)
   7. An input (or the module's own parameters) changed in place -> "Input modified in place"
   8. Equal to the reference                              -> the case passes
   9. It returned None                                    -> "Nothing returned"
  10. A catalogued mistake computes the same result (and agrees with the reference on the
      cases passed so far)                                -> its title and hint
- 11. Wrong type, shape or dtype                          -> "Wrong type" / "Wrong shape" / ...
+ 11. A tuple whose parts are the expected ones in another order -> "Results returned in the
+     wrong order"; wrong type, shape or dtype            -> "Wrong type" / "Wrong shape" / ...
+     A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,
+     an axis reduced instead of concatenated, a length off by one.
  12. NaN or inf where the reference has none             -> "Not finite"
  13. Otherwise                                           -> "Wrong <what> ..., and no common
                                                             mistake matches" with the largest
@@ -467,6 +473,14 @@ def explain_error(error, inputs=()):
         return " (view after a transpose: use reshape, or .contiguous().view(...))"
     if re.search(r"shape '\[[\d, -]+\]' is invalid for input of size", text):
         return " (a view or reshape whose sizes do not multiply to the tensor's number of entries)"
+    if "Expected target size" in text:
+        return (" (F.cross_entropy takes the classes on axis 1: flatten the logits to (N, V) and "
+                "the targets to (N,), or move the classes: logits.transpose(1, 2))")
+    if re.search(r"Expected input batch_size \(\d+\) to match target batch_size", text):
+        return (" (the logits and the targets give different numbers of positions: slice, and "
+                "flatten, both the same way)")
+    if "Index tensor must have the same number of dimensions" in text:
+        return " (gather's index needs as many axes as the tensor: index.unsqueeze(-1))"
     if isinstance(error, TypeError) and "must be Tensor, not tuple" in text:
         return (" (a tuple where a tensor is wanted: a function that returns (output, weights) "
                 "needs its [0])")

@@ -367,7 +367,7 @@ def _embedding_case(seed, vocab, d_model, batch, seq):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab, (batch, seq), generator=g)
     embedding = nn.Embedding.from_pretrained(torch.randn(vocab, d_model, generator=g), freeze=False)
-    args = (tokens, embedding, PositionalEncoding(d_model, max_len=16))
+    args = (tokens, embedding, PositionalEncoding(d_model, max_len=20))  # sqrt(20) is no d_model / 2
     return Case(args, names=("tokens", "embedding", "positional_encoding"),
                 label=describe(tokens=tokens) + f", d_model={d_model}", seed=seed)
 

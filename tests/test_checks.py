@@ -410,3 +410,26 @@ def test_hostile_files_under_pytest_fail_with_one_line_each_and_never_succeed(tm
     assert run.returncode == 1 and " failed" in run.stdout.splitlines()[-1], run.stdout
     assert "Traceback" not in run.stdout
 
+
+
+@pytest.mark.parametrize("got, expected, told", [
+    ((1, 50, 16), (50, 16), "an extra axis of size 1 in front"),
+    ((16, 50), (50, 16), "axes 0 and 1 swapped"),
+    ((5, 2, 8), (2, 5, 8), "batch and sequence?"),
+    ((2, 5, 4), (2, 5, 12), "an axis of size 3 (3 is the size of x's axis 1) was reduced"),
+    ((2, 8), (2, 5, 8), "axis 1, of size 5, is missing"),
+    ((3, 7), (3, 8), "one too few (off by one"),
+    ((3, 5, 8), (2, 5, 12), "the same number of entries, grouped otherwise"),
+])
+def test_a_wrong_shape_says_what_it_tells(got, expected, told):
+    assert told in core.shape_story(got, expected, [("x", torch.zeros(2, 3, 5, 4))])
+
+
+def test_torch_errors_are_explained_in_the_learners_terms():
+    def weight_not_transposed(x):
+        return x @ torch.zeros(10, 6)
+
+    outcome = core.call(weight_not_transposed, torch.zeros(4, 6))
+    with pytest.raises(CheckFailure) as raised:
+        core.fail_on_error(outcome, "ffn", "x (4, 6)")
+    assert "its transpose (6, 10) would fit" in first_line(raised.value)

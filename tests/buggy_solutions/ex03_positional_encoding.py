@@ -351,3 +351,22 @@ class UnderNoGrad(PositionalEncoding):
 class EncodingOnly(PositionalEncoding):
     def forward(self, x, start=0):
         return self.dropout(self.pe[start : start + x.size(1)].expand_as(x))
+
+
+@wrong("PositionalEncoding.seq_first")
+class SeqFirstUnsqueeze(PositionalEncoding):
+    def forward(self, x, start=0):  # the PyTorch tutorial's (seq, batch, d_model) habit
+        return self.dropout(x + self.pe[start : start + x.size(1)].unsqueeze(1))
+
+
+@wrong("PositionalEncoding.seq_first_broadcast")
+class SeqFirstBroadcast(PositionalEncoding):
+    def forward(self, x, start=0):
+        seq_len = x.size(0)  # (seq, batch, d_model), as in the PyTorch tutorial
+        return self.dropout(x + self.pe[start : start + seq_len].unsqueeze(1))
+
+
+@wrong("PositionalEncoding.seq_first")
+class SlicedByTheBatchSize(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start : start + x.size(0)])

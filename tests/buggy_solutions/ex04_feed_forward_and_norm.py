@@ -167,6 +167,17 @@ class AlwaysRelu(PositionWiseFeedForward):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
 
 
+@wrong("PositionWiseFeedForward.gelu_approximated")
+class GeluTanh(PositionWiseFeedForward):
+    def forward(self, x):
+        h = self.linear1(x)
+        if self.activation is F.gelu:  # GPT-2's GELU
+            h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+        else:
+            h = self.activation(h)
+        return self.linear2(self.dropout(h))
+
+
 @wrong("PositionWiseFeedForward.layers_misapplied")
 class LinearsSwapped(PositionWiseFeedForward):
     def forward(self, x):
@@ -240,6 +251,14 @@ class DropoutAroundTheSum(SublayerConnection):
         if self.norm_first:
             return self.dropout(x + sublayer(self.norm(x)))
         return self.norm(self.dropout(x + sublayer(x)))
+
+
+@wrong("SublayerConnection.dropout_on_sum")
+class ResidualDroppedToo(SublayerConnection):
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.dropout(x) + self.dropout(sublayer(self.norm(x)))
+        return self.norm(self.dropout(x) + self.dropout(sublayer(x)))
 
 
 @wrong("SublayerConnection.dropout_missing")

@@ -413,3 +413,53 @@ class reads_norm_first(given.Encoder):
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x) if self.norm_first else x
+
+
+@wrong("Encoder.extra_residual")
+class residual_around_each_layer(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = x + layer(x, mask)
+        return self.norm(x)
+
+
+@wrong("Encoder.final_norm_twice")
+class final_norm_twice(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            x = layer(x, mask)
+        x = self.norm(x)
+        return self.norm(x)
+
+
+@wrong("EncoderLayer.ffn_reads_input")
+class sublayers_in_parallel(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            a = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return a + self.dropout(self.feed_forward(self.norm2(x)))
+        a = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(a + self.dropout(self.feed_forward(x)))
+
+
+@wrong("EncoderLayer.pre_norm_also_post")
+class pre_norm_normalizes_the_sums_too(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = self.norm1(x + self.dropout(self.self_attn(h, h, h, mask)[0]))
+            return self.norm2(x + self.dropout(self.feed_forward(self.norm2(x))))
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
+@wrong("EncoderLayer.dropout_on_residual")
+class residual_dropped_out(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = self.dropout(x) + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return self.dropout(x) + self.dropout(self.feed_forward(self.norm2(x)))
+        x = self.norm1(self.dropout(x) + self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return self.norm2(self.dropout(x) + self.dropout(self.feed_forward(x)))

@@ -270,6 +270,14 @@ class EverySublayerOnTheInput(_Layer):
         return self.sublayers[2](y, self.feed_forward)
 
 
+@wrong("DecoderLayer.extra_residual")
+class ResidualAroundEachSublayer(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = x + self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask)[0])
+        x = x + self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, src_mask)[0])
+        return x + self.sublayers[2](x, self.feed_forward)
+
+
 @wrong("DecoderLayer.argument_ignored")
 class LambdaUsesTheOuterX(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):

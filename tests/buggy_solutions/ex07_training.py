@@ -51,6 +51,14 @@ def padding_only_target_mask(pairs, vocab):
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), padding_mask(tgt_in, PAD))
 
 
+@wrong("make_batch.tgt_mask_from_source")
+def target_mask_of_the_source(pairs, vocab):
+    xs, ys = _ids(pairs, vocab)
+    src, tgt_in = pad_sequences(xs), pad_sequences([[BOS, *y] for y in ys])
+    tgt_out = pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(src, PAD))  # copy-paste
+
+
 @wrong("make_batch.tgt_mask_no_padding")
 def causal_only_target_mask(pairs, vocab):
     xs, ys = _ids(pairs, vocab)
@@ -102,6 +110,14 @@ def padding_zeroed_but_counted(logits, target, eps=0.1, pad_id=PAD):
     q = _smoothed(logits, target, eps)
     loss = -(q * F.log_softmax(logits, -1)).sum(-1)
     return (loss * (target != pad_id)).sum() / target.numel()
+
+
+@wrong("label_smoothing_loss.true_share_overwritten")
+def scatter_overwrites_the_share(logits, target, eps=0.1, pad_id=PAD):
+    q = torch.full_like(logits, eps / logits.size(-1))
+    q.scatter_(-1, target.unsqueeze(-1), 1 - eps)
+    loss = -(q * F.log_softmax(logits, -1)).sum(-1)
+    return loss[target != pad_id].mean()
 
 
 @wrong("label_smoothing_loss.onto_true_class")
@@ -188,6 +204,22 @@ def _rate(step, d_model, warmup, warm=-1.5, decay=-0.5):
     return d_model**-0.5 * min(step**decay, step * warmup**warm)
 
 
+@wrong("noam_lr.precedence_half")
+def minus_one_half(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model ** -1/2 * min(step ** -1/2, step * warmup ** -1.5)  # noqa: E225
+
+
+@wrong("noam_lr.not_a_float")
+def rate_as_a_tensor(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    step = torch.tensor(float(step))
+    return torch.rsqrt(torch.tensor(float(d_model))) * torch.minimum(
+        torch.rsqrt(step), step * warmup ** -1.5)
+
+
 @wrong("noam_lr.warmup_exponent")
 def warmup_square_root(step, d_model, warmup):
     return _rate(step, d_model, warmup, warm=-0.5)
@@ -231,7 +263,7 @@ def clamps_step_0(step, d_model, warmup):
 @wrong("noam_lr.step_zero")
 def torch_rate(step, d_model, warmup):
     step = torch.tensor(float(step))
-    return d_model**-0.5 * torch.minimum(step**-0.5, step * warmup**-1.5)  # inf at 0, then 0
+    return (d_model**-0.5 * torch.minimum(step**-0.5, step * warmup**-1.5)).item()  # inf at 0
 
 
 @wrong("noam_lr.wrong_type")
@@ -292,6 +324,24 @@ def zeroed_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return total / len(batches)
+
+
+@wrong("train_step.token_weighted")
+def weighted_by_tokens(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                       autocast_dtype=None):
+    optimizer.zero_grad()
+    n_tokens = sum(int((b.tgt_out != PAD).sum()) for b in batches)
+    total = 0.0
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), reduction="sum",
+                               label_smoothing=label_smoothing, ignore_index=PAD)
+        (loss / n_tokens).backward()
+        total += loss.item()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return total / n_tokens
 
 
 @wrong("train_step.not_divided")

@@ -483,3 +483,45 @@ def embedding_scaled_again(model, tokens, memory, src_mask, cache=None):
     x = model.tgt_embed(tokens[:, -1:]) * model.config.d_model**0.5
     h = model.decoder(model.positional(x, start=len(cache)), memory, src_mask, None, cache=cache)
     return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+@wrong("greedy_decode.sampled")
+def samples_the_next_token(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(ys.size(1))))
+        token = torch.distributions.Categorical(logits=logits[:, -1]).sample()
+        token = token.masked_fill(done, model.config.pad_id)
+        ys = torch.cat((ys, token[:, None]), 1)
+        done |= token == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("decode_step.first_position")
+def first_position(model, tokens, memory, src_mask, cache=None):
+    if cache is not None:
+        return right_step(model, tokens, memory, src_mask, cache)
+    h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
+    return model.generator(h[:, 0]).log_softmax(-1)
+
+
+@wrong("decode_step.causal_mask_cached")
+def causal_mask_with_the_cache(model, tokens, memory, src_mask, cache=None):
+    t = tokens.size(1)
+    if cache is None:
+        return right_step(model, tokens, memory, src_mask)
+    x = model.positional(model.tgt_embed(tokens[:, -1:]), start=t - 1)
+    h = model.decoder(x, memory, src_mask, causal_mask(t), cache=cache)
+    return model.generator(h[:, -1]).log_softmax(-1)
+
+
+@wrong("beam_search_step.results_order")
+def returns_indices_first(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    new, beam, token = _top(candidates / length_penalty(lengths, alpha)[:, :, None], candidates,
+                            scores.size(1))
+    return beam, token, new

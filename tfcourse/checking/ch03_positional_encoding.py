@@ -191,6 +191,14 @@ MULTIPLIED = Mistake(
 POSITIONAL_MISTAKES = (
     MULTIPLIED,
     Mistake(
+        "seq_first_broadcast", "Batch and sequence axes mixed up",
+        "x is (batch, seq, d_model), batch first: its positions are x.size(1), and PE[start : "
+        "start + seq] (seq, d_model) broadcasts over the batch as it is. Slicing by x.size(0) and "
+        "unsqueezing axis 1 is the seq-first (seq, batch, d_model) layout of PyTorch's tutorials: "
+        "here it adds position b's encoding to every position of sentence b.",
+        (lambda m, x, start=0: m.dropout(x + m.pe[start : start + x.size(0)].unsqueeze(1)),),
+    ),
+    Mistake(
         "input_left_out", "Input left out",
         "the output is x + PE: the encoding is added to the input, not returned instead of it.",
         (_pe(lambda x, pe, m: m.dropout(pe.expand_as(x))), _pe(lambda x, pe, m: m.dropout(pe))),
@@ -359,7 +367,7 @@ def _embedding_case(seed, vocab, d_model, batch, seq):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab, (batch, seq), generator=g)
     embedding = nn.Embedding.from_pretrained(torch.randn(vocab, d_model, generator=g), freeze=False)
-    args = (tokens, embedding, PositionalEncoding(d_model, max_len=16))
+    args = (tokens, embedding, PositionalEncoding(d_model, max_len=20))  # sqrt(20) is no d_model / 2
     return Case(args, names=("tokens", "embedding", "positional_encoding"),
                 label=describe(tokens=tokens) + f", d_model={d_model}", seed=seed)
 

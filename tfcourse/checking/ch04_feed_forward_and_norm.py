@@ -212,6 +212,11 @@ def _ffn_with(**bug):
     return lambda ffn, x: _ffn(ffn, x, **bug)
 
 
+def _ffn_with_gelu(form):
+    """The FFN with GELU computed by `form` (ReLU left as it is)."""
+    return lambda ffn, x: _ffn(ffn, x, activation=form if ffn.activation is F.gelu else None)
+
+
 FFN_MISTAKES = (
     Mistake(
         "activation_last", "Activation after the second linear layer",
@@ -230,6 +235,14 @@ FFN_MISTAKES = (
         "with activation='gelu' the hidden layer goes through GELU: use self.activation, which "
         "__init__ set from the argument, not a fixed ReLU.",
         (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu)),
+    ),
+    Mistake(
+        "gelu_approximated", "GELU approximated",
+        "the exercise's GELU is the exact one, F.gelu: x * Phi(x) with Phi the normal "
+        "distribution's CDF. The tanh form (GPT-2's, approximate='tanh') and x * sigmoid(1.702 x) "
+        "are approximations: call self.activation.",
+        tuple(_ffn_with_gelu(form) for form in (
+            lambda h: F.gelu(h, approximate="tanh"), lambda h: h * torch.sigmoid(1.702 * h))),
     ),
     Mistake(
         "bias_dropped", "Biases left out",
@@ -351,6 +364,22 @@ def _sub_with(norm_first_only=None, **bug):
     return compute
 
 
+def _residual_dropped(residual_first):
+    """Dropout(x) + Dropout(Sublayer(...)), the residual's dropout drawn first or second."""
+
+    def compute(module, x, sub):
+        h = module.norm(x) if module.norm_first else x
+        if residual_first:
+            r = module.dropout(x)
+            y = r + module.dropout(sub(h))
+        else:
+            y = module.dropout(sub(h))
+            y = module.dropout(x) + y
+        return y if module.norm_first else module.norm(y)
+
+    return compute
+
+
 SUBLAYER_MISTAKES = (
     Mistake(
         "no_residual", "Residual missing",
@@ -388,7 +417,7 @@ SUBLAYER_MISTAKES = (
         "dropout_on_sum", "Dropout applied to the residual too",
         "dropout goes on the sublayer's output only, x + Dropout(Sublayer(...)): the residual "
         "path carries x unchanged.",
-        (_sub_with(drop="sum"),),
+        (_sub_with(drop="sum"), _residual_dropped(True), _residual_dropped(False)),
     ),
     Mistake(
         "dropout_missing", "Dropout not applied",

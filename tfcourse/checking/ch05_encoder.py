@@ -98,16 +98,20 @@ EMBEDDINGS = Item(
 
 
 def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
-           dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True):
+           dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True,
+           ffn_reads_input=False, post_too=False):
     """The reference layer's computation, with the variations that mistakes make.
 
     residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
     (x normalized first, and the residual from it, in both modes) or None (no residual).
     dropout: "sublayer" (right: on the sublayer's output), None, "input" (on the sublayer's
     input), "sum" (on the residual sum), "end" (on the sublayer block's result) or "eval"
-    (on the sublayer's output, in eval mode too). order: the sublayers' order; norms[i]: the
-    norm that sublayer i uses. kv: "raw" gives self-attention the unnormalized x as keys
-    and values.
+    (on the sublayer's output, in eval mode too), "residual" or "residual_after" (on the
+    sublayer's output and on the residual x too, drawn before or after the sublayer's).
+    order: the sublayers' order; norms[i]: the norm that sublayer i uses. kv: "raw" gives
+    self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward
+    sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
+    that also normalizes each residual sum.
     """
     if mask_t and mask is not None:
         mask = mask.transpose(-2, -1)
@@ -122,8 +126,10 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     for i in order:
         norm = layer.sublayers[norms[i]].norm
         pre = norm_first or residual == "normalized_always"
-        h = norm(x) if pre else x
+        read = first if ffn_reads_input and i == 1 else x
+        h = norm(read) if pre else read
         given = drop(h) if dropout == "input" else h
+        kept = drop(x) if dropout == "residual" else x  # drawn before the sublayer's dropout
         if i == 0:
             source = x if kv == "raw" else given
             query = x if kv == "raw_query" else given
@@ -131,13 +137,15 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
             out = out[0] if unpacked else out
         else:
             out = layer.feed_forward(given)
-        if dropout == "sublayer":
+        if dropout in ("sublayer", "residual", "residual_after"):
             out = drop(out)
-        residual_x = x if chained or i == order[0] else first
+        if dropout == "residual_after":
+            kept = drop(x)
+        residual_x = kept if chained or i == order[0] else first
         y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[residual] + out
         if dropout == "sum":
             y = drop(y)
-        if not pre:
+        if not pre or post_too:
             y = norm(y)
         x = drop(y) if dropout == "end" else y
     return x
@@ -209,6 +217,19 @@ LAYER_MISTAKES = (
         (_layer_with(chained=False),),
     ),
     Mistake(
+        "ffn_reads_input", "Feed-forward sublayer given the layer's input",
+        "the sublayers run one after the other, not side by side: the feed-forward sublayer "
+        "reads the attention sublayer's output: x = sublayer1(x), then x = sublayer2(x) on that "
+        "new x (its residual too).",
+        (_layer_with(ffn_reads_input=True),),
+    ),
+    Mistake(
+        "pre_norm_also_post", "Pre-norm also normalizes after the residual sum",
+        "with norm_first=True the norm comes only BEFORE each sublayer: x = x + Dropout("
+        "Sublayer(LayerNorm(x))); the sum itself is not normalized (that is post-norm's place).",
+        (_layer_with(post_too=True),),
+    ),
+    Mistake(
         "mask_inverted", "Mask polarity inverted",
         "True means 'may attend' here (torch.nn's key_padding_mask is the opposite): pass the "
         "mask on as it is.",
@@ -236,6 +257,12 @@ LAYER_MISTAKES = (
         "dropout goes on each sublayer's output, before the residual sum: "
         "x + Dropout(Sublayer(...)), not on the sublayer's input or on the sum.",
         tuple(_layer_with(dropout=d) for d in ("input", "sum", "end")),
+    ),
+    Mistake(
+        "dropout_on_residual", "Dropout applied to the residual too",
+        "dropout goes on each sublayer's output only, x + Dropout(Sublayer(...)): the residual "
+        "path carries x unchanged from layer to layer.",
+        (_layer_with(dropout="residual"), _layer_with(dropout="residual_after")),
     ),
     Mistake(
         "dropout_in_eval", "Dropout applied in eval mode",
@@ -310,15 +337,18 @@ LAYER = Item(
 # Encoder
 
 
-def _stack(encoder, x, mask, *, masks="all", chained=True, layers=None, final="end"):
+def _stack(encoder, x, mask, *, masks="all", chained=True, layers=None, final="end",
+           residual=False):
     """The reference stack's computation, with the variations that mistakes make."""
     layers = list(encoder.layers) if layers is None else layers(encoder)
     h = encoder.norm(x) if final == "start" else x
     for i, layer in enumerate(layers):
         use = mask if masks == "all" or (masks == "first" and i == 0) else None
-        h = layer(h if chained else x, use)
+        h = layer(h if chained else x, use) + (h if residual else 0)
         if final == "each":
             h = encoder.norm(h)
+    if final == "twice":
+        return encoder.norm(encoder.norm(h))
     return encoder.norm(h) if final == "end" else h
 
 
@@ -358,6 +388,17 @@ ENCODER_MISTAKES = (
         "layers_reversed", "Layers applied in reverse order",
         "the input goes through self.layers[0] first, then [1], and so on.",
         (_stack_with(layers=lambda e: list(e.layers)[::-1]),),
+    ),
+    Mistake(
+        "extra_residual", "Extra residual around each layer",
+        "each layer already adds its residuals inside (x + Sublayer(...)): the stack only "
+        "chains them, x = layer(x, mask), not x = x + layer(x, mask).",
+        (_stack_with(residual=True),),
+    ),
+    Mistake(
+        "final_norm_twice", "Final LayerNorm applied twice",
+        "apply self.norm once, after the last layer.",
+        (_stack_with(final="twice"),),
     ),
     Mistake(
         "no_final_norm", "Final LayerNorm missing",

@@ -121,13 +121,14 @@ D_MODEL, HEADS, D_FF = 16, 4, 32
 
 def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "memory"),
              cross_first=False, modules=("self_attn", "cross_attn"), subs=(0, 1, 2),
-             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False):
+             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False, extra=()):
     """The reference layer's computation with the variations that mistakes make.
 
     modules: the attention modules used for self- and cross-attention; subs: which of
     self.sublayers wraps each step; inputs[i]: the step whose input sublayer i takes (its
     own: chained; 0: the layer's input x); outer: the steps whose function ignores its
-    argument and uses the sublayer's input instead (unnormalized in pre-norm)."""
+    argument and uses the sublayer's input instead (unnormalized in pre-norm); extra: the steps
+    given a second residual around their sublayer (x + sublayer(x, f))."""
     self_attn, cross_attn = (getattr(layer, m) for m in modules)
 
     def pick(name, y):
@@ -150,7 +151,8 @@ def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "mem
     for i, step in enumerate(steps if ffn else steps[:2]):
         given = states[i if inputs[i] == i else 0]
         function = (lambda y, f=step, g=given: f(g)) if i in outer else step
-        states.append(layer.sublayers[subs[i]](given, function))
+        out = layer.sublayers[subs[i]](given, function)
+        states.append(given + out if i in extra else out)
     return states[-1]
 
 
@@ -285,6 +287,12 @@ LAYER_MISTAKES = (
         "no_feed_forward", "Feed-forward sublayer missing",
         "after cross-attention comes a third sublayer: self.sublayers[2](x, self.feed_forward).",
         _with(ffn=False),
+    ),
+    Mistake(
+        "extra_residual", "Residual added twice",
+        "self.sublayers[i](x, f) already adds the residual (x + Dropout(f(...)), normalized in "
+        "post-norm): x = self.sublayers[0](x, ...), not x = x + self.sublayers[0](x, ...).",
+        tuple(v for extra in ((0, 1, 2), (0,), (1,), (2,)) for v in _with(extra=extra)),
     ),
     Mistake(
         "not_chained", "Sublayers not chained",

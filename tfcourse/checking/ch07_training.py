@@ -50,6 +50,7 @@ def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src
     src_masks = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
                  "inverted": ~padding_mask(src, PAD), "2d": src != PAD, "3d": (src != PAD)[:, None],
                  "from_target": padding_mask(tgt_in_ids, PAD)}
+    masks["from_source"] = lambda: target_mask(src, PAD)
     return Batch(src, tgt_in_ids, tgt_out_ids, src_masks[src_mask], masks[tgt_mask]())
 
 
@@ -102,6 +103,12 @@ BATCH_MISTAKES = (
         "the decoder must not see the tokens it is about to predict: combine the padding mask "
         "with the causal mask (tfcourse.masks.target_mask does both).",
         (_batch_with(tgt_mask="padding"),),
+    ),
+    Mistake(
+        "tgt_mask_from_source", "Target mask built from the source",
+        "tgt_mask is target_mask(tgt_in, PAD): the decoder's self-attention runs over the "
+        "decoder input, (batch, 1, tgt_len, tgt_len), not over the source.",
+        (_batch_with(tgt_mask="from_source"),),
     ),
     Mistake(
         "tgt_mask_no_padding", "Target mask without padding",
@@ -199,6 +206,7 @@ def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smo
     spread = {  # what the eps part of q costs at each position
         "uniform": lambda: -log_p.mean(-1),  # eps / V onto every class
         "others": lambda: -(log_p.sum(-1) + nll) / (n_classes - 1),  # eps / (V - 1), not the true
+        "overwritten": lambda: -(log_p.sum(-1) + nll) / n_classes,  # eps / V, the true's lost
         "others_not_pad": lambda: -(log_p.sum(-1) + nll - log_p[..., pad_id]) / (n_classes - 2),
         "pad": lambda: -log_p[..., pad_id],  # all of eps onto the padding class
         "true": lambda: nll,  # eps put back onto the true class: no smoothing
@@ -291,6 +299,14 @@ LOSS_MISTAKES = (
         "(q_true = 1 - eps + eps / V), so the loss equals F.cross_entropy(..., "
         "label_smoothing=eps). The Annotated Transformer spreads eps / (V - 2) instead.",
         (_loss_with(smooth="others"), _loss_with(smooth="others_not_pad")),
+    ),
+    Mistake(
+        "true_share_overwritten", "True class's eps / V share overwritten",
+        "q_true = 1 - eps + eps / V: the true class keeps its share of the smoothing too. "
+        "Filling q with eps / V and then writing 1 - eps at the true class (scatter_, or "
+        "q[..., y] = 1 - eps) drops that share, so q sums to less than 1: add 1 - eps there "
+        "(scatter_add_, or (1 - eps) * one_hot + eps / V).",
+        (_loss_with(smooth="overwritten"),),
     ),
     Mistake(
         "mass_not_taken", "Smoothing mass added without taking it from the true class",
@@ -456,16 +472,19 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False, swapped=False):
+          grouped=False, swapped=False, halved=()):
+    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay")."""
     step += shift
+    scale = d_model**-1 / 2 if "d" in halved else d_model**d
+    fall = step**-1 / 2 if "decay" in halved else step**decay
     warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
     if swapped:  # warmup * step^-1.5
         warmup_branch = warmup * step**warm
     if factor == "all":
-        return d_model**d * pick(step**decay, warmup_branch)
+        return scale * pick(fall, warmup_branch)
     if factor == "decay":
-        return pick(d_model**d * step**decay, warmup_branch)
-    return pick(step**decay, d_model**d * warmup_branch)
+        return pick(scale * fall, warmup_branch)
+    return pick(fall, scale * warmup_branch)
 
 
 def _all(**variant):
@@ -496,6 +515,12 @@ NOAM_MISTAKES = (
         tuple(_all(decay=e) for e in (-1.0, 0.5, -1.5, -2.0)),
     ),
     Mistake(
+        "precedence_half", "x ** -1/2 computes (x ** -1) / 2",
+        "** binds tighter than /: step ** -1/2 is 1 / (2 * step), not 1 / sqrt(step). Write "
+        "step ** -0.5 (and d_model ** -0.5), or 1 / math.sqrt(step).",
+        tuple(_all(halved=h) for h in (("d", "decay"), ("decay",), ("d",))),
+    ),
+    Mistake(
         "max", "max instead of min",
         "the rate is the SMALLER of the two branches: the warmup line first, then the decay.",
         (_all(pick=max),),
@@ -517,6 +542,11 @@ NOAM_MISTAKES = (
         "inside (a scheduler counting from 0 passes step + 1 itself).",
         (_all(shift=1), _all(shift=-1)),
     ),
+)
+NOT_A_FLOAT = Mistake(
+    "not_a_float", "Rate returned as a tensor, not a float",
+    "noam_lr returns the learning rate as a Python float (optimizers and LambdaLR take "
+    "numbers): compute it with Python's ** and min (or math.sqrt), or return float(rate).",
 )
 STEP_ZERO = Mistake(
     "step_zero", "Step 0 not handled",
@@ -552,6 +582,14 @@ def _first_wrong_rate(case, result, expected):
     return ""
 
 
+def _check_float(item, target):
+    """After the rates are right: each is a Python float, not a tensor."""
+    outcome = call(target, 4000, 512, 4000)
+    if outcome.error is None and not isinstance(outcome.value, (float, int)):
+        NOT_A_FLOAT.fail(f"  step=4000, d_model=512, warmup=4000: it returned "
+                         f"{type(outcome.value).__name__} {outcome.value!r}")
+
+
 def _check_step_zero(item, target):
     """After the rates are right: step 0 must raise a ValueError."""
     outcome = call(target, 0, 512, 4000)
@@ -568,9 +606,9 @@ NOAM = Item(
     [Case((NOAM_CASES,), label=f"{len(NOAM_CASES)} (step, d_model, warmup), from (1, 512, 4000) "
           "to (100000, 512, 4000)", run=_rates, seed=0,
           parts=tuple(f"the rate at step={s}, d_model={d}, warmup={w}" for s, d, w in NOAM_CASES))],
-    NOAM_MISTAKES + (STEP_ZERO,), same=_same_rates, what="rates", show=_first_wrong_rate,
+    NOAM_MISTAKES + (NOT_A_FLOAT, STEP_ZERO), same=_same_rates, what="rates", show=_first_wrong_rate,
     formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
-    after=(_check_step_zero,),
+    after=(_check_float, _check_step_zero),
 )
 
 
@@ -615,10 +653,11 @@ def _steps_of(fn, args, case):
 
 def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True,
          ignore_pad=True, clip_zero=False, clip_each=False, step_each=False, target="tgt_out",
-         step=True, returns="mean", by_value=False, flat=True):
+         step=True, returns="mean", by_value=False, flat=True, per_token=False):
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
     weights after each step and the returned losses. zero: "start" (right), "never", "each"
-    (micro-batch) or "end" (after the step)."""
+    (micro-batch) or "end" (after the step). per_token: each micro-batch's summed loss divided
+    by the real tokens of all of them (a mean over tokens, not over micro-batches)."""
     model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
@@ -626,6 +665,7 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
         if zero == "start":
             optimizer.zero_grad()
         total, kept = 0.0, []
+        tokens = sum(int((b.tgt_out != PAD).sum()) for b in batches)
         for batch in batches:
             if zero == "each":
                 optimizer.zero_grad()
@@ -634,7 +674,10 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
             loss = F.cross_entropy(logits.flatten(0, 1) if flat else logits,
                                    wanted.flatten() if flat else wanted,
                                    label_smoothing=eps if smoothing else 0.0,
-                                   ignore_index=PAD if ignore_pad else -100)
+                                   ignore_index=PAD if ignore_pad else -100,
+                                   reduction="sum" if per_token else "mean")
+            if per_token:
+                loss = loss * len(batches) / tokens  # so that the mean below is sum / tokens
             (loss / (len(batches) if divide else 1)).backward()
             total += loss.item()
             kept.append(loss)
@@ -717,6 +760,13 @@ STEP_MISTAKES = (
         "call optimizer.step() once, after the loop.",
         (_variant(step_each=True), _variant(step_each=True, divide=False),
          _variant(step_each=True, zero="each"), _variant(step_each=True, zero="each", divide=False)),
+    ),
+    Mistake(
+        "token_weighted", "Micro-batches weighted by their number of tokens",
+        "train_step averages the micro-batches' MEAN losses, each micro-batch counting the same: "
+        "backpropagate loss / len(batches), loss being the mean over that micro-batch's tokens "
+        "(summing every token's loss and dividing by all the tokens weights big micro-batches more).",
+        (_variant(per_token=True),),
     ),
     Mistake(
         "not_divided", "Micro-batch losses not divided by their number",

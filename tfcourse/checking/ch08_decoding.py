@@ -100,9 +100,11 @@ def _source(lengths, seed, pad=PAD):
 def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad", first=False,
             keep_bos=False, position=-1, feed="all", steps=0, use_src_mask=True,
             causal=True, keep_eos=True, accumulate=True, done_first=False, one_row=False,
-            bounded=True, generator=True):
+            bounded=True, generator=True, pick="argmax"):
     """Greedy decoding with the variations mistakes make. fill: what a finished sequence
-    gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id)."""
+    gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id).
+    pick: "argmax" (right), or "sample" / "sample_replace": torch.multinomial on the softmax
+    (without or with replacement, as torch.distributions.Categorical draws)."""
     memory = model.encode(src, src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
@@ -111,7 +113,11 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad"
         fed = ys if feed == "all" else ys[:, -1:]
         mask = causal_mask(fed.size(1)) if causal else None
         h = model.decode(fed, memory, src_mask if use_src_mask else None, mask)
-        token = (model.generator(h[:, position]) if generator else h[:, position]).argmax(-1)
+        logits = model.generator(h[:, position]) if generator else h[:, position]
+        if pick == "argmax":
+            token = logits.argmax(-1)
+        else:
+            token = torch.multinomial(logits.softmax(-1), 1, pick == "sample_replace")[:, 0]
         if one_row:  # the first sentence's token for every sentence
             token = token[:1].expand_as(token)
         finished = (done if accumulate else False) | (token == eos_id)
@@ -189,6 +195,13 @@ GREEDY_MISTAKES = (
         "a sequence keeps its EOS: append the token, then stop when every sequence has "
         "produced EOS.",
         (_greedy_with(keep_eos=False),),
+    ),
+    Mistake(
+        "sampled", "Next token sampled instead of the most likely one",
+        "greedy decoding takes the argmax of the last position's logits at each step "
+        "(logits.argmax(-1)); sampling (torch.multinomial, Categorical(...).sample()) is another "
+        "decoding method, and gives other tokens on every run.",
+        (_greedy_with(pick="sample"), _greedy_with(pick="sample_replace")),
     ),
     Mistake(
         "wrong_position", "Next token not taken from the last position of the whole prefix",
@@ -445,20 +458,22 @@ BEAM = Item(
 
 
 def _step(model, tokens, memory, src_mask, cache=None, start=None, mask=True, log="log",
-          use_src_mask=True, fed="new", positional=True, rescale=False, last_only=False):
+          use_src_mask=True, fed="new", positional=True, rescale=False, last_only=False,
+          position=-1, causal_cached=False):
     """decode_step with the variations mistakes make; `start` is the position of the first
-    token fed (with a cache: only the newest token is fed, unless fed="all")."""
+    token fed (with a cache: only the newest token is fed, unless fed="all"). position: the
+    position whose logits are returned; causal_cached: causal_mask(t) passed with the cache."""
     src_mask = src_mask if use_src_mask else None
     if (cache is None and not last_only) or fed == "all":
         x = tokens
         tgt_mask = causal_mask(tokens.size(1)) if mask and cache is None else None
     else:
-        x, tgt_mask = tokens[:, -1:], None
+        x, tgt_mask = tokens[:, -1:], causal_mask(tokens.size(1)) if causal_cached else None
     pos = (len(cache) if cache is not None and fed == "new" else 0) if start is None else start(tokens, cache)
     y = model.tgt_embed(x) * (math.sqrt(model.config.d_model) if rescale else 1)
     y = model.positional(y, start=pos) if positional else y
     every = model.generator(model.decoder(y, memory, src_mask, tgt_mask, cache=cache))
-    logits = every[:, -1]
+    logits = every[:, position]
     return {"log": lambda: logits.log_softmax(-1), "logits": lambda: logits,
             "probabilities": lambda: logits.softmax(-1),
             "wrong_axis": lambda: logits.log_softmax(0),
@@ -535,6 +550,12 @@ UNCACHED_MISTAKES = (
         (_steps(False, last_only=True),),
     ),
     Mistake(
+        "first_position", "Log-probabilities taken from the first position",
+        "the decoder's output has one row per position fed; the next token is predicted by the "
+        "LAST one, h[:, -1] (position 0 only predicts the token after BOS).",
+        (_steps(False, position=0),),
+    ),
+    Mistake(
         "no_causal_mask", "No causal mask without the cache",
         "when the whole prefix goes through the decoder, position i must not see positions "
         "after i (tgt_mask = causal_mask(t)): the model was trained that way.",
@@ -555,6 +576,12 @@ CACHED_MISTAKES = (
         "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
         "keys and values of the earlier ones (yours grows by t at step t).",
         (_steps(True, fed="all"), _steps(True, fed="all", mask=False)),
+    ),
+    Mistake(
+        "causal_mask_cached", "Causal mask passed with the cache",
+        "with a cache one new query attends to every cached key: nothing to hide, so pass "
+        "tgt_mask=None. causal_mask(t) is (t, t), for t queries: it does not fit one query.",
+        (_steps(True, causal_cached=True),),
     ),
     Mistake(
         "position_not_advanced", "KV-cache positions not advanced",

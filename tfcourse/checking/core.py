@@ -15,13 +15,19 @@ fixed, the same for every item:
   4. Past the time limit                                -> "Too slow"
   5. It called a built-in the item forbids, or ran the reference itself -> that mistake
   6. It raised: a catalogued mistake whose own computation raises the same way on this
-     case (and not on the cases passed so far), else "Raised <error>" with the line
+     case (and not on the cases passed so far); torch's complaint that sizes do not match,
+     where the sizes are one (batch, seq, ...) input's batch and sequence length -> "Batch
+     and sequence axes mixed up"; else "Raised <error>" with the line, and what torch's
+     common errors mean (explain_error: a weight not transposed, classes not on axis 1, ...)
   7. An input (or the module's own parameters) changed in place -> "Input modified in place"
   8. Equal to the reference                              -> the case passes
   9. It returned None                                    -> "Nothing returned"
  10. A catalogued mistake computes the same result (and agrees with the reference on the
      cases passed so far)                                -> its title and hint
- 11. Wrong type, shape or dtype                          -> "Wrong type" / "Wrong shape" / ...
+ 11. A tuple whose parts are the expected ones in another order -> "Results returned in the
+     wrong order"; wrong type, shape or dtype            -> "Wrong type" / "Wrong shape" / ...
+     A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,
+     an axis reduced instead of concatenated, a length off by one.
  12. NaN or inf where the reference has none             -> "Not finite"
  13. Otherwise                                           -> "Wrong <what> ..., and no common
                                                             mistake matches" with the largest
@@ -46,6 +52,7 @@ import hashlib
 import importlib.util
 import inspect
 import io
+import itertools
 import linecache
 import math
 import os
@@ -147,7 +154,7 @@ NOTHING_RETURNED = Mistake(
     "nothing_returned", "Nothing returned",
     "{name} returned None on {label}: did you forget a `return`?")
 WRONG_TYPE = Mistake("wrong_type", "Wrong type", "{problem} on {label}")
-WRONG_SHAPE = Mistake("wrong_shape", "Wrong shape", "{problem} on {label}")
+WRONG_SHAPE = Mistake("wrong_shape", "Wrong shape", "{problem}\n  on {label}")
 WRONG_DTYPE = Mistake("wrong_dtype", "Wrong dtype", "{problem} on {label}")
 NOT_FINITE = Mistake(
     "not_finite", "Not finite",
@@ -164,8 +171,19 @@ RENAMED = Mistake(
     "renamed", "Parameters renamed",
     "keep __init__ as the exercise gives it: the check copies the reference's weights into "
     "your module by name; write only forward.\n  load_state_dict said: {said}")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, RECURSION, IN_PLACE, PARAMETERS_CHANGED,
-          NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
+SEQ_FIRST = Mistake(
+    "seq_first", "Batch and sequence axes mixed up",
+    "{name} combined sizes {a} and {b} on one axis, on {label}: {a} is {input}'s {first} and "
+    "{b} its {second}. {input} is (batch, seq, ...), batch first: {input}.size(0) is the batch, "
+    "{input}.size(1) the sequence length, and a (seq, d_model) table broadcasts over the batch "
+    "as it is (or as table[None] / unsqueeze(0), not unsqueeze(1)): the seq-first (seq, batch, "
+    "...) layout of PyTorch's tutorials does not apply here.\n  it raised {error}")
+WRONG_ORDER = Mistake(
+    "results_order", "Results returned in the wrong order",
+    "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
+    "{label}.")
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, RECURSION, IN_PLACE,
+          PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           REFERENCE_USED, RENAMED)
 
 # What can go wrong with the exercise file itself (checked before any item).
@@ -401,6 +419,74 @@ def shape_error(error):
         _SHAPE_WORDS.search(_first_line(error)))
 
 
+_BROADCAST = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b "
+                        r"\((\d+)\) at non-singleton dimension (\d+)")
+_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+_AXIS_NAMES = ("batch size", "sequence length")
+
+
+def _batch_and_seq(a, b, inputs):
+    """(input, a's axis, b's axis) when sizes a and b are the batch (axis 0) and sequence
+    (axis 1) of one (batch, seq, ...) input, each size found nowhere else among the inputs."""
+    if a == b:
+        return None
+    for name, t in inputs:
+        if t.dim() >= 3 and {a, b} == {t.shape[0], t.shape[1]}:
+            found = [s for _, u in inputs for s in u.shape]
+            if found.count(a) == 1 and found.count(b) == 1:
+                return name, int(t.shape[1] == a), int(t.shape[1] == b)
+    return None
+
+
+def explain_error(error, inputs=()):
+    """What a common torch error means in the learner's terms: ' (...)' or ''."""
+    text = _first_line(error)
+    found = _BROADCAST.search(text)
+    if found:
+        a, b, dim = map(int, found.groups())
+        if 0 in (a, b):
+            return (f" (one of the two tensors is empty along axis {dim}: a slice whose end is "
+                    "not after its start?)")
+        said = [f"{size}{_sizes_of(size, inputs).replace(f'{size} is ', '')}" for size in (a, b)]
+        return (f" (two tensors whose axis {dim} has {said[0]} and {said[1]} entries were "
+                "combined: each axis of the two must be equal, or 1 to broadcast)")
+    found = _MATMUL.search(text)
+    if found:
+        rows, inner, given, cols = map(int, found.groups())
+        if cols == inner:
+            return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
+                    f"{inner} and {given} differ, and its transpose ({cols}, {given}) would fit: "
+                    "nn.Linear's weight is (out_features, in_features): x @ layer.weight.T, or "
+                    "call the layer, layer(x))")
+        return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
+                f"{inner} and {given} must be equal)")
+    if "Boolean value of Tensor with more than one value is ambiguous" in text:
+        return (" (a tensor used where Python wants one True or False: `if`, `and`/`or`, Python's "
+                "max() or min(): use torch.maximum, torch.where, .any() or .all())")
+    if re.search(r"expected (scalar type|m1 and m2 to have the same dtype)|"
+                 r"expected both vectors to have same dtype|same dtype", text):
+        return (" (tensors of two dtypes met: make new tensors with the inputs' dtype, "
+                "dtype=x.dtype: torch.tensor and torch.arange default to float32 or int64)")
+    if "Dimension out of range" in text:
+        return " (an axis beyond the tensor's number of axes)"
+    if "view size is not compatible" in text:
+        return " (view after a transpose: use reshape, or .contiguous().view(...))"
+    if re.search(r"shape '\[[\d, -]+\]' is invalid for input of size", text):
+        return " (a view or reshape whose sizes do not multiply to the tensor's number of entries)"
+    if "Expected target size" in text:
+        return (" (F.cross_entropy takes the classes on axis 1: flatten the logits to (N, V) and "
+                "the targets to (N,), or move the classes: logits.transpose(1, 2))")
+    if re.search(r"Expected input batch_size \(\d+\) to match target batch_size", text):
+        return (" (the logits and the targets give different numbers of positions: slice, and "
+                "flatten, both the same way)")
+    if "Index tensor must have the same number of dimensions" in text:
+        return " (gather's index needs as many axes as the tensor: index.unsqueeze(-1))"
+    if isinstance(error, TypeError) and "must be Tensor, not tuple" in text:
+        return (" (a tuple where a tensor is wanted: a function that returns (output, weights) "
+                "needs its [0])")
+    return ""
+
+
 def _exit_how(error):
     if isinstance(error, _Exited):
         return f"os._exit({error.code})"
@@ -467,14 +553,86 @@ def _kind(value):
     return "None" if value is None else type(value).__name__
 
 
-def structure_problem(value, expected, what, parts=()):
+def _axis(i, ndim):
+    return "the first axis" if i == 0 else "the last axis" if i == ndim - 1 else f"axis {i}"
+
+
+def _sizes_of(size, inputs):
+    """' (3 is the size of x's axis 1)' when exactly one input axis has that size, else ''."""
+    hits = [f"{name}'s axis {i}" for name, t in inputs if isinstance(t, torch.Tensor)
+            for i, s in enumerate(t.shape) if s == size]
+    return f" ({size} is the size of {hits[0]})" if len(hits) == 1 else ""
+
+
+def shape_story(got, expected, inputs=()):
+    """What a wrong shape tells, in words: ': an extra axis of size 1 in front ...', or ''.
+    `inputs`: (name, tensor) pairs, to say where a size comes from."""
+    got, want = tuple(got), tuple(expected)
+    n, m = len(got), len(want)
+    if n == m + 1:
+        for i in range(n):
+            if got[:i] + got[i + 1:] == want:
+                where = "in front" if i == 0 else "at the end" if i == n - 1 else f"at position {i}"
+                if got[i] == 1:
+                    return (f": an extra axis of size 1 {where}: an unsqueeze, a [None], a "
+                            "keepdim=True or a batch axis too many")
+                return (f": an extra axis of size {got[i]} {where}{_sizes_of(got[i], inputs)}: "
+                        "it should have been merged into another axis (or reduced)")
+    if n == m - 1:
+        for i in range(m):
+            if want[:i] + want[i + 1:] == got:
+                if want[i] == 1:
+                    return (f": the axis of size 1 at position {i} is missing: a squeeze or an "
+                            "index [0] too many, or keepdim=True forgotten")
+                return (f": {_axis(i, m)}, of size {want[i]}, is missing: reduced away (summed, "
+                        "averaged or indexed) where it should stay")
+    if n != m:
+        return f": {n} axes where {m} are expected"
+    diff = [i for i in range(n) if got[i] != want[i]]
+    if sorted(got) == sorted(want):
+        if len(diff) == 2:
+            i, j = diff
+            text = (f": axes {i} and {j} swapped (sizes {want[i]} and {want[j]}): a transpose "
+                    "missing, or one too many")
+            if (i, j) == (0, 1) and n >= 3:
+                text += (" (batch and sequence? This course puts the batch first: (batch, seq, "
+                         "...), not the (seq, batch, ...) of PyTorch's tutorials)")
+            return text
+        return ": the right sizes in the wrong order: the axes are permuted"
+    if len(diff) == 1:
+        i = diff[0]
+        g, w = got[i], want[i]
+        where = _axis(i, n)
+        if abs(g - w) == 1:
+            return (f": {where} has {g}, expected {w}: one {'too many' if g > w else 'too few'} "
+                    "(off by one: a range, a slice or a length)")
+        if g and w % g == 0:
+            k = w // g
+            return (f": {where} has {g}, expected {w} = {k} x {g}: an axis of size {k}"
+                    f"{_sizes_of(k, inputs)} was reduced (summed or averaged) instead of "
+                    "concatenated into this one")
+        if w and g % w == 0:
+            return (f": {where} has {g} = {g // w} x {w}: {g // w} times too many (concatenated "
+                    "over an axis that should stay apart?)")
+        return f": {where} has {g}{_sizes_of(g, inputs)}, expected {w}"
+    axes = ", ".join(f"{_axis(i, n)} has {got[i]}{_sizes_of(got[i], inputs)} where {want[i]} is "
+                     f"expected" for i in diff)
+    if math.prod(got) == math.prod(want):
+        return (f": the same number of entries, grouped otherwise ({axes}): axes merged or split "
+                "in the wrong order? (a loop over a tensor walks its FIRST axis)")
+    return f": {axes}"
+
+
+def structure_problem(value, expected, what, parts=(), inputs=()):
     """The first way `value` cannot be `expected`'s kind of result: (mistake, text) with
-    WRONG_TYPE, WRONG_SHAPE or WRONG_DTYPE, or None."""
+    WRONG_TYPE, WRONG_SHAPE or WRONG_DTYPE, or None. A wrong shape says what it tells
+    (shape_story), with `inputs` (name, tensor) to name where a size comes from."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(value, torch.Tensor):
             return WRONG_TYPE, f"{what} should be a torch.Tensor, got {_kind(value)}"
         if value.shape != expected.shape:
-            return WRONG_SHAPE, f"{what} has shape {tuple(value.shape)}, expected {tuple(expected.shape)}"
+            return WRONG_SHAPE, (f"{what} has shape {tuple(value.shape)}, expected "
+                                 f"{tuple(expected.shape)}{shape_story(value.shape, expected.shape, inputs)}")
         if value.dtype != expected.dtype:
             why = " (the inputs' dtype)" if expected.is_floating_point() else ""
             return WRONG_DTYPE, f"{what} has dtype {value.dtype}, expected {expected.dtype}{why}"
@@ -488,7 +646,7 @@ def structure_problem(value, expected, what, parts=()):
         if len(value) != len(expected):
             return WRONG_TYPE, f"{what} should be {kind}{shape}, got {len(value)} values"
         for v, e, name in zip(value, expected, names):
-            problem = structure_problem(v, e, name)
+            problem = structure_problem(v, e, name, inputs=inputs)
             if problem:
                 return problem
         return None
@@ -505,7 +663,8 @@ def structure_problem(value, expected, what, parts=()):
                                 f"({', '.join(f.name for f in dataclasses.fields(expected))}), "
                                 f"got {_kind(value)}")
         for f in dataclasses.fields(expected):
-            problem = structure_problem(getattr(value, f.name), getattr(expected, f.name), f.name)
+            problem = structure_problem(getattr(value, f.name), getattr(expected, f.name), f.name,
+                                        inputs=inputs)
             if problem:
                 return problem
     return None
@@ -924,7 +1083,7 @@ class Item:
             if mistake is not None:
                 mistake.fail(f"{self._details(case)}\n  it raised {type(error).__name__}: "
                              f"{_first_line(error)}" + _located(outcome))
-        fail_on_error(outcome, name, case.label)
+        fail_on_error(outcome, name, case.label, _inputs(case))
 
     def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
         name = f"{self.name}.forward" if self.is_class else self.name
@@ -945,8 +1104,9 @@ class Item:
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts
-        problem = structure_problem(result, expected, what, parts)
+        problem = structure_problem(result, expected, what, parts, _inputs(case))
         if problem:
+            _fail_if_reordered(result, expected, what, parts, compare, case.label)
             problem[0].fail(problem=problem[1], label=case.label)
         bad = _not_finite(result, expected, what, parts)
         if bad:
@@ -956,6 +1116,26 @@ class Item:
         NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
                       what=what, prep=self.prep, label=case.label, difference=diff,
                       formula=f" {self.formula}" if self.formula else "")
+
+
+def _fail_if_reordered(result, expected, what, parts, compare, label):
+    """WRONG_ORDER when a tuple result is the expected one with its parts in another order:
+    the same values (or, failing that, the same types, shapes and dtypes)."""
+    if not (isinstance(expected, tuple) and isinstance(result, (tuple, list))
+            and len(result) == len(expected) and 1 < len(expected) <= 4):
+        return
+    names = parts if len(parts) == len(expected) else [f"{what}[{i}]" for i in range(len(expected))]
+    for how, fits in (("values", lambda r: _safely(compare, r, expected)),
+                      ("kinds of values", lambda r: structure_problem(r, expected, what, parts) is None)):
+        for order in itertools.permutations(range(len(expected))):
+            if list(order) != sorted(order) and fits(tuple(result[i] for i in order)):
+                got = [names[order.index(i)] for i in range(len(expected))]
+                WRONG_ORDER.fail(expected=", ".join(names), got=", ".join(got), how=how, label=label)
+
+
+def _inputs(case):
+    """(name, tensor) for each named tensor argument of `case`."""
+    return [(n, a) for n, a in zip(case.names, case.args) if n and isinstance(a, torch.Tensor)]
 
 
 def fail_if_stopped(outcome, name, where, label):
@@ -971,16 +1151,25 @@ def fail_if_stopped(outcome, name, where, label):
         TOO_SLOW.fail(limit=TIME_LIMIT, name=name, label=label)
 
 
-def fail_on_error(outcome, name, label):
+def fail_on_error(outcome, name, label, inputs=()):
     """For checks of their own (an Item's `after`): fail if the call `outcome` did not
-    return (the stub, an exit, the time limit, an exception)."""
+    return (the stub, an exit, the time limit, an exception). `inputs`: (name, tensor) of
+    the call, to say what a size in torch's error is."""
     fail_if_stopped(outcome, name, name, label)
     error = outcome.error
     if isinstance(error, RecursionError):
         RECURSION.fail(_located(outcome).lstrip("\n"), name=name, label=label)
-    if error is not None:
-        RAISED.fail(_located(outcome).lstrip("\n"),
-                    error=f"{type(error).__name__}: {_first_line(error)}", name=name, label=label)
+    if error is None:
+        return
+    raised = f"{type(error).__name__}: {_first_line(error)}"
+    found = _BROADCAST.search(_first_line(error))
+    axes = found and _batch_and_seq(int(found[1]), int(found[2]), inputs)
+    if axes:
+        first, second = (_AXIS_NAMES[i] for i in axes[1:])
+        SEQ_FIRST.fail(_located(outcome).lstrip("\n"), name=name, label=label, a=found[1],
+                       b=found[2], input=axes[0], first=first, second=second, error=raised)
+    RAISED.fail(_located(outcome).lstrip("\n"), error=raised + explain_error(error, inputs),
+                name=name, label=label)
 
 
 def _located(outcome):

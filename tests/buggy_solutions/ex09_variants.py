@@ -751,7 +751,7 @@ class lm_classes_second(_Steps):
         return self.generator(self.norm(x)).transpose(1, 2)  # (batch, vocab, seq), as F.cross_entropy
 
 
-@wrong("DecoderLM.seq_first")
+@wrong("DecoderLM.sequence_first")
 class lm_seq_first(_Steps):
     def forward(self, tokens):
         x = self.inputs(tokens).transpose(0, 1)  # (seq, batch, d_model), as nn.Transformer
@@ -761,7 +761,7 @@ class lm_seq_first(_Steps):
         return self.output(x).transpose(0, 1)
 
 
-@wrong("DecoderLM.seq_first")
+@wrong("DecoderLM.sequence_first")
 class lm_seq_first_mask_of_x(_Steps):
     def forward(self, tokens):
         x = self.inputs(tokens).transpose(0, 1)

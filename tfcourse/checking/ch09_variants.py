@@ -1039,7 +1039,7 @@ DECODER_MISTAKES = (
         _variants(returns=("flat", "classes_second")),
     ),
     Mistake(
-        "seq_first", "Sequence-first layout: attention runs across the batch",
+        "sequence_first", "Sequence-first layout: attention runs across the batch",
         "tfcourse's layers are batch-first, (batch, seq, d_model), unlike nn.Transformer's "
         "default: no transpose(0, 1).",
         _variants(seq_first=(True, "back"), mask_size=("x", "tokens")),

@@ -13,11 +13,12 @@
 2. throughput: training tokens/s (source + target tokens through forward, backward and an
    Adam step), same configuration for both.
 3. cache: greedy decoding of 256 tokens (16 sources) with and without the key/value cache.
-4. lm: chapter 09's decoder-only language model (the lm recipe: Python source, characters)
-   against the same-size model built from torch.nn.TransformerEncoderLayer with a causal
-   mask (TorchLM), both trained by the same step (tfcourse.training.train_step, the recipe's
-   batches and settings, warmup then the peak rate) for the same wall time: held-out loss
-   in nats per character on the validation split (lower is better).
+4. lm: chapter 09's decoder-only language model (the lm recipe: Python source, characters,
+   chapter 10's fused attention, attn_impl="sdpa") against the same-size model built from
+   torch.nn.TransformerEncoderLayer with a causal mask (TorchLM), both trained by the same
+   step (tfcourse.training.train_step, the recipe's batches and settings, warmup then the
+   peak rate) for the same wall time: held-out loss in nats per character on the
+   validation split (lower is better).
 5. lm throughput: training tokens/s of the same two models, same batches.
 6. tying: held-out loss of the LM with its output layer tied to the input embeddings vs
    untied (its own vocab x d_model matrix), after the same number of steps: what tying
@@ -133,7 +134,8 @@ class TorchLM(nn.Module):
     """A decoder-only language model built from torch.nn.TransformerEncoderLayer run with a
     causal mask, with tfcourse's token embeddings, learned positions and tied output layer,
     initialized as tfcourse.variants.DecoderLM is (its parameters have the same names, under
-    torch.nn's names for the layers: tfcourse.parity maps one onto the other).
+    torch.nn's names for the layers: tfcourse.parity maps one onto the other). config.attn_impl
+    is not read: torch.nn's layer takes its fused path whenever it can.
     forward(tokens) -> logits (batch, seq, vocab_size), as LMBatch.loss_inputs calls it."""
 
     def __init__(self, config):

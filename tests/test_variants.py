@@ -292,6 +292,34 @@ def test_cached_generation_equals_the_full_forward(positional, norm_first):
                                model(torch.cat((tokens[[2, 0]], tokens[[2, 0], :1]), 1))[:, -1])
 
 
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_fused_attention_computes_what_the_explicit_one_does(norm_first):
+    explicit = lm(norm_first=norm_first, dropout=0.0)
+    fused = lm(norm_first=norm_first, dropout=0.0, attn_impl="sdpa")
+    assert {m.attn_impl for m in fused.modules() if hasattr(m, "attn_impl")} == {"sdpa"}
+    fused.load_state_dict(explicit.state_dict())  # the same parameters
+    tokens = torch.randint(1, VOCAB, (3, 9), generator=torch.Generator().manual_seed(0))
+    hide_first = torch.ones(3, 1, 9, 9, dtype=torch.bool)
+    hide_first[..., 1:, 0] = False  # a mask on top of the causal one
+    for mask in (None, hide_first):
+        outs = [model.train()(tokens, mask) for model in (explicit, fused)]
+        torch.testing.assert_close(outs[1], outs[0])
+        for out in outs:
+            out.logsumexp(-1).sum().backward()
+        for (name, p), q in zip(explicit.named_parameters(), fused.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad, msg=name)
+            p.grad = q.grad = None
+    cache = fused.eval().init_cache()  # generation with the key/value cache, token by token
+    steps = [fused(tokens[:, i:i + 1], cache=cache) for i in range(9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), explicit.eval()(tokens))
+
+
+def test_unknown_attention_implementation_is_an_error_naming_the_option():
+    with pytest.raises(ValueError, match=r"attn_impl must be one of \('explicit', 'sdpa'\), "
+                                         r"got 'flash'"):
+        lm(attn_impl="flash")
+
+
 def test_tied_and_untied_output():
     tied, untied = lm(), lm(tie_output=False)
     assert tied.generator.weight is tied.embed.embedding.weight

@@ -6,14 +6,23 @@
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tfcourse._validate import integer, positive, probability
 
 
 class LayerNorm(nn.Module):
-    """Normalizes each position's d_model features; same parameters as torch.nn.LayerNorm
-    (`weight` = gamma, `bias` = beta), so state_dicts copy between the two."""
+    """Normalizes each position's d_model features:
+
+        LayerNorm(x) = weight * (x - mean) / sqrt(var + eps) + bias
+
+    mean and var (biased: divided by d_model, not d_model - 1) over the last dimension, eps
+    inside the square root; weight = gamma (ones at first), bias = beta (zeros). Computed by
+    F.layer_norm, the same formula in one fused kernel (written out, it is nine tensor
+    operations forward and as many backward: notebook 04 builds it step by step and checks
+    it equals this). Same parameters as torch.nn.LayerNorm, so state_dicts copy between the two.
+    """
 
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -25,11 +34,7 @@ class LayerNorm(nn.Module):
         d_model = self.weight.size(0)
         if x.size(-1) != d_model:
             raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
-        centered = x - x.mean(dim=-1, keepdim=True)  # (..., d_model)
-        # The biased variance, divided by d_model (not d_model - 1), written as the formula:
-        # on a CPU this is several times faster than x.var(-1, correction=0).
-        var = (centered * centered).mean(dim=-1, keepdim=True)  # (..., 1)
-        return self.weight * centered * torch.rsqrt(var + self.eps) + self.bias  # rsqrt = 1/sqrt
+        return F.layer_norm(x, (d_model,), self.weight, self.bias, self.eps)  # (..., d_model)
 
     def extra_repr(self):
         return f"{self.weight.size(0)}, eps={self.eps}"

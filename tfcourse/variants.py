@@ -228,6 +228,7 @@ class DecoderLMConfig:
     positional: str = "learned"  # or "sinusoidal" (the paper's)
     tie_output: bool = True  # output layer weight = input embedding weight
     pad_id: int = PAD
+    attn_impl: str = "explicit"  # or "sdpa": torch's fused attention (chapter 10)
 
     def __post_init__(self):
         _check_config(self)
@@ -297,7 +298,8 @@ class DecoderLM(nn.Module):
         self.embed = Embeddings(c.vocab_size, c.d_model)
         self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
         self.layers = nn.ModuleList(
-            DecoderOnlyLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation)
+            DecoderOnlyLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
+                             c.attn_impl)
             for _ in range(c.n_layers)
         )
         self.norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()

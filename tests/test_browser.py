@@ -1,8 +1,10 @@
 """The course in a real browser: JupyterLab, started by `make lab`, in headless Chromium driven
-by Playwright (Debian's chromium package; no browser is downloaded). A stored notebook shows
-its figures and no broken widget with nothing fetched from the network; run top to bottom it
-shows no error; changing the attention explorer's head redraws its figure. Screenshots are kept in
-build/browser/ (the path is printed; failed.png shows the page when the test failed)."""
+by Playwright (Debian's chromium package; no browser is downloaded). Each stored notebook of
+chapters 01, 02, 04, 05, 06 and 08 shows every figure it holds and no broken widget and no
+error, with nothing fetched from the network; notebook 08 run top to bottom shows no error, and
+changing the attention explorer's head redraws its figure. One JupyterLab and one browser
+serve every test. Screenshots are kept in build/browser/ (the path is printed; failed.png
+shows the page when a test failed): each links and FFN figure as the stored notebook shows it."""
 
 import json
 import re
@@ -13,8 +15,13 @@ import urllib.request
 import pytest
 from lab import ROOT, TOKEN, running_lab
 
-# The notebook under test: chapter 08, with the trained dates model's attention explorer.
+# The notebook that is run: chapter 08, with the trained dates model's attention explorer.
 TARGET = "notebooks/08_decoding.ipynb"
+# The notebooks opened as stored (not run): the chapters with links and FFN figures.
+STORED = ["01_attention", "02_multi_head_attention", "04_feed_forward_and_norm", "05_encoder",
+          "06_decoder", "08_decoding"]
+# A cell that draws attention as links or the FFN from the inside.
+VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_units)\(")
 SCREENSHOTS = ROOT / "build" / "browser"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Offline: no host but this machine's resolves.
@@ -31,6 +38,45 @@ ERRORS = """() => [...document.querySelectorAll('.jp-OutputArea-output')]
     .filter(o => o.dataset.mimeType === 'application/vnd.jupyter.stderr'
                  || /Traceback|Error displaying widget|Loading widget/.test(o.textContent))
     .map(o => o.textContent.slice(0, 300))"""
+# Every output image, and whether the browser has decoded it into pixels.
+IMAGES = """() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output img')]
+    .map(img => img.complete && img.naturalWidth > 0)"""
+# The figure of the explorer: the image in the output of the cell whose controls it is.
+EXPLORER_IMAGE = """() => document.querySelector('.widget-toggle-button')?.closest('.jp-Cell')
+    ?.querySelector('.jp-OutputArea-output img')?.src"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab (`make lab`) for every test of this module: its base URL."""
+    with running_lab(tmp_path_factory.mktemp("lab")) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(lab, browser, request):
+    """A fresh page on the module's JupyterLab; afterwards: nothing was fetched from outside
+    it. A failed test leaves failed.png."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    outside = []  # what the page asked of anything but this JupyterLab (refused: ARGS)
+    page.on("request", lambda r: r.url.startswith((lab, "data:", "blob:")) or outside.append(r.url))
+    page.set_default_timeout(60_000)
+    failed = request.session.testsfailed
+    yield page
+    if request.session.testsfailed > failed:
+        page.screenshot(path=SCREENSHOTS / "failed.png")
+    page.close()
+    assert outside == [], f"fetched from outside: {outside}"
 
 
 def wait_for_kernel(page, base, timeout=120):
@@ -46,27 +92,53 @@ def wait_for_kernel(page, base, timeout=120):
     raise TimeoutError(f"the kernel did not start in {timeout} s: {sessions}")
 
 
-def first_image(page):
-    return page.evaluate("() => document.querySelector('.jp-OutputArea-output img')?.src")
-
-
-# The figure of the explorer: the image in the output of the cell whose controls it is.
-EXPLORER_IMAGE = """() => document.querySelector('.widget-toggle-button')?.closest('.jp-Cell')
-    ?.querySelector('.jp-OutputArea-output img')?.src"""
-
-
-def open_run_and_change(page, base, cells):
-    """The stored notebook, then Run All, then another head in the explorer."""
-    page.goto(f"{base}/lab/tree/{TARGET}?reset&token={TOKEN}")
+def open_stored(page, base, path, cells):
+    """Open a notebook as stored and wait until every cell is on the page."""
+    page.goto(f"{base}/lab/tree/{path}?reset&token={TOKEN}")
     page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length == {cells}")
-    wait_for_kernel(page, base)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
 
-    # as stored: the figures show, no widget placeholder, no frozen progress bar
-    text = page.inner_text(".jp-Notebook")
-    assert first_image(page), "the stored figures do not show"
-    assert page.evaluate(ERRORS) == []
-    assert not re.search(r"\b0%\|", text), "a progress bar is stored at 0%"
+
+def image_outputs(cell):
+    return sum("image/png" in output.get("data", {}) for output in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_a_stored_notebook_renders_offline(name, lab, page):
+    """As stored, without running: every stored figure shows (as many decoded images as the
+    notebook holds image outputs), no widget placeholder, no error, no progress bar frozen at
+    0%; a screenshot of each links and FFN figure."""
+    notebook = ROOT / "notebooks" / f"{name}.ipynb"
+    stored = notebook.read_bytes()
+    cells = json.loads(stored)["cells"]
+    open_stored(page, lab, f"notebooks/{name}.ipynb", len(cells))
+    expected = sum(image_outputs(c) for c in cells)
+    page.wait_for_function(f"() => ({IMAGES})().filter(Boolean).length >= {expected}",
+                           timeout=30_000)
+    shown = page.evaluate(IMAGES)
+    assert len(shown) == expected and all(shown), (
+        f"{name}: {sum(shown)} of {expected} stored figures show ({len(shown)} images on the page)")
+    assert page.evaluate(ERRORS) == [], f"{name}: an output shows an error or a broken widget"
+    assert not re.search(r"\b0%\|", page.inner_text(".jp-Notebook")), f"{name}: a progress bar at 0%"
+    visual = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and image_outputs(c)
+              and VISUAL.search("".join(c["source"]))]
+    assert visual, f"{name} has no links or FFN figure"
+    for i in visual:
+        images = page.locator(".jp-Notebook .jp-Cell").nth(i).locator(".jp-OutputArea-output img")
+        for k in range(images.count()):
+            images.nth(k).scroll_into_view_if_needed()
+            images.nth(k).screenshot(path=SCREENSHOTS / f"{name}_cell{i}_{k}.png")
+    assert notebook.read_bytes() == stored, f"{name} was written by the browser session"
+
+
+def test_notebook_08_runs_and_its_widgets_respond(lab, page, capsys):
+    """Notebook 08: Run All shows no error, and another head in the explorer redraws its
+    figure."""
+    notebook = ROOT / TARGET
+    stored = notebook.read_bytes()
+    start = time.perf_counter()
+    open_stored(page, lab, TARGET, len(json.loads(stored)["cells"]))
+    wait_for_kernel(page, lab)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
     page.screenshot(path=SCREENSHOTS / "1_stored.png")
 
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
@@ -84,29 +156,8 @@ def open_run_and_change(page, base, cells):
     assert page.evaluate(ERRORS) == []
     page.locator(".widget-toggle-button", has_text="1").first.scroll_into_view_if_needed()
     page.screenshot(path=SCREENSHOTS / "2_head_changed.png")
-
-
-def test_a_notebook_renders_offline_runs_and_its_widgets_respond(tmp_path, capsys):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    notebook = ROOT / TARGET
-    stored = notebook.read_bytes()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with running_lab(tmp_path) as base, sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        outside = []  # what the page asked of anything but this JupyterLab (refused: ARGS)
-        page.on("request", lambda r: r.url.startswith((base, "data:", "blob:")) or outside.append(r.url))
-        page.set_default_timeout(60_000)
-        try:
-            open_run_and_change(page, base, len(json.loads(stored)["cells"]))
-        except Exception:
-            page.screenshot(path=SCREENSHOTS / "failed.png")
-            raise
-        browser.close()
-    assert outside == [], f"fetched from outside: {outside}"
     assert notebook.read_bytes() == stored, f"{TARGET} was written by the browser session"
     with capsys.disabled():
-        print(f"\n  browser test: {time.perf_counter() - start:.0f} s, screenshots in "
-              f"{SCREENSHOTS.relative_to(ROOT)}/")
+        print(f"\n  browser test, notebook 08 run: {time.perf_counter() - start:.0f} s, "
+              f"screenshots in {SCREENSHOTS.relative_to(ROOT)}/")
 

@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from tfcourse.decoding import (
-    attention_maps,
     beam_search_decode,
     beam_search_step,
     decode_step,
@@ -180,19 +179,6 @@ def test_filter_logits():
     assert keep(top_p=0.75) == [False, True, True, True]
     assert keep(top_k=3, top_p=0.95) == [False, True, True, True]
     assert keep(top_p=1.0) == [True] * 4
-
-
-def test_attention_maps():
-    m = model()
-    src, src_mask = source()
-    tgt = torch.randint(4, 13, (5, 4))
-    maps = attention_maps(m, src, src_mask, tgt, target_mask(tgt, PAD))
-    assert [len(maps[k]) for k in ("encoder", "decoder_self", "cross")] == [2, 2, 2]
-    assert maps["encoder"][0].shape == (5, 2, 7, 7) and maps["cross"][1].shape == (5, 2, 4, 7)
-    torch.testing.assert_close(maps["cross"][0].sum(-1), torch.ones(5, 2, 4))
-    assert (maps["cross"][0][3, :, :, 3:] == 0).all()  # padding gets no attention
-    assert (maps["decoder_self"][0].triu(1) == 0).all()  # nor the future
-    assert not m.encoder.layers[0].self_attn._forward_hooks  # the hooks are gone
 
 
 @pytest.mark.parametrize(

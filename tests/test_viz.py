@@ -31,7 +31,7 @@ from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label
 from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
-from tfcourse.viz.links import GREY, MAX_WIDTH, draw_heads, draw_links
+from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
 
 matplotlib.use("Agg")
@@ -122,6 +122,12 @@ def test_record_gives_every_attention_call_with_its_kind_and_the_models_weights(
     torch.testing.assert_close(rec.attention[0].weights, direct)
     assert rec.attention[0].mask.shape == (2, 4, 5, 5)
     assert not rec.attention[3].mask[0, :, :, 4].any()  # padded source position
+    for call in rec.attention:  # each row a distribution, nothing on padding or the future
+        torch.testing.assert_close(call.weights.sum(-1), torch.ones(call.weights.shape[:-1]))
+        assert (call.weights[~call.mask] == 0).all()
+    assert (rec.attention[3].weights[0, :, :, 4] == 0).all()
+    assert (rec.attention[2].weights.triu(1) == 0).all()
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # hooks gone
     torch.testing.assert_close(logits, model(src, tgt, src_mask, tgt_mask))  # output unchanged
 
 
@@ -246,8 +252,8 @@ def test_line_width_and_opacity_follow_the_weight(cross):
     assert len(links) == 11  # the one zero weight gets no line
     for (q, k, gid), (width, rgba) in links.items():
         weight = w[int(q.split()[1]), int(k.split()[1])].item()
-        assert width == pytest.approx(MAX_WIDTH * weight)
-        assert rgba[3] == pytest.approx(0.15 + 0.85 * weight)
+        assert width == pytest.approx(MIN_WIDTH + (MAX_WIDTH - MIN_WIDTH) * weight)
+        assert rgba[3] == pytest.approx(MIN_ALPHA + (1 - MIN_ALPHA) * weight)
         assert gid == "head 0"
     ordered = sorted(links.values())
     assert [a for _, (*_, a) in ordered] == sorted(a for _, (*_, a) in ordered)
@@ -261,6 +267,22 @@ def test_no_line_to_a_masked_or_negligible_position():
     assert pairs == {(i, j) for i in range(4) for j in range(i + 1)}
     links = links_of(draw_links(torch.tensor([[0.995, 0.005]]), ["q"], ["a", "b"], threshold=0.01))
     assert [k for _, k, _ in links] == ["key 0"]
+
+
+def test_a_small_weight_draws_a_faint_visible_line_and_a_zero_or_masked_one_none():
+    # notebook 01's example: key 2 gets 0.015; with threshold=0 every nonzero weight is drawn
+    w = torch.tensor([[0.806, 0.179, 0.015, 0.0]])
+    links = links_of(draw_links(w, ["q"], list("abcd"), threshold=0))
+    assert sorted(k for _, k, _ in links) == ["key 0", "key 1", "key 2"]  # not the 0
+    width, rgba = links[("query 0", "key 2", "head 0")]
+    assert width >= 0.5 and rgba[3] >= 0.2  # thin and faint, but on the page
+    assert width < links[("query 0", "key 1", "head 0")][0] < links[("query 0", "key 0", "head 0")][0]
+    # a masked key gets no line even when a wrong module gives it weight, and even at
+    # threshold 0; nor does a key whose weight is exactly 0 (what a correct module gives it)
+    masked = torch.tensor([True, True, False, False])
+    links = links_of(draw_links(torch.tensor([[0.5, 0.2, 0.3, 0.0]]), ["q"], list("abcd"),
+                                mask=masked, threshold=0))
+    assert sorted(k for _, k, _ in links) == ["key 0", "key 1"]
 
 
 def test_masked_self_attention_of_a_real_model_never_links_the_future_or_padding(dates):
@@ -345,6 +367,8 @@ def test_unit_means_average_each_group_and_selective_units_find_the_specialists(
     ax = draw_units(means, labels, n_units=2)
     np.testing.assert_allclose(np.asarray(ax.collections[0].get_array()).reshape(2, 2),
                                [[1.0, 0.0], [0.0, 1.0]])
+    assert ax.get_ylabel() == "tokens" and ax.get_xlabel() == "hidden unit"
+    assert draw_units(means, labels, n_units=2, ylabel="token to output").get_ylabel() == "token to output"
     with pytest.raises(ValueError, match=r"hidden must have shape \(n_tokens=2, d_ff\)"):
         unit_means(hidden, ["a", "b"])
 

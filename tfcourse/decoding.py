@@ -227,29 +227,6 @@ def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, temperature=1.0
     return tokens[:, 1:]
 
 
-@torch.no_grad()
-def attention_maps(model, src, src_mask, tgt, tgt_mask):
-    """Every attention layer's weights when `model` reads src and tgt (teacher forcing):
-    {"encoder": [...], "decoder_self": [...], "cross": [...]}, one (batch, heads, q_len, k_len)
-    tensor per layer. The model's modules are left as they were."""
-    maps = {"encoder": [], "decoder_self": [], "cross": []}
-    hooks = []
-    layers = [("encoder", layer.self_attn) for layer in model.encoder.layers]
-    for layer in model.decoder.layers:
-        layers += [("decoder_self", layer.self_attn), ("cross", layer.cross_attn)]
-    for name, attention in layers:
-        hooks.append(attention.register_forward_pre_hook(
-            lambda module, args, kwargs: (args, {**kwargs, "need_weights": True}), with_kwargs=True))
-        hooks.append(attention.register_forward_hook(
-            lambda module, args, output, name=name: maps[name].append(output[1])))
-    try:
-        model(src, tgt, src_mask, tgt_mask)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return maps
-
-
 def _check(model, src, src_mask, max_len, bos_id):
     if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.is_floating_point():
         got = tuple(src.shape) if isinstance(src, torch.Tensor) else type(src).__name__

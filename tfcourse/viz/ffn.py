@@ -101,10 +101,11 @@ def selective_units(means, n_units=16):
     return units[torch.argsort(peak * m.size(1) - spread[units], stable=True)]
 
 
-def draw_units(means, labels, *, n_units=16, ax=None, title=None):
+def draw_units(means, labels, *, n_units=16, ax=None, title=None, ylabel="tokens"):
     """Which hidden units fire for which tokens: the most selective units (selective_units)
-    as columns, the groups as rows; each column scaled by its largest group mean, so 1 is the
-    group the unit fires most for. Returns the Axes."""
+    as columns, the groups as rows (named `labels`, the axis `ylabel`: what the groups are);
+    each column scaled by its largest group mean, so 1 is the group the unit fires most for.
+    Returns the Axes."""
     m = torch.as_tensor(as_array(means, "means"))
     units = selective_units(m, n_units)
     table = m[:, units] / m[:, units].max(0).values.clamp(min=1e-8)
@@ -115,7 +116,7 @@ def draw_units(means, labels, *, n_units=16, ax=None, title=None):
                 yticklabels=[show_token(g) for g in labels],
                 cbar_kws={"label": "mean activation / the unit's largest"})
     ax.set_xlabel("hidden unit", fontsize=9)
-    ax.set_ylabel("tokens", fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
     ax.tick_params(length=0, labelsize=8)
     ax.set_yticklabels(ax.get_yticklabels(), rotation=0)
     if title:

@@ -3,8 +3,10 @@ width and opacity grow with the attention weight.
 
 Self-attention puts the queries in a column on the left and the keys in a column on the
 right; cross-attention puts the keys (the source) in a row above the queries (the target).
-A masked pair (a future or padded key) is never drawn, and neither is a weight below
-`threshold`: the picture shows where the weight goes, not a haze of near-zero lines.
+A masked pair (a future or padded key) is never drawn, and neither is a weight of exactly 0
+or one below `threshold`: the picture shows where the weight goes, not a haze of near-zero
+lines. Every line that is drawn can be seen: a small weight still gets MIN_WIDTH and
+MIN_ALPHA, a faint thin line.
 """
 
 import matplotlib.pyplot as plt
@@ -15,6 +17,8 @@ from matplotlib.colors import to_rgb
 from tfcourse.viz.common import as_array, head_colors, show_token
 
 MAX_WIDTH = 6.0  # points, for a weight of 1
+MIN_WIDTH = 0.6  # points, for a weight just above 0: thin, but visible
+MIN_ALPHA = 0.25  # opacity for a weight just above 0
 GREY = (0.62, 0.62, 0.62)
 
 
@@ -28,10 +32,12 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
     cross:   keys (the source) in a row above the queries (the target), instead of columns.
     token:   index of a query whose links stand out, in colour; the others turn grey.
     mask:    bool, broadcastable to (q_len, k_len), True = may attend: a masked pair gets
-             no line whatever its weight. Pairs whose weight is below `threshold` get none.
+             no line whatever its weight. Pairs whose weight is 0 or below `threshold` get
+             none (threshold=0 draws every pair of nonzero weight).
     colors:  one colour per head (default: head_colors).
 
-    A line's width is max_width * weight (points), its opacity 0.15 + 0.85 * weight.
+    A line's width is MIN_WIDTH + (max_width - MIN_WIDTH) * weight (points), its opacity
+    MIN_ALPHA + (1 - MIN_ALPHA) * weight: both grow with the weight from a visible minimum.
     Returns the Axes (a new figure's when ax is None).
     """
     w = as_array(weights, "weights")
@@ -63,13 +69,13 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
         for part in ("others", "highlighted"):
             rows = [i for i in range(q_len) if (i == token) == (part == "highlighted")]
             pairs = [(i, j) for i in rows for j in range(k_len)
-                     if allowed[i, j] and w[h, i, j] >= threshold]
+                     if allowed[i, j] and w[h, i, j] > 0 and w[h, i, j] >= threshold]
             grey = token is not None and part == "others"
             lines = LineCollection(
                 [(q_pos[i], k_pos[j]) for i, j in pairs],
-                linewidths=[max_width * w[h, i, j] for i, j in pairs],
+                linewidths=[link_width(w[h, i, j], max_width) for i, j in pairs],
                 colors=[(*(GREY if grey else to_rgb(colors[h])),
-                          (0.15 + 0.85 * w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
+                          link_alpha(w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
                 capstyle="round", gid=f"head {h}" + (" highlighted" if part == "highlighted" else ""),
             )
             if part == "highlighted":
@@ -116,6 +122,16 @@ def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=Non
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def link_width(weight, max_width=MAX_WIDTH):
+    """The width (points) of a link of attention weight `weight` in (0, 1]."""
+    return MIN_WIDTH + (max_width - MIN_WIDTH) * float(weight)
+
+
+def link_alpha(weight):
+    """The opacity of a link of attention weight `weight` in (0, 1]."""
+    return MIN_ALPHA + (1.0 - MIN_ALPHA) * float(weight)
 
 
 def links_figsize(q_len, k_len, cross):

@@ -433,3 +433,15 @@ def test_torch_errors_are_explained_in_the_learners_terms():
     with pytest.raises(CheckFailure) as raised:
         core.fail_on_error(outcome, "ffn", "x (4, 6)")
     assert "its transpose (6, 10) would fit" in first_line(raised.value)
+
+
+def test_a_leftover_breakpoint_is_named():
+    import bdb
+
+    def stops_in_the_debugger(x):
+        raise bdb.BdbQuit  # what breakpoint() raises when no terminal answers
+
+    outcome = core.call(stops_in_the_debugger, torch.zeros(4, 6))
+    with pytest.raises(CheckFailure) as raised:
+        core.fail_on_error(outcome, "ffn", "x (4, 6)")
+    assert "breakpoint() or pdb.set_trace() left in your code" in first_line(raised.value)

@@ -440,6 +440,9 @@ def _batch_and_seq(a, b, inputs):
 
 def explain_error(error, inputs=()):
     """What a common torch error means in the learner's terms: ' (...)' or ''."""
+    if type(error).__name__ == "BdbQuit":
+        return (" (a breakpoint() or pdb.set_trace() left in your code: the check runs without a "
+                "terminal, so the debugger quits at once: remove it, or print what you want to see)")
     text = _first_line(error)
     found = _BROADCAST.search(text)
     if found:
@@ -1161,8 +1164,9 @@ def fail_on_error(outcome, name, label, inputs=()):
         RECURSION.fail(_located(outcome).lstrip("\n"), name=name, label=label)
     if error is None:
         return
-    raised = f"{type(error).__name__}: {_first_line(error)}"
-    found = _BROADCAST.search(_first_line(error))
+    said = _first_line(error)
+    raised = type(error).__name__ + (f": {said}" if said else "")
+    found = _BROADCAST.search(said)
     axes = found and _batch_and_seq(int(found[1]), int(found[2]), inputs)
     if axes:
         first, second = (_AXIS_NAMES[i] for i in axes[1:])

@@ -48,15 +48,17 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tfcourse.corpora import lm_task  # noqa: E402
-from tfcourse.data import BOS, PAD, copy_task  # noqa: E402
+from tfcourse.data import copy_task  # noqa: E402
 from tfcourse.decoding import greedy_decode  # noqa: E402
+from tfcourse.device import free_cpu_cores  # noqa: E402
 from tfcourse.encoder import Embeddings  # noqa: E402
 from tfcourse.masks import causal_mask, padding_mask, target_mask  # noqa: E402
 from tfcourse.model import Transformer, TransformerConfig  # noqa: E402
 from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding  # noqa: E402
 from tfcourse.recipes import RECIPES  # noqa: E402
-from tfcourse.training import free_cpu_cores, train, train_step  # noqa: E402
+from tfcourse.training import train, train_step  # noqa: E402
 from tfcourse.variants import DecoderLM  # noqa: E402
+from tfcourse.vocab import BOS, PAD  # noqa: E402
 
 # ------------------------------------------------------------------ the torch.nn model
 

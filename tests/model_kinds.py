@@ -9,11 +9,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcourse.data import BOS, EOS, PAD, Vocab, pad_sequences
+from tfcourse.batches import pad_sequences
 from tfcourse.encoder import Embeddings, EncoderLayer
 from tfcourse.masks import padding_mask
 from tfcourse.multi_head import KVCache, MultiHeadAttention
 from tfcourse.positional import PositionalEncoding
+from tfcourse.vocab import BOS, EOS, PAD, Vocab
 
 # ------------------------------------------------------------------------ language model
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tfcourse.cli as cli
+import tfcourse.device as device
 from tfcourse.cli import DATES_CHECKPOINT, build_parser, main
 from tfcourse.data import Task
 from tfcourse.recipes import RECIPES
@@ -21,9 +22,11 @@ def one_line_error(capsys):
 
 
 def interrupt_at(monkeypatch, call, method="make_batch"):
-    """Ctrl-C at the call-th call of Task.<method> (make_batch: once per step and once per
-    validation round; evaluate: once per validation round)."""
+    """Ctrl-C at the call-th call of Task.<method> (make_batch: once to measure the memory a
+    step needs, then once per step and once per validation round; evaluate: once per
+    validation round)."""
     calls, real = [], getattr(Task, method)
+    call += method == "make_batch"
 
     def interrupted(self, *args):
         calls.append(1)
@@ -49,13 +52,14 @@ def test_help_explains_every_option(command, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["train", "--task", "nope"], "invalid choice: 'nope'"),
-    (["train", "--task", "copy", "--steps", "-3"], "--steps: must be in (0, inf), got -3"),
+    (["train", "--task", "copy", "--steps", "-3"], "--steps: must be an integer >= 1, got -3"),
     (["train", "--task", "copy", "--steps", "2.5"], "--steps: invalid int value: '2.5'"),
     (["train", "--task", "copy", "--lr", "x"], "invalid float value: 'x'"),
-    (["train", "--task", "copy", "--lr", "inf"], "--lr: must be in (0, inf), got inf"),
-    (["train", "--task", "copy", "--lr", "nan"], "--lr: must be in (0, inf), got nan"),
-    (["train", "--task", "copy", "--dropout", "nan"], "--dropout: must be in [0, 1], got nan"),
-    (["train", "--task", "copy", "--label-smoothing", "1"], "--label-smoothing: must be in [0, 1)"),
+    (["train", "--task", "copy", "--lr", "inf"], "--lr: must be a number > 0, got inf"),
+    (["train", "--task", "copy", "--lr", "nan"], "--lr: must be a number > 0, got nan"),
+    (["train", "--task", "copy", "--dropout", "nan"], "--dropout: must be a number in [0, 1), got nan"),
+    (["train", "--task", "copy", "--label-smoothing", "1"],
+     "--label-smoothing: must be a number in [0, 1), got 1.0"),
     (["train", "--task", "copy", "--examples", "-1"], "--examples: must be in [0, inf), got -1"),
     (["train", "--task", "copy", "--threads", "0"], "--threads: must be in (0, inf), got 0"),
     (["train"], "--task"),
@@ -212,12 +216,13 @@ def test_decode_points_out_outputs_that_cannot_be_right(shipped, capsys, monkeyp
 def test_decode_refuses_a_checkpoint_of_another_kind(tmp_path, capsys, monkeypatch):
     from model_kinds import KINDS, TinyLM
 
-    import tfcourse.training as training
+    from tfcourse import checkpoint
+    from tfcourse.training import TrainConfig
 
-    monkeypatch.setattr(training, "_MODELS", {**training._MODELS, "lm": TinyLM})
+    monkeypatch.setitem(checkpoint._KINDS, "lm", TinyLM)
     task = KINDS["lm"][2]()
-    training.save_checkpoint(tmp_path / "lm.pt", TinyLM(KINDS["lm"][1](task)), task,
-                             training.TrainConfig(), step=1)
+    checkpoint.save_checkpoint(tmp_path / "lm.pt", TinyLM(KINDS["lm"][1](task)), task,
+                               TrainConfig(), step=1)
     assert main(["decode", "--checkpoint", str(tmp_path / "lm.pt"), "abc"]) == 1
     assert "holds a lm model (task 'toy-lm'); decode needs an encoder-decoder" in \
         one_line_error(capsys)
@@ -235,13 +240,15 @@ def test_threads_follow_the_idle_cores_unless_told(monkeypatch):
     before = torch.get_num_threads()
     try:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        monkeypatch.setattr(cli, "free_cpu_cores", lambda: 1)
-        monkeypatch.setattr(cli.os, "cpu_count", lambda: 4)
-        assert cli._set_threads("auto") == "1 thread (3 of 4 cores busy)"
+        monkeypatch.setattr(device, "free_cpu_cores", lambda: 1)
+        monkeypatch.setattr(device.os, "cpu_count", lambda: 4)
+        assert device.set_threads("auto") == "1 thread (3 of 4 cores busy)"
         assert torch.get_num_threads() == 1
-        assert cli._set_threads(2) == "2 threads" and torch.get_num_threads() == 2
+        assert device.set_threads(2) == "2 threads" and torch.get_num_threads() == 2
         monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice stands
-        assert cli._set_threads("auto") == "2 threads"
+        assert device.set_threads("auto") == "2 threads"
+        with pytest.raises(ValueError, match="--threads 1000000: this machine has 4 cores"):
+            device.set_threads(1000000)
     finally:
         torch.set_num_threads(before)
 

@@ -10,32 +10,29 @@ import tomllib
 import torch
 
 import tfcourse
-from tfcourse.corpora import (
-    CLS,
-    CLS_TOKEN,
-    LANGUAGES,
-    MASK,
-    MASK_TOKEN,
-    STDLIB,
+from tfcourse.batches import (
     ClassificationBatch,
     LMBatch,
     MaskedLMBatch,
+    classification_batch,
+    lm_batch,
+    masked_lm_batch,
+)
+from tfcourse.corpora import (
+    LANGUAGES,
+    STDLIB,
     TextWindows,
     _clean,
-    classification_batch,
-    classify,
     cldr_names,
-    complete,
     language_id_task,
-    lm_batch,
     lm_task,
-    masked_lm_batch,
     mlm_task,
     stdlib_corpus,
 )
-from tfcourse.data import PAD, UNK
 from tfcourse.decoding import lm_generate, sampler
+from tfcourse.inference import classify, complete
 from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
+from tfcourse.vocab import CLS, CLS_TOKEN, MASK, MASK_TOKEN, PAD, UNK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

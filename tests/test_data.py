@@ -3,21 +3,10 @@ import datetime
 import pytest
 import torch
 
-from tfcourse.data import (
-    BOS,
-    DATE_LOCALES,
-    DATE_STYLES,
-    EOS,
-    PAD,
-    UNK,
-    Vocab,
-    copy_task,
-    dates_task,
-    format_dates,
-    make_batch,
-    reverse_task,
-)
+from tfcourse.batches import make_batch
+from tfcourse.data import DATE_LOCALES, DATE_STYLES, copy_task, dates_task, format_dates, reverse_task
 from tfcourse.masks import padding_mask, target_mask
+from tfcourse.vocab import BOS, EOS, PAD, UNK, Vocab
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tfcourse.attention import scaled_dot_product_attention
+from tfcourse.batches import make_batch
 from tfcourse.checking.ch10_tiled_attention import ITEM
-from tfcourse.data import copy_task, make_batch
+from tfcourse.data import copy_task
 from tfcourse.decoding import greedy_decode
 from tfcourse.efficiency import (
     PeakMemory,
@@ -22,10 +23,11 @@ from tfcourse.efficiency import (
     tiled_attention,
     training_memory,
 )
+from tfcourse.losses import label_smoothing_loss
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.multi_head import MultiHeadAttention
-from tfcourse.training import label_smoothing_loss, train_step
+from tfcourse.training import train_step
 
 MIB = 2**20
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 from model_kinds import KINDS, TinyClassifier, TinyLM
 
-import tfcourse.training as training
-from tfcourse.data import BOS, EOS, PAD
+import tfcourse.checkpoint as checkpoint
+from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import generate, greedy, sampler
-from tfcourse.training import Interrupted, TrainConfig, load_checkpoint, train
+from tfcourse.training import Interrupted, TrainConfig, train
+from tfcourse.vocab import BOS, EOS, PAD
 
 CONFIG = dict(steps=40, batch_size=16, warmup=5, lr=0.01, schedule="cosine", eval_every=10,
               eval_size=20, label_smoothing=0.0)
@@ -17,9 +18,11 @@ CONFIG = dict(steps=40, batch_size=16, warmup=5, lr=0.01, schedule="cosine", eva
 
 @pytest.fixture
 def registry(monkeypatch):
-    """As chapter 09 adds its classes to tfcourse.training.MODEL_CLASSES."""
-    monkeypatch.setattr(training, "_MODELS", {**training._MODELS, "lm": TinyLM,
-                                              "classifier": TinyClassifier})
+    """Stand-ins registered for the kinds "lm" and "classifier" (as tfcourse.checkpoint.register
+    does for a new kind)."""
+    monkeypatch.setattr(checkpoint, "_KINDS", dict(checkpoint._KINDS))
+    checkpoint.register(TinyLM)
+    checkpoint.register(TinyClassifier)
 
 
 def build(kind, seed=0):
@@ -120,10 +123,10 @@ def test_a_stopped_sequence_only_pads():
 def test_chapter_9_kinds_are_known_to_checkpoints(tmp_path):
     from tfcourse.recipes import build
 
-    assert {cls.kind for cls in training.MODEL_CLASSES} == {"seq2seq", "classifier", "lm"}
+    assert checkpoint.kinds() == ("seq2seq", "classifier", "lm")
     for name in ("classify", "mlm", "lm"):
         task, model, _ = build(name, model=dict(d_model=16, n_heads=2, d_ff=32, n_layers=1))
-        training.save_checkpoint(tmp_path / "m.pt", model, task, TrainConfig(), step=0)
+        checkpoint.save_checkpoint(tmp_path / "m.pt", model, task, TrainConfig(), step=0)
         loaded, vocab, state = load_checkpoint(tmp_path / "m.pt")
         assert type(loaded) is type(model) and loaded.config == model.config
         assert vocab == task.vocab and state["task"] == name == task.name

@@ -6,12 +6,12 @@ import os
 import pytest
 import torch
 
+from tfcourse.checkpoint import load_checkpoint
 from tfcourse.cli import CLASSIFY_CHECKPOINT, DATES_CHECKPOINT, LM_CHECKPOINT, main
-from tfcourse.corpora import classify, complete
 from tfcourse.data import dates_task
+from tfcourse.inference import classify, complete, exact_match, predict
 from tfcourse.model import TransformerConfig
 from tfcourse.recipes import RECIPES
-from tfcourse.training import exact_match, load_checkpoint, predict
 
 GOAL = 0.98  # held-out exact match (issue 4)
 GOAL_CLASSIFY = 0.64  # held-out accuracy of language identification (10 languages; shipped: 0.670)

@@ -21,18 +21,18 @@ from matplotlib.text import Annotation
 from torch.nn import functional as F
 
 import tfcourse
-from tfcourse.data import BOS, EOS
+from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.training import load_checkpoint
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
+from tfcourse.vocab import BOS, EOS
 
 matplotlib.use("Agg")
 ROOT = Path(__file__).parents[1]

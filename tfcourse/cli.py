@@ -34,30 +34,79 @@ import argparse  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
+import typing  # noqa: E402
 from dataclasses import fields  # noqa: E402
 
 import torch  # noqa: E402
 
-from tfcourse.corpora import classify, complete  # noqa: E402
+from tfcourse.checkpoint import load_checkpoint  # noqa: E402
+from tfcourse.config import check_value  # noqa: E402
+from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E402
+from tfcourse.inference import classify, complete, output_probabilities, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
 from tfcourse.recipes import RECIPES, recipe  # noqa: E402
-from tfcourse.training import (  # noqa: E402
-    Interrupted,
-    TrainConfig,
-    default_device,
-    free_cpu_cores,
-    load_checkpoint,
-    output_probabilities,
-    predict,
-    train,
-)
+from tfcourse.training import Interrupted, TrainConfig, train  # noqa: E402
 from tfcourse.variants import DecoderLM, EncoderClassifier  # noqa: E402
 
 CHECKPOINTS = os.path.join(os.path.dirname(__file__), "checkpoints")
 DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
 CLASSIFY_CHECKPOINT = os.path.join(CHECKPOINTS, "classify.pt")
 LM_CHECKPOINT = os.path.join(CHECKPOINTS, "lm.pt")
-MODEL_OPTIONS = ("d_model", "n_heads", "d_ff", "n_layers", "dropout")
+# The settings of `tfcourse train`: every TrainConfig field, and every field of a recipe's
+# model config except those its task sets (vocabulary sizes, classes, padding).
+TRAIN_SETTINGS = {f.name: f for f in fields(TrainConfig)}
+_TASK_SETS = ("vocab_size", "src_vocab_size", "tgt_vocab_size", "n_classes", "pad_id")
+
+
+def model_settings():
+    """name -> dataclass field, over the model config classes of every recipe."""
+    settings = {}
+    for r in RECIPES.values():
+        for f in fields(r.model_class.config_class):
+            if f.name not in _TASK_SETS:
+                settings.setdefault(f.name, f)
+    return settings
+
+
+def _option(name):
+    return "--" + name.replace("_", "-")
+
+
+def _as_options(settings):
+    """{"eval_every": 100, "norm_first": True} -> ["--eval-every 100", "--norm-first"]"""
+    return [(_option(k) if v else f"--no-{k.replace('_', '-')}") if isinstance(v, bool)
+            else f"{_option(k)} {v}" for k, v in settings.items()]
+
+
+def _setting_options(group, settings):
+    """One option per config field, with the field's help, its choices or the interval its
+    number must lie in."""
+    for name, f in settings.items():
+        options = dict(help=f.metadata.get("help"))
+        if typing.get_origin(f.type) is typing.Literal:
+            options.update(choices=typing.get_args(f.type))
+        elif f.type is bool:
+            options.update(action=argparse.BooleanOptionalAction)
+        else:
+            options.update(type=_setting_type(name, f.type, f.metadata.get("interval")))
+        group.add_argument(_option(name), **options)
+
+
+def _setting_type(name, kind, interval):
+    """An argparse type: a number of `kind` in the field's interval (config.check_value)."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value: {text!r}") from None
+        try:
+            return check_value(name, kind, value, interval)
+        except ValueError as error:  # argparse names the option: "--steps: must be ..."
+            raise argparse.ArgumentTypeError(str(error).removeprefix(f"{name} ")) from None
+
+    parse.__name__ = kind.__name__
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,15 +154,12 @@ def build_parser():
         "task's metric on the held-out test split and some examples. Options left out take "
         "the task's recipe (tfcourse/recipes.py).",
         epilog="recipes:\n" + "\n".join(
-            f"  {name}: " + " ".join(f"--{k.replace('_', '-')} {v}"
-                                     for k, v in {**r.train, **r.model}.items())
+            f"  {name}: " + " ".join(_as_options({**r.train, **r.model}))
             for name, r in RECIPES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tr.add_argument("--task", required=True, choices=sorted(RECIPES),
                     help="; ".join(f"{name}: {r.about}" for name, r in RECIPES.items()))
-    tr.add_argument("--seed", type=_COUNT,
-                    help="seeds the data, the initial weights and the batches (default 0)")
     tr.add_argument("--out", help="checkpoint file to write (default: TASK.pt)")
     tr.add_argument("--resume", action="store_true",
                     help="carry on from the checkpoint in --out with its saved settings: "
@@ -121,33 +167,12 @@ def build_parser():
     tr.add_argument("--overwrite", action="store_true",
                     help="replace an existing --out with a new run (without it, an existing "
                     "checkpoint is never overwritten)")
-    group = tr.add_argument_group("training (defaults depend on the task)")
-    group.add_argument("--steps", type=_POSITIVE_INT, help="optimizer steps")
-    group.add_argument("--batch-size", type=_POSITIVE_INT,
-                       help="examples per micro-batch (per process under torchrun)")
-    group.add_argument("--accum-steps", type=_POSITIVE_INT,
-                       help="micro-batches per optimizer step (gradient accumulation)")
-    group.add_argument("--schedule", choices=("noam", "cosine"),
-                       help="learning-rate schedule: noam (the paper's) or cosine, both warm up")
-    group.add_argument("--lr", type=_number(float, 0, low_open=True),
-                       help="noam: factor in front of the paper's formula; cosine: peak rate")
-    group.add_argument("--warmup", type=_POSITIVE_INT, help="warmup steps")
-    group.add_argument("--label-smoothing", type=_number(float, 0, 1),
-                       help="epsilon of label smoothing, in [0, 1)")
-    group.add_argument("--clip", type=_number(float, 0),
-                       help="max gradient norm, 0 for no clipping")
-    group.add_argument("--eval-every", type=_COUNT,
-                       help="validate and save every so many steps (0: only at the end)")
-    group = tr.add_argument_group("model (the recipe's, e.g. TransformerConfig.tiny, unless given)")
-    group.add_argument("--d-model", type=_POSITIVE_INT, help="width of the model")
-    group.add_argument("--n-heads", type=_POSITIVE_INT, help="attention heads")
-    group.add_argument("--d-ff", type=_POSITIVE_INT, help="inner width of the feed-forward")
-    group.add_argument("--n-layers", type=_POSITIVE_INT, help="layers in encoder and decoder")
-    group.add_argument("--dropout", type=_number(float, 0, 1, high_open=False),
-                       help="dropout probability, in [0, 1]")
+    _setting_options(tr.add_argument_group("training (defaults: the task's recipe)"),
+                     TRAIN_SETTINGS)
+    _setting_options(tr.add_argument_group(
+        "model (defaults: the task's recipe, e.g. TransformerConfig.tiny)"), model_settings())
     group = tr.add_argument_group("running (may differ when resuming)")
     _running_options(group)
-    group.add_argument("--no-amp", action="store_true", help="no mixed precision on cuda")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
     group.add_argument("--examples", type=_COUNT, default=5,
                        help="test examples to print after training (default 5)")
@@ -221,45 +246,6 @@ def _running_options(parser):
                         "core slows all the others down)")
 
 
-def _device(name):
-    if name == "auto":
-        return default_device()
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
-    available = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
-    if device.type in available and not available[device.type]():
-        raise ValueError(f"device {name!r} is not available on this machine")
-    return device
-
-
-def _set_threads(value):
-    """torch's intra-op threads: `value`; for "auto" OMP_NUM_THREADS if it is set, else the
-    idle cores. Returns a note for the user."""
-    cores, note = os.cpu_count() or 1, ""
-    if value != "auto":
-        torch.set_num_threads(value)
-    elif not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(free_cpu_cores())
-        if torch.get_num_threads() < cores:
-            note = f" ({cores - torch.get_num_threads()} of {cores} cores busy)"
-    threads = torch.get_num_threads()
-    return f"{threads} thread{'s' if threads > 1 else ''}{note}"
-
-
-def _check_writable(path):
-    """Fail now, not after the first round of training, when `path` cannot be written."""
-    probe = f"{path}.tmp{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(probe, "wb"):
-            pass
-        os.remove(probe)
-    except OSError as error:
-        raise OSError(f"cannot write the checkpoint {path}: {error.strerror or error}") from None
-
-
 def _resumed_settings(args, state, given_train, given_model):
     """The saved TrainConfig and model config, after checking that the options given agree."""
     saved_train, saved_model = state["train_config"], state["model_config"]
@@ -268,7 +254,7 @@ def _resumed_settings(args, state, given_train, given_model):
     for name, value in [*given_train.items(), *given_model.items()]:
         saved = saved_train.get(name, saved_model.get(name))
         if name != "steps" and value != saved:
-            option = "--" + name.replace("_", "-")
+            option = _option(name)
             raise ValueError(f"{option} {value} differs from the checkpoint's {option} {saved}: "
                              "--resume goes on with the saved settings (only --steps may "
                              f"change); drop {option} or train a new run")
@@ -278,26 +264,33 @@ def _resumed_settings(args, state, given_train, given_model):
 def _train(args):
     rank = int(os.environ.get("RANK", 0))
     r = recipe(args.task)
-    given_train = {f.name: getattr(args, f.name) for f in fields(TrainConfig)
-                   if getattr(args, f.name, None) is not None}
-    given_model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
+    given_train = {name: getattr(args, name) for name in TRAIN_SETTINGS
+                   if name != "amp" and getattr(args, name) is not None}
+    given_model = {name: getattr(args, name) for name in model_settings()
+                   if getattr(args, name) is not None}
+    config_class = r.model_class.config_class
+    for name in given_model:
+        if name not in {f.name for f in fields(config_class)}:
+            raise ValueError(f"{_option(name)} is not a setting of the {args.task} model "
+                             f"({config_class.__name__})")
+    _check_out(args)
     if args.resume:
-        if not os.path.exists(args.out):
-            raise FileNotFoundError(f"no checkpoint to resume at {args.out}")
         model, _, state = load_checkpoint(args.out)
         config = _resumed_settings(args, state, given_train, given_model)
         task = r.make_task(seed=config.seed)
     else:
-        if os.path.exists(args.out) and not args.overwrite:
-            raise ValueError(f"{args.out} exists: carry on with --resume, replace it with "
-                             "--overwrite, or choose another --out")
         config = r.train_config(**{"seed": 0, **given_train})
         task = r.make_task(seed=config.seed)
+        with torch.device("meta"):  # no memory: how big would it be?
+            size = sum(p.numel() for p in r.build_model(task, **given_model).parameters())
+        options = " ".join(_as_options(given_model)) or "the recipe's model"
+        check_fits(16 * size, f"{options} (a model of {size:,} parameters, with their gradients "
+                   "and Adam's state)", torch.device("cpu"), "choose a smaller model")
         model = r.build_model(task, config.seed, **given_model)
-    config.amp = not args.no_amp
-    _check_writable(args.out)
-    device = _device(args.device)
-    threads = _set_threads(args.threads)
+    if args.amp is not None:
+        config.amp = args.amp
+    device = resolve_device(args.device)
+    threads = set_threads(args.threads)
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, "
@@ -316,13 +309,47 @@ def _train(args):
     return 0
 
 
+def _check_out(args):
+    """Fail now, not after the first round of training, when --out cannot be used."""
+    path = args.out
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path} is a directory: give a file name, e.g. "
+                         f"{os.path.join(path, args.task + '.pt')}")
+    if args.resume and not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint to resume at {path}")
+    if not args.resume and os.path.exists(path) and not args.overwrite:
+        raise ValueError(f"{path} exists: carry on with --resume, replace it with "
+                         "--overwrite, or choose another --out")
+    probe = f"{path}.probe{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise OSError(f"cannot write the checkpoint {path}: {error.strerror or error}") from None
+
+
+def _inputs(args):
+    """The TEXT arguments, or else the lines of standard input."""
+    if args.text:
+        return args.text
+    if sys.stdin.isatty():
+        print(f"tfcourse {args.command}: reading inputs from standard input, one a line; end "
+              "with Ctrl-D (or give them as arguments)", file=sys.stderr)
+    return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+
+
 def _decode(args):
-    texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = _inputs(args)
     if not texts:
         raise ValueError("no input: give TEXT arguments or lines on standard input")
-    device = _device(args.device)
-    _set_threads(args.threads)
+    device = resolve_device(args.device)
+    set_threads(args.threads)
     model, vocab, state = _load(args, device, Transformer, "an encoder-decoder")
+    if args.beam > len(vocab):
+        raise ValueError(f"--beam {args.beam} is more than the {len(vocab)} tokens of the "
+                         "model's vocabulary: at most that many beams can differ")
     check_output = RECIPES[state["task"]].check_output if state["task"] in RECIPES else None
     refused = {}
     for i, text in enumerate(texts):
@@ -362,9 +389,14 @@ def _load(args, device, cls, what):
 
 
 def _sample(args):
-    device = _device(args.device)
-    _set_threads(args.threads)
+    device = resolve_device(args.device)
+    set_threads(args.threads)
     model, vocab, _ = _load(args, device, DecoderLM, "a language model")
+    c = model.config
+    positions = len(args.prompt) + args.max_new
+    cache = 2 * c.n_layers * positions * c.d_model * 4  # keys and values, float32
+    check_fits(args.samples * (cache + 2 * c.vocab_size * 4), f"--samples {args.samples}",
+               device, "draw fewer samples at a time")
     unknown = sorted({c for c in args.prompt if c not in vocab.stoi})
     if unknown:
         raise ValueError(f"the prompt has characters the model has never seen: "
@@ -381,11 +413,11 @@ def _sample(args):
 
 
 def _classify(args):
-    texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = _inputs(args)
     if not texts:
         raise ValueError("no input: give TEXT arguments or lines on standard input")
-    device = _device(args.device)
-    _set_threads(args.threads)
+    device = resolve_device(args.device)
+    set_threads(args.threads)
     model, vocab, state = _load(args, device, EncoderClassifier, "a classifier")
     classes = state.get("classes")
     if not classes:
@@ -421,10 +453,10 @@ COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
-    if args.command == "train":
-        args.out = args.out or f"{args.task}.pt"
     try:
+        args = build_parser().parse_args(argv)
+        if args.command == "train":
+            args.out = args.out or f"{args.task}.pt"
         return COMMANDS[args.command](args)
     except Interrupted as stop:
         if stop.saved:
@@ -440,8 +472,18 @@ def main(argv=None):
         print("\ninterrupted", file=sys.stderr)
         return 130
     except (OSError, ValueError, FloatingPointError) as error:
-        print(f"tfcourse {args.command}: error: {error}", file=sys.stderr)
+        if int(os.environ.get("RANK", 0)) == 0:  # under torchrun: once, not once a process
+            print(f"tfcourse {args.command}: error: {_named(error)}", file=sys.stderr)
         return 1
+
+
+def _named(error):
+    """A config's "dropout must be ..." as the option the user typed: "--dropout must be ..."."""
+    message = str(error)
+    name = message.split(" ", 1)[0]
+    if name in TRAIN_SETTINGS or name in model_settings():
+        return _option(name) + message[len(name):]
+    return message
 
 
 if __name__ == "__main__":

@@ -13,8 +13,7 @@
   manifest.json there; made by tools/make_stdlib_corpus.py), split into train, validation
   and test by file. Characters, not words: the vocabulary is the training text's characters.
 
-And the batches of the three objectives, each knowing how to feed its model:
-``batch.loss_inputs(model) -> (logits, targets)``.
+Their batches are in tfcourse.batches, using a trained model in tfcourse.inference.
 """
 
 import json
@@ -31,16 +30,14 @@ import torch
 import torch.nn.functional as F
 from babel import Locale, UnknownLocaleError
 
-from tfcourse.data import PAD, SPECIALS, Task, Vocab, pad_sequences
-from tfcourse.decoding import greedy, lm_generate, sampler
-from tfcourse.masks import padding_mask
-from tfcourse.variants import mask_tokens
+from tfcourse.batches import classification_batch, lm_batch, masked_lm_batch
+from tfcourse.data import Task
+from tfcourse.inference import classify, complete, eval_batches
+from tfcourse.vocab import CLS_TOKEN, MASK, MASK_TOKEN, PAD, Vocab
 
 # ------------------------------------------------------------------- language identification
 
 LANGUAGES = ("en", "de", "nl", "sv", "fr", "es", "pt", "it", "pl", "tr")
-CLS_TOKEN, MASK_TOKEN = "<cls>", "<mask>"
-CLS, MASK = len(SPECIALS), len(SPECIALS) + 1  # their ids: the first symbols of the vocabulary
 
 
 @dataclass
@@ -84,11 +81,9 @@ class MaskedLMTask(Task):
 
     @torch.no_grad()
     def evaluate(self, model, examples, batch_size=500):
-        model.eval()
-        device = next(model.parameters()).device
         right = chosen = 0
-        for i in range(0, len(examples), batch_size):
-            batch = self.make_batch(examples[i: i + batch_size]).to(device)
+        for device, chunk in eval_batches(model, examples, batch_size):
+            batch = self.make_batch(chunk).to(device)
             logits, targets = batch.loss_inputs(model)
             counted = targets != PAD
             right += int((logits.argmax(-1)[counted] == targets[counted]).sum())
@@ -198,20 +193,6 @@ def mlm_task(seed=0, **options):
     return MaskedLMTask("mlm", task.vocab, task.train, task.val, task.test)
 
 
-@torch.no_grad()
-def classify(model, texts, vocab, classes, batch_size=500):
-    """Texts -> (the most probable class, its probability) for each, by a classifier
-    (EncoderClassifier) in eval mode on its device."""
-    model.eval()
-    device = next(model.parameters()).device
-    guesses = []
-    for i in range(0, len(texts), batch_size):
-        tokens, mask = encode_texts(texts[i: i + batch_size], vocab)
-        p, k = model(tokens.to(device), mask.to(device)).float().softmax(-1).max(-1)
-        guesses += [(classes[j], q) for j, q in zip(k.tolist(), p.tolist(), strict=True)]
-    return guesses
-
-
 # ---------------------------------------------------------------- the Python source corpus
 
 STDLIB = os.path.join(os.path.dirname(__file__), "texts", "python_stdlib")
@@ -244,77 +225,6 @@ def stdlib_corpus(directory=STDLIB):
         files[entry["split"]].append(entry["file"])
     texts = {split: "".join(parts) for split, parts in texts.items()}
     return TextCorpus(manifest["name"], Vocab.from_texts([texts["train"]]), **texts, files=files)
-
-
-# ------------------------------------------------------------------------------- batches
-
-
-def _to(batch, device):
-    return type(batch)(*(getattr(batch, f).to(device) for f in batch.__dataclass_fields__))
-
-
-@dataclass
-class ClassificationBatch:
-    """tokens (batch, seq): [CLS] + text, right-padded; mask (batch, 1, 1, seq), True = not
-    padding; labels (batch,) class indices. Every label counts, class 0 too: a loss that
-    ignores PAD targets must not be given labels."""
-
-    tokens: torch.Tensor
-    mask: torch.Tensor
-    labels: torch.Tensor
-    pad_id = None  # every label counts, class 0 too
-
-    to = _to
-
-    @property
-    def n_targets(self):
-        return self.labels.numel()
-
-    def loss_inputs(self, model):
-        return model(self.tokens, self.mask), self.labels  # (batch, n_classes), (batch,)
-
-
-def encode_texts(texts, vocab):
-    """Texts -> [CLS] + their characters' ids, padded: (batch, seq), and its padding mask."""
-    tokens = pad_sequences([[CLS, *vocab.encode(t)] for t in texts])
-    return tokens, padding_mask(tokens, PAD)
-
-
-def classification_batch(pairs, vocab, classes):
-    """Pairs (text, class name) -> ClassificationBatch."""
-    tokens, mask = encode_texts([t for t, _ in pairs], vocab)
-    index = {c: i for i, c in enumerate(classes)}
-    return ClassificationBatch(tokens, mask, torch.tensor([index[c] for _, c in pairs]))
-
-
-@dataclass
-class MaskedLMBatch:
-    """inputs (batch, seq): [CLS] + text after mask_tokens; mask (batch, 1, 1, seq); targets
-    (batch, seq): the original tokens at the chosen positions, PAD elsewhere (not counted).
-    The model computes the MLM head's logits: model(inputs, mask, mlm=True)."""
-
-    inputs: torch.Tensor
-    mask: torch.Tensor
-    targets: torch.Tensor
-    pad_id = PAD  # the positions that were not chosen
-
-    to = _to
-
-    @property
-    def n_targets(self):
-        return int((self.targets != PAD).sum())
-
-    def loss_inputs(self, model):
-        return model(self.inputs, self.mask, mlm=True), self.targets  # (b, seq, V), (b, seq)
-
-
-def masked_lm_batch(texts, vocab, generator=None, rate=0.15):
-    """Texts -> MaskedLMBatch: ``rate`` of the characters chosen, of those 80% [MASK],
-    10% a random character, 10% unchanged (mask_tokens); [CLS], UNK and padding never."""
-    tokens, mask = encode_texts(texts, vocab)
-    specials = range(len(SPECIALS) + 2)  # PAD, BOS, EOS, UNK, [CLS], [MASK]
-    inputs, targets = mask_tokens(tokens, MASK, specials, len(vocab), rate, generator)
-    return MaskedLMBatch(inputs, mask, targets)
 
 
 # ---------------------------------------------------------------------- language modelling
@@ -353,32 +263,6 @@ class TextWindows(Sequence):
 
 
 @dataclass
-class LMBatch:
-    """inputs (batch, block) and targets (batch, block): the same text shifted by one, so that
-    targets[:, t] = inputs[:, t + 1] is the next character. PAD targets do not count."""
-
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    pad_id = PAD
-
-    to = _to
-
-    @property
-    def n_targets(self):
-        return int((self.targets != PAD).sum())
-
-    def loss_inputs(self, model):
-        return model(self.inputs), self.targets  # (batch, block, V), (batch, block)
-
-
-def lm_batch(windows):
-    """Windows of block_size + 1 ids (TextWindows' items) -> LMBatch: every position of
-    every window is a prediction to learn from."""
-    windows = torch.stack(list(windows))  # (batch, block + 1)
-    return LMBatch(windows[:, :-1], windows[:, 1:])
-
-
-@dataclass
 class LMTask:
     """A character-level language model on a TextCorpus: the examples are TextWindows
     (train: every window; val and test: consecutive ones). Judged by the held-out loss, the
@@ -398,11 +282,9 @@ class LMTask:
 
     @torch.no_grad()
     def evaluate(self, model, examples, batch_size=100):
-        model.eval()
-        device = next(model.parameters()).device
         total, count = 0.0, 0
-        for i in range(0, len(examples), batch_size):
-            batch = lm_batch(examples[i: i + batch_size]).to(device)
+        for device, chunk in eval_batches(model, examples, batch_size):
+            batch = lm_batch(chunk).to(device)
             logits, targets = batch.loss_inputs(model)
             total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
                                      ignore_index=PAD, reduction="sum").item()
@@ -426,25 +308,3 @@ def lm_task(seed=0, block_size=128, corpus=None):
     return LMTask("lm", corpus.vocab, TextWindows(corpus.ids("train"), block_size),
                   *(TextWindows(corpus.ids(split), block_size, block_size)
                     for split in ("val", "test")))
-
-
-@torch.no_grad()
-def complete(model, vocab, prompt, max_new_chars, temperature=None, top_k=None, top_p=None,
-             samples=1, seed=0):
-    """A language model (DecoderLM) continues the text ``prompt``: ``samples`` continuations
-    of up to max_new_chars characters each, greedy (temperature None) or drawn from
-    softmax(logits / temperature) within the top_k / top_p tokens (decoding.sampler, seeded
-    by ``seed``), by decoding.lm_generate with the key/value cache."""
-    model.eval()
-    device = next(model.parameters()).device
-    if not prompt:
-        raise ValueError("the prompt is empty: the model continues a text, give it at least "
-                         "one character")
-    ids = torch.tensor([vocab.encode(prompt)] * samples, device=device)  # (samples, t)
-    if temperature is None and top_k is None and top_p is None:
-        choose = greedy
-    else:
-        generator = torch.Generator(device).manual_seed(seed)
-        choose = sampler(temperature or 1.0, top_k, top_p, generator)
-    out = lm_generate(model, ids, max_new_chars, choose)
-    return [vocab.decode(row[ids.size(1):]) for row in out]

@@ -1,4 +1,5 @@
-"""Chapter 07: data. A character vocabulary, batches for teacher forcing, and three tasks.
+"""Chapter 07: data. Three seq2seq tasks (their batches are tfcourse.batches', the vocabulary
+tfcourse.vocab's).
 
 Every task is generated offline and deterministically from a seed, as pairs of strings
 (source, target) split into train, validation and test sets that share no example:
@@ -24,119 +25,20 @@ import datetime
 import random
 from dataclasses import dataclass
 
-import torch
 from babel.dates import format_date
 
-from tfcourse.masks import padding_mask, target_mask
-
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-
-
-class Vocab:
-    """Characters <-> ids. Ids 0..3 are PAD, BOS, EOS, UNK; the symbols follow in order."""
-
-    def __init__(self, symbols):
-        symbols = list(symbols)
-        if len(set(symbols)) != len(symbols) or set(symbols) & set(SPECIALS):
-            raise ValueError(f"symbols must be distinct and not specials, got {symbols}")
-        self.itos = [*SPECIALS, *symbols]
-        self.stoi = {s: i for i, s in enumerate(self.itos)}
-
-    @classmethod
-    def from_texts(cls, texts):
-        """The sorted set of characters in ``texts``."""
-        return cls(sorted(set("".join(texts))))
-
-    @property
-    def symbols(self):
-        return self.itos[len(SPECIALS):]
-
-    def __len__(self):
-        return len(self.itos)
-
-    def __eq__(self, other):
-        return isinstance(other, Vocab) and self.itos == other.itos
-
-    def encode(self, text):
-        """One id per character; characters not in the vocabulary become UNK."""
-        return [self.stoi.get(c, UNK) for c in text]
-
-    def decode(self, ids):
-        """Ids -> text: stops at the first EOS, skips PAD and BOS, shows UNK as '?'."""
-        out = []
-        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
-            if i == EOS:
-                break
-            if i not in (PAD, BOS):
-                out.append("?" if i == UNK else self.itos[i])
-        return "".join(out)
-
-
-@dataclass
-class Batch:
-    """A padded batch of (source, target) pairs for teacher forcing: the seq2seq batch.
-
-    src     (batch, src_len)      source ids
-    tgt_in  (batch, tgt_len)      decoder input: BOS y_1 ... y_n      (shifted right)
-    tgt_out (batch, tgt_len)      what to predict: y_1 ... y_n EOS
-    src_mask (batch, 1, 1, src_len), tgt_mask (batch, 1, tgt_len, tgt_len), True = may attend
-
-    Every batch type has what the training loop uses (tfcourse.training): loss_inputs(model),
-    n_targets, pad_id and to(device).
-    """
-
-    src: torch.Tensor
-    tgt_in: torch.Tensor
-    tgt_out: torch.Tensor
-    src_mask: torch.Tensor
-    tgt_mask: torch.Tensor
-    pad_id = PAD  # the target id that does not count in the loss (a class attribute)
-
-    def to(self, device):
-        return Batch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
-
-    def loss_inputs(self, model):
-        """(logits (batch, tgt_len, vocab), targets (batch, tgt_len)): the model reads the
-        source and the shifted target; tgt_out is what it must predict."""
-        return model(self.src, self.tgt_in, self.src_mask, self.tgt_mask), self.tgt_out
-
-    @property
-    def n_targets(self):
-        """Target tokens that count in the loss (not padding)."""
-        return int((self.tgt_out != PAD).sum())
-
-
-def pad_sequences(seqs, pad_id=PAD):
-    """Lists of ids -> (batch, longest) LongTensor, padded on the right."""
-    out = torch.full((len(seqs), max(map(len, seqs))), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
-
-
-def encode_sources(texts, vocab):
-    """Source texts -> ids (batch, src_len) and their padding mask (batch, 1, 1, src_len)."""
-    src = pad_sequences([vocab.encode(t) for t in texts])
-    return src, padding_mask(src, PAD)
-
-
-def make_batch(pairs, vocab):
-    """(source, target) strings -> Batch. The decoder sees BOS + y and must predict y + EOS:
-    at every position it is given the true previous tokens (teacher forcing) and the causal
-    mask hides the rest."""
-    src, src_mask = encode_sources([s for s, _ in pairs], vocab)
-    y = [vocab.encode(t) for _, t in pairs]
-    tgt_in = pad_sequences([[BOS, *t] for t in y])
-    tgt_out = pad_sequences([[*t, EOS] for t in y])
-    return Batch(src, tgt_in, tgt_out, src_mask, target_mask(tgt_in, PAD))
+# Exercise 07's file imports BOS, EOS, PAD, Batch and pad_sequences from here (their homes
+# are tfcourse.vocab and tfcourse.batches), exercise 09's PAD.
+from tfcourse.batches import Batch, make_batch, pad_sequences  # noqa: F401
+from tfcourse.inference import exact_match, predict
+from tfcourse.vocab import BOS, EOS, PAD, Vocab  # noqa: F401
 
 
 @dataclass
 class Task:
     """A seq2seq task: its vocabulary (shared by source and target) and three disjoint splits
     of (source, target) pairs. It makes its batches and says how it is judged, as every task
-    does for the training loop (the interface is in tfcourse.training's docstring)."""
+    does for the training loop (tfcourse.interface.TaskLike)."""
 
     name: str
     vocab: Vocab
@@ -146,20 +48,16 @@ class Task:
     metric = "exact match"  # class attributes: what evaluate() measures, and its direction
     higher_is_better = True
 
-    def make_batch(self, examples):
+    def make_batch(self, examples: list[tuple[str, str]]) -> Batch:
         """(source, target) pairs -> Batch (teacher forcing)."""
         return make_batch(examples, self.vocab)
 
-    def evaluate(self, model, examples):
+    def evaluate(self, model, examples: list[tuple[str, str]]) -> float:
         """Exact match: the fraction of examples whose whole greedy output is right."""
-        from tfcourse.training import exact_match  # tfcourse.training imports this module
-
         return exact_match(model, examples, self.vocab)
 
-    def show(self, model, examples):
+    def show(self, model, examples: list[tuple[str, str]]) -> list[str]:
         """One line per example: what the model makes of it, and whether that is right."""
-        from tfcourse.training import predict
-
         outputs = predict(model, [s for s, _ in examples], self.vocab)
         return [f"{source} -> {output}  ({'ok' if output == target else f'WRONG, expected {target}'})"
                 for (source, target), output in zip(examples, outputs, strict=True)]

@@ -5,11 +5,13 @@
     x = SublayerConnection(x, FeedForward)                           (paper, section 3.1)
 """
 
+import torch
 from torch import nn
 
 from tfcourse._validate import integer
+from tfcourse.config import BlockConfig
 from tfcourse.feed_forward import PositionWiseFeedForward
-from tfcourse.multi_head import KVCache, MultiHeadAttention
+from tfcourse.multi_head import Cache, LayerCache, MultiHeadAttention
 from tfcourse.normalization import LayerNorm, SublayerConnection
 
 
@@ -21,8 +23,8 @@ class DecoderLayer(nn.Module):
     sublayers[i].norm <-> norm{i+1}.
     """
 
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
-                 attn_impl="explicit"):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", attn_impl: str = "explicit"):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
@@ -31,11 +33,14 @@ class DecoderLayer(nn.Module):
             SublayerConnection(d_model, dropout, norm_first) for _ in range(3)
         )
 
-    def forward(self, x, memory, src_mask=None, tgt_mask=None, cache=None):
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None,
+                cache: LayerCache | None = None) -> torch.Tensor:
         """x (batch, tgt_len, d_model), memory (batch, src_len, d_model);
         tgt_mask e.g. target_mask(tgt) (causal and padding), src_mask e.g. padding_mask(src).
-        cache: None, or (self-attention KVCache, cross-attention static KVCache); then x holds
-        only the new positions, and tgt_mask covers (new positions, all positions)."""
+        cache: None, or the layer's (self-attention KVCache, cross-attention static KVCache);
+        then x holds only the new positions, and tgt_mask covers (new positions, all
+        positions)."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, tgt_mask, cache=self_cache)[0])
         x = self.sublayers[1](
@@ -48,8 +53,8 @@ class Decoder(nn.Module):
     """N decoder layers; a final LayerNorm with pre-norm (norm_first), none with post-norm."""
 
     def __init__(
-        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu",
-        attn_impl="explicit",
+        self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float = 0.1,
+        norm_first: bool = False, activation: str = "relu", attn_impl: str = "explicit",
     ):
         super().__init__()
         self.layers = nn.ModuleList(
@@ -58,30 +63,17 @@ class Decoder(nn.Module):
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x, memory, src_mask=None, tgt_mask=None, cache=None):
-        """cache: None, or a DecoderCache (incremental decoding: x holds the new positions)."""
+    @classmethod
+    def from_config(cls, config: BlockConfig) -> "Decoder":
+        """The stack that a model's config describes."""
+        return cls(n_layers=config.n_layers, **config.layer_options())
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None = None,
+                tgt_mask: torch.Tensor | None = None, cache: Cache | None = None) -> torch.Tensor:
+        """cache: None, or a Cache(cross=True) (incremental decoding: x holds the new
+        positions)."""
         caches = cache.layers if cache is not None else [None] * len(self.layers)
         for layer, layer_cache in zip(self.layers, caches, strict=True):
             x = layer(x, memory, src_mask, tgt_mask, cache=layer_cache)
         return self.norm(x)  # (batch, tgt_len, d_model)
 
-
-class DecoderCache:
-    """What incremental decoding keeps between steps, for every decoder layer: the
-    self-attention's keys and values of the positions decoded so far (one more each step),
-    and the cross-attention's keys and values of the encoder's memory (computed once).
-
-    len(cache) is the number of positions decoded so far: the position of the next token.
-    """
-
-    def __init__(self, n_layers):
-        self.layers = [(KVCache(), KVCache(static=True)) for _ in range(n_layers)]
-
-    def __len__(self):
-        return len(self.layers[0][0]) if self.layers else 0
-
-    def reorder(self, index):
-        """Keep rows `index` of the batch: beam search continues beam index[i] in row i.
-        The static memory caches are left alone: every beam of a sentence shares its memory."""
-        for self_cache, _ in self.layers:
-            self_cache.reorder(index)

@@ -33,11 +33,13 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfcourse.attention import _broadcast, _check_inputs
-from tfcourse.data import copy_task, make_batch
+from tfcourse.batches import make_batch
+from tfcourse.data import copy_task
 from tfcourse.feed_forward import PositionWiseFeedForward
+from tfcourse.losses import label_smoothing_loss
 from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.multi_head import MultiHeadAttention
-from tfcourse.training import label_smoothing_loss, train_step
+from tfcourse.training import train_step
 
 # ----------------------------------------------------------------------------- measuring
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from tfcourse._validate import integer
+from tfcourse.config import BlockConfig
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.multi_head import MultiHeadAttention
 from tfcourse.normalization import LayerNorm, SublayerConnection
@@ -26,12 +27,12 @@ class Embeddings(nn.Module):
     output layer's weight (tied), where its scale keeps the first logits small.
     """
 
-    def __init__(self, vocab_size, d_model):
+    def __init__(self, vocab_size: int, d_model: int):
         super().__init__()
         self.embedding = nn.Embedding(integer("vocab_size", vocab_size), integer("d_model", d_model))
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
 
-    def forward(self, tokens):
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         vocab_size, d_model = self.embedding.weight.shape
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an integer tensor of ids, got {tokens.dtype}")
@@ -50,8 +51,8 @@ class EncoderLayer(nn.Module):
     feed_forward.linear{1,2} <-> linear{1,2}, sublayers[i].norm <-> norm{i+1}.
     """
 
-    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu",
-                 attn_impl="explicit"):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "relu", attn_impl: str = "explicit"):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, attn_impl=attn_impl)
         self.feed_forward = PositionWiseFeedForward(d_model, d_ff, dropout, activation)
@@ -59,7 +60,7 @@ class EncoderLayer(nn.Module):
             SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
         )
 
-    def forward(self, x, mask=None):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (batch, seq, d_model); mask bool, True = may attend, e.g. padding_mask(src)."""
         x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask)[0])
         return self.sublayers[1](x, self.feed_forward)  # (batch, seq, d_model)
@@ -70,8 +71,8 @@ class Encoder(nn.Module):
     layer's output is otherwise never normalized. Post-norm (the paper) has none."""
 
     def __init__(
-        self, d_model, n_heads, d_ff, n_layers, dropout=0.1, norm_first=False, activation="relu",
-        attn_impl="explicit",
+        self, d_model: int, n_heads: int, d_ff: int, n_layers: int, dropout: float = 0.1,
+        norm_first: bool = False, activation: str = "relu", attn_impl: str = "explicit",
     ):
         super().__init__()
         self.layers = nn.ModuleList(
@@ -80,7 +81,12 @@ class Encoder(nn.Module):
         )
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, x, mask=None):
+    @classmethod
+    def from_config(cls, config: BlockConfig) -> "Encoder":
+        """The stack that a model's config describes."""
+        return cls(n_layers=config.n_layers, **config.layer_options())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         for layer in self.layers:
             x = layer(x, mask)
         return self.norm(x)  # (batch, seq, d_model)

@@ -4,46 +4,35 @@
     logits = Linear(Decoder(PE(Embed(tgt)), memory))     (softmax is left to the loss)
 """
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
+from typing import Any
 
+import torch
 from torch import nn
 
-from tfcourse._validate import integer, probability
-from tfcourse.decoder import Decoder, DecoderCache
+from tfcourse.config import BlockConfig, check_pad_id, setting
+from tfcourse.decoder import Decoder
 from tfcourse.encoder import Embeddings, Encoder
+from tfcourse.multi_head import Cache
 from tfcourse.positional import PositionalEncoding
 
 
-@dataclass
-class TransformerConfig:
-    src_vocab_size: int
-    tgt_vocab_size: int
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    n_layers: int = 6  # in the encoder, and again in the decoder
-    dropout: float = 0.1
-    max_len: int = 5000
-    norm_first: bool = False
-    activation: str = "relu"
-    share_embeddings: bool = False  # one embedding table for source and target
-    tie_output: bool = False  # generator weight = target embedding weight
-    pad_id: int = 0
-    attn_impl: str = "explicit"  # or "sdpa": torch's fused attention (chapter 10)
+@dataclass(frozen=True)
+class TransformerConfig(BlockConfig):
+    """The encoder-decoder: its block (BlockConfig: the paper's base by default), its two
+    vocabularies and the weights they may share."""
 
-    def __post_init__(self):
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff",
-                     "n_layers", "max_len"):
-            setattr(self, name, integer(name, getattr(self, name)))
-        if self.d_model % self.n_heads != 0 or self.d_model % 2 != 0:
-            raise ValueError(f"d_model={self.d_model} must be even (the positional encoding's "
-                             f"sin/cos pairs) and divisible by n_heads={self.n_heads}")
-        self.dropout = probability("dropout", self.dropout)
-        if self.activation not in ("relu", "gelu"):
-            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
-        if not 0 <= integer("pad_id", self.pad_id, 0) < min(self.src_vocab_size,
-                                                             self.tgt_vocab_size):
-            raise ValueError(f"pad_id={self.pad_id} is not an id of both vocabularies")
+    src_vocab_size: int = setting(MISSING, "tokens of the source vocabulary", "[1, inf)")
+    tgt_vocab_size: int = setting(MISSING, "tokens of the target vocabulary", "[1, inf)")
+    max_len: int = setting(5000, "positions the model has", "[1, inf)")
+    share_embeddings: bool = setting(False, "one embedding table for source and target")
+    tie_output: bool = setting(False, "output layer weight = the (target) embedding weight")
+    pad_id: int = setting(0, "the padding id", "[0, inf)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_even(self.d_model)
+        check_pad_id(self, self.src_vocab_size, self.tgt_vocab_size)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings=True needs one vocabulary, got "
@@ -51,24 +40,24 @@ class TransformerConfig:
             )
 
     @classmethod
-    def base(cls, vocab_size=37000, **overrides):
+    def base(cls, vocab_size: int = 37000, **overrides: Any) -> "TransformerConfig":
         """The paper's base model (Table 3), shared source-target vocabulary, tied weights."""
         return cls(**{**_paper(vocab_size), **overrides})
 
     @classmethod
-    def big(cls, vocab_size=37000, **overrides):
+    def big(cls, vocab_size: int = 37000, **overrides: Any) -> "TransformerConfig":
         """The paper's big model (Table 3; dropout 0.3 as for EN-DE)."""
         big = dict(d_model=1024, n_heads=16, d_ff=4096, dropout=0.3)
         return cls(**{**_paper(vocab_size), **big, **overrides})
 
     @classmethod
-    def tiny(cls, vocab_size, **overrides):
+    def tiny(cls, vocab_size: int, **overrides: Any) -> "TransformerConfig":
         """A model that trains in seconds on a CPU (toy tasks, tests)."""
         tiny = dict(d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=512)
         return cls(**{**_paper(vocab_size), **tiny, **overrides})
 
 
-def _paper(vocab_size):
+def _paper(vocab_size: int) -> dict[str, Any]:
     return dict(
         src_vocab_size=vocab_size,
         tgt_vocab_size=vocab_size,
@@ -77,11 +66,30 @@ def _paper(vocab_size):
     )
 
 
+def check_even(d_model: int) -> None:
+    """The sinusoidal encoding pairs sin and cos: d_model must be even."""
+    if d_model % 2:
+        raise ValueError(f"d_model={d_model} must be even: the positional encoding's "
+                         "sin/cos come in pairs")
+
+
 # Xavier of the stack [W^Q; W^K; W^V] (3 d_model x d_model), as nn.MultiheadAttention initializes
 # its in_proj_weight (and fairseq its q/k/v projections): gain 1/sqrt(2) on each d_model x d_model
 # part. The copy task then needs about 5% fewer steps (248 against 260, mean of 40 seeds).
-_QKV = ("w_q.weight", "w_k.weight", "w_v.weight")
+_QKV = ("w_q", "w_k", "w_v")
 _QKV_GAIN = 0.5**0.5
+
+
+def init_weights(model: nn.Module) -> None:
+    """Every model kind's initialization: each linear map's weight Xavier-uniform (W^Q, W^K,
+    W^V each as a third of one stacked matrix), in the order of the model's modules. The
+    embedding tables keep Embeddings' N(0, 1/d_model) (so a tied output layer starts with
+    small logits), learned positions nn.Embedding's N(0, 1), biases and LayerNorms theirs.
+    Tie the output layer after this, so that both names hold the embedding's tensor."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            qkv = name.rsplit(".", 1)[-1] in _QKV
+            nn.init.xavier_uniform_(module.weight, gain=_QKV_GAIN if qkv else 1.0)
 
 
 class Transformer(nn.Module):
@@ -91,10 +99,10 @@ class Transformer(nn.Module):
     Weights: the embedding tables as Embeddings makes them, N(0, 1/d_model) (with tie_output
     the output layer is the target table); every other matrix Xavier-uniform."""
 
-    kind = "seq2seq"  # what checkpoints record (tfcourse.training)
+    kind = "seq2seq"  # what checkpoints record (tfcourse.checkpoint)
     config_class = TransformerConfig
 
-    def __init__(self, config):
+    def __init__(self, config: TransformerConfig):
         super().__init__()
         c = self.config = config
         self.src_embed = Embeddings(c.src_vocab_size, c.d_model)
@@ -102,22 +110,19 @@ class Transformer(nn.Module):
             self.src_embed if c.share_embeddings else Embeddings(c.tgt_vocab_size, c.d_model)
         )
         self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
-        stack = (c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, c.activation,
-                 c.attn_impl)
-        self.encoder = Encoder(*stack)
-        self.decoder = Decoder(*stack)
+        self.encoder = Encoder.from_config(c)
+        self.decoder = Decoder.from_config(c)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
-        for name, p in self.named_parameters():  # a shared tensor comes once
-            if p.dim() > 1 and "_embed." not in name:  # Xavier; W^Q, W^K, W^V as one stack
-                nn.init.xavier_uniform_(p, gain=_QKV_GAIN if name.endswith(_QKV) else 1.0)
+        init_weights(self)
         if c.tie_output:  # after the init, so that both names hold the same tensor
             self.generator.weight = self.tgt_embed.embedding.weight
 
-    def encode(self, src, src_mask):
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         """src ids (batch, src_len), src_mask e.g. padding_mask(src) -> (batch, src_len, d_model)"""
         return self.encoder(self.positional(self.src_embed(src)), src_mask)
 
-    def decode(self, tgt, memory, src_mask, tgt_mask, cache=None):
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None,
+               tgt_mask: torch.Tensor | None, cache: Cache | None = None) -> torch.Tensor:
         """tgt ids (batch, tgt_len), tgt_mask e.g. target_mask(tgt) -> (batch, tgt_len, d_model)
 
         With a cache (from init_cache()), tgt holds only the new tokens: they take positions
@@ -126,16 +131,17 @@ class Transformer(nn.Module):
         x = self.positional(self.tgt_embed(tgt), start=start)
         return self.decoder(x, memory, src_mask, tgt_mask, cache=cache)
 
-    def init_cache(self):
+    def init_cache(self) -> Cache:
         """An empty key/value cache for incremental decoding (tfcourse.decoding)."""
-        return DecoderCache(len(self.decoder.layers))
+        return Cache(len(self.decoder.layers), cross=True)
 
-    def forward(self, src, tgt, src_mask, tgt_mask):
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None,
+                tgt_mask: torch.Tensor | None) -> torch.Tensor:
         memory = self.encode(src, src_mask)
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))  # logits
 
 
-def count_parameters(model):
+def count_parameters(model: nn.Module) -> dict[str, int]:
     """Parameters of a Transformer by part, and the total. A shared tensor (shared embeddings,
     tied output) counts once, in the first part that holds it: the embeddings."""
     parts = {"src_embed": "embeddings", "tgt_embed": "embeddings", "positional": "embeddings"}

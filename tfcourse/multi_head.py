@@ -7,16 +7,19 @@ All h heads are computed at once: one d_model x d_model projection per role, who
 is split into h slices of d_head = d_model / h features.
 """
 
+from typing import NamedTuple, get_args
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tfcourse._validate import integer, probability, same_dtype
 from tfcourse.attention import _check_inputs, scaled_dot_product_attention
+from tfcourse.config import AttnImpl
 
 # How attention is computed: "explicit" is chapter 01's function, written out (it returns the
 # weights); "sdpa" is torch.nn.functional.scaled_dot_product_attention, fused (chapter 10).
-ATTN_IMPLS = ("explicit", "sdpa")
+ATTN_IMPLS = get_args(AttnImpl)
 
 
 def split_heads(x, n_heads):
@@ -65,6 +68,37 @@ class KVCache:
         """Keep rows `index` of the batch (beam search: each new beam continues an old one)."""
         if self.key is not None:
             self.key, self.value = self.key.index_select(0, index), self.value.index_select(0, index)
+
+
+class LayerCache(NamedTuple):
+    """One layer's caches: its self-attention's, and its cross-attention's (None in a model
+    without an encoder)."""
+
+    self_attn: KVCache
+    cross_attn: KVCache | None
+
+
+class Cache:
+    """What incremental decoding keeps between steps, for every layer of a decoder: the
+    self-attention's keys and values of the positions so far (one more each step) and, in a
+    decoder that reads an encoder (cross=True), the cross-attention's keys and values of the
+    encoder's memory (computed once).
+
+    len(cache) is the number of positions decoded so far: the position of the next token.
+    """
+
+    def __init__(self, n_layers: int, cross: bool = False):
+        self.layers = [LayerCache(KVCache(), KVCache(static=True) if cross else None)
+                       for _ in range(n_layers)]
+
+    def __len__(self) -> int:
+        return len(self.layers[0].self_attn) if self.layers else 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` of the batch: beam search continues beam index[i] in row i.
+        The static memory caches are left alone: every beam of a sentence shares its memory."""
+        for layer in self.layers:
+            layer.self_attn.reorder(index)
 
 
 class MultiHeadAttention(nn.Module):

@@ -14,40 +14,38 @@ Decoder-only (GPT, Radford et al. 2018, 2019): the chapter 06 decoder without cr
 the feed-forward network, exactly the encoder layer with a causal mask. Trained to predict
 every next token, p(x_t+1 | x_1 ... x_t), from the logits h E^T (tied weights).
 
-Each model has a ``config`` (a dataclass), a ``kind`` and its ``config_class``: a checkpoint
-that records (kind, asdict(config)) rebuilds it.
+Each model has a ``config`` (a BlockConfig and the kind's own fields), a ``kind`` and its
+``config_class``: a checkpoint that records (kind, asdict(config)) rebuilds it. Their
+weights start as the encoder-decoder's (tfcourse.model.init_weights).
 """
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from tfcourse.data import PAD
+from tfcourse.config import BlockConfig, check_pad_id, setting
 from tfcourse.encoder import Embeddings, Encoder, EncoderLayer
-from tfcourse.model import _QKV_GAIN
-from tfcourse.multi_head import KVCache
+from tfcourse.model import check_even, init_weights
+from tfcourse.multi_head import Cache, LayerCache
 from tfcourse.normalization import LayerNorm
 from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding
+from tfcourse.vocab import PAD
 
 _POSITIONAL = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEncoding}
+Positional = Literal["learned", "sinusoidal"]
+# The blocks of BERT (post-norm as the paper, GELU) and GPT-2 (pre-norm, GELU).
+_BERT = dict(activation="gelu")
+_GPT = dict(norm_first=True, activation="gelu")
+_BASE_SIZES = dict(d_model=768, n_heads=12, d_ff=3072, n_layers=12)  # BERT-base, GPT-2 small
 
 
-def _check_config(config):
-    if config.positional not in _POSITIONAL:
-        raise ValueError(f"positional must be one of {list(_POSITIONAL)}, got {config.positional!r}")
-
-
-def _init_weights(model, embedding):
-    """Every linear map Xavier-uniform, as in the encoder-decoder (W^Q, W^K, W^V each as a
-    third of one stacked matrix); the token embeddings N(0, 1 / d_model), so that after the
-    sqrt(d_model) scaling they are ~N(0, 1), the size of the positional encoding, and tied
-    output logits h E^T start at about unit size. Learned positions keep nn.Embedding's N(0, 1)."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            qkv = name.rsplit(".", 1)[-1] in ("w_q", "w_k", "w_v")
-            nn.init.xavier_uniform_(module.weight, gain=_QKV_GAIN if qkv else 1.0)
-    nn.init.normal_(embedding.weight, std=embedding.weight.size(1) ** -0.5)
+def _check_config(config: Any) -> None:
+    """What the two chapter 09 configs check beyond their fields' own intervals."""
+    if config.positional == "sinusoidal":
+        check_even(config.d_model)
+    check_pad_id(config, config.vocab_size)
 
 
 def _check_tokens(tokens):
@@ -56,45 +54,56 @@ def _check_tokens(tokens):
         raise ValueError(f"tokens must be ids of shape (batch, seq) with seq >= 1, got {got}")
 
 
+def _check_mask(mask: torch.Tensor | None, shape: tuple[int, int, int, int]) -> None:
+    """A bool mask (True = may attend) broadcastable to shape = (batch, heads, seq, total)."""
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+    try:
+        fits = mask.dim() <= 4 and torch.broadcast_shapes(mask.shape, shape)[-2:] == shape[-2:]
+        fits = fits and torch.broadcast_shapes(mask.shape, shape)[0] == shape[0]
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(f"mask must be broadcastable to (batch, heads, seq, total) = "
+                         f"({shape[0]}, heads, {shape[2]}, {shape[3]}), got {tuple(mask.shape)}")
+
+
 # ------------------------------------------------------------------ encoder-only (BERT-style)
 
 
-@dataclass
-class EncoderClassifierConfig:
-    """Defaults: BERT-base's sizes (Devlin et al. 2019), learned positions and GELU as BERT."""
+@dataclass(frozen=True)
+class EncoderClassifierConfig(BlockConfig):
+    """The encoder classifier: its block (BlockConfig; bert_base() and tiny() take BERT's,
+    post-norm with GELU), its vocabulary, classes, positions and pooling."""
 
-    vocab_size: int
-    n_classes: int
-    d_model: int = 768
-    n_heads: int = 12
-    d_ff: int = 3072
-    n_layers: int = 12
-    dropout: float = 0.1
-    max_len: int = 512
-    norm_first: bool = False  # BERT is post-norm, as the paper
-    activation: str = "gelu"
-    positional: str = "learned"  # or "sinusoidal" (the paper's)
-    pooling: str = "cls"  # "cls": the vector at position 0; "mean": the mean over the text
-    pad_id: int = PAD
+    vocab_size: int = setting(MISSING, "tokens of the vocabulary", "[1, inf)")
+    n_classes: int = setting(MISSING, "classes to choose from", "[2, inf)")
+    max_len: int = setting(512, "positions the model has", "[1, inf)")
+    positional: Positional = setting("learned", "learned positions (BERT's) or the paper's "
+                                     "sinusoidal ones")
+    pooling: Literal["cls", "mean"] = setting("cls", "one vector per text: the one at [CLS], "
+                                              "or the mean over the text")
+    pad_id: int = setting(PAD, "the padding id", "[0, inf)")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _check_config(self)
-        if self.pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
-        if self.n_classes < 2:
-            raise ValueError(f"n_classes must be at least 2, got {self.n_classes}")
 
     @classmethod
-    def bert_base(cls, vocab_size=30522, n_classes=2, **overrides):
+    def bert_base(cls, vocab_size: int = 30522, n_classes: int = 2,
+                  **overrides: Any) -> "EncoderClassifierConfig":
         """BERT-base: 12 layers, d_model 768, 12 heads, d_ff 3072, 512 positions, WordPiece
         vocabulary of 30,522 tokens."""
-        return cls(vocab_size, n_classes, **overrides)
+        return cls(vocab_size, n_classes, **{**_BERT, **_BASE_SIZES, **overrides})
 
     @classmethod
-    def tiny(cls, vocab_size, n_classes, **overrides):
+    def tiny(cls, vocab_size: int, n_classes: int, **overrides: Any) -> "EncoderClassifierConfig":
         """A model that trains in seconds on a CPU."""
         tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128)
-        return cls(vocab_size, n_classes, **{**tiny, **overrides})
+        return cls(vocab_size, n_classes, **{**_BERT, **tiny, **overrides})
 
 
 def mean_pool(h, keep):
@@ -118,17 +127,16 @@ class EncoderClassifier(nn.Module):
     kind = "classifier"
     config_class = EncoderClassifierConfig
 
-    def __init__(self, config):
+    def __init__(self, config: EncoderClassifierConfig):
         super().__init__()
         c = self.config = config
         self.embed = Embeddings(c.vocab_size, c.d_model)
         self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
-        self.encoder = Encoder(c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first,
-                               c.activation)
+        self.encoder = Encoder.from_config(c)
         self.dropout = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(c.d_model, c.n_classes)
         self.mlm_head = nn.Linear(c.d_model, c.vocab_size)
-        _init_weights(self, self.embed.embedding)
+        init_weights(self)
         self.mlm_head.weight = self.embed.embedding.weight  # tied: logits = h E^T + b
 
     def encode(self, tokens, mask=None):
@@ -211,39 +219,34 @@ def mask_tokens(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=N
 # ------------------------------------------------------------------ decoder-only (GPT-style)
 
 
-@dataclass
-class DecoderLMConfig:
-    """Defaults: GPT-2 small's sizes (Radford et al. 2019): pre-norm with a final LayerNorm,
-    learned positions, GELU, output layer tied to the input embeddings."""
+@dataclass(frozen=True)
+class DecoderLMConfig(BlockConfig):
+    """The decoder-only language model: its block (BlockConfig; gpt2_small() and tiny() take
+    GPT-2's, pre-norm with a final LayerNorm and GELU), vocabulary, positions and tying."""
 
-    vocab_size: int
-    d_model: int = 768
-    n_heads: int = 12
-    d_ff: int = 3072
-    n_layers: int = 12
-    dropout: float = 0.1
-    max_len: int = 1024
-    norm_first: bool = True
-    activation: str = "gelu"
-    positional: str = "learned"  # or "sinusoidal" (the paper's)
-    tie_output: bool = True  # output layer weight = input embedding weight
-    pad_id: int = PAD
-    attn_impl: str = "explicit"  # or "sdpa": torch's fused attention (chapter 10)
+    vocab_size: int = setting(MISSING, "tokens of the vocabulary", "[1, inf)")
+    max_len: int = setting(1024, "positions the model has (the longest text it reads)",
+                           "[1, inf)")
+    positional: Positional = setting("learned", "learned positions (GPT's) or the paper's "
+                                     "sinusoidal ones")
+    tie_output: bool = setting(True, "output layer weight = the (target) embedding weight")
+    pad_id: int = setting(PAD, "the padding id", "[0, inf)")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        super().__post_init__()
         _check_config(self)
 
     @classmethod
-    def gpt2_small(cls, vocab_size=50257, **overrides):
+    def gpt2_small(cls, vocab_size: int = 50257, **overrides: Any) -> "DecoderLMConfig":
         """GPT-2 small: 12 layers, d_model 768, 12 heads, d_ff 3072, 1024 positions, byte-level
         BPE vocabulary of 50,257 tokens."""
-        return cls(vocab_size, **overrides)
+        return cls(vocab_size, **{**_GPT, **_BASE_SIZES, **overrides})
 
     @classmethod
-    def tiny(cls, vocab_size, **overrides):
+    def tiny(cls, vocab_size: int, **overrides: Any) -> "DecoderLMConfig":
         """A model that trains in seconds on a CPU."""
         tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=256)
-        return cls(vocab_size, **{**tiny, **overrides})
+        return cls(vocab_size, **{**_GPT, **tiny, **overrides})
 
 
 class DecoderOnlyLayer(EncoderLayer):
@@ -253,28 +256,14 @@ class DecoderOnlyLayer(EncoderLayer):
     what makes it a decoder is the causal mask it is given, and the cache it can keep.
 
     x (batch, seq, d_model); mask bool, True = may attend (causal: see DecoderLM); cache
-    None, or the layer's KVCache: then x holds the new positions only.
+    None, or the layer's LayerCache: then x holds the new positions only.
     """
 
-    def forward(self, x, mask=None, cache=None):
-        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask, cache=cache)[0])
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        kv = cache.self_attn if cache is not None else None
+        x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask, cache=kv)[0])
         return self.sublayers[1](x, self.feed_forward)  # (batch, seq, d_model)
-
-
-class LMCache:
-    """What incremental generation keeps between steps: each layer's self-attention keys and
-    values of the positions so far. len(cache) is the position of the next token."""
-
-    def __init__(self, n_layers):
-        self.layers = [KVCache() for _ in range(n_layers)]
-
-    def __len__(self):
-        return len(self.layers[0]) if self.layers else 0
-
-    def reorder(self, index):
-        """Keep rows `index` of the batch."""
-        for cache in self.layers:
-            cache.reorder(index)
 
 
 class DecoderLM(nn.Module):
@@ -292,33 +281,34 @@ class DecoderLM(nn.Module):
     kind = "lm"
     config_class = DecoderLMConfig
 
-    def __init__(self, config):
+    def __init__(self, config: DecoderLMConfig):
         super().__init__()
         c = self.config = config
         self.embed = Embeddings(c.vocab_size, c.d_model)
         self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
         self.layers = nn.ModuleList(
-            DecoderOnlyLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, c.activation,
-                             c.attn_impl)
-            for _ in range(c.n_layers)
+            DecoderOnlyLayer(**c.layer_options()) for _ in range(c.n_layers)
         )
         self.norm = LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.generator = nn.Linear(c.d_model, c.vocab_size, bias=False)  # as GPT-2
-        _init_weights(self, self.embed.embedding)
+        init_weights(self)
         if c.tie_output:  # after the init, so that both names hold the same tensor
             self.generator.weight = self.embed.embedding.weight
 
-    def init_cache(self):
+    def init_cache(self) -> Cache:
         """An empty key/value cache for generation."""
-        return LMCache(len(self.layers))
+        return Cache(len(self.layers))
 
-    def forward(self, tokens, mask=None, cache=None):
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None,
+                cache: Cache | None = None) -> torch.Tensor:
         _check_tokens(tokens)
         start = len(cache) if cache is not None else 0
-        if cache is not None and start and cache.layers[0].key.size(0) != tokens.size(0):
-            raise ValueError(f"the cache holds a batch of {cache.layers[0].key.size(0)} rows, "
-                             f"got tokens {tuple(tokens.shape)}")
+        rows = cache.layers[0].self_attn.key.size(0) if start else tokens.size(0)
+        if rows != tokens.size(0):
+            raise ValueError(f"the cache holds a batch of {rows} rows, got tokens "
+                             f"{tuple(tokens.shape)}")
         seq = tokens.size(1)
+        _check_mask(mask, (tokens.size(0), 1, seq, start + seq))
         x = self.positional(self.embed(tokens), start=start)  # (batch, seq, d_model)
         # Query i is position start + i: it may attend to positions 0 ... start + i.
         causal = torch.ones(seq, start + seq, dtype=torch.bool, device=tokens.device).tril(start)

@@ -12,13 +12,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..data import BOS, EOS, PAD, Batch, Vocab, pad_sequences
-from ..data import make_batch as reference_batch
+from ..batches import Batch, pad_sequences
+from ..batches import make_batch as reference_batch
+from ..losses import label_smoothing_loss as reference_loss
 from ..masks import causal_mask, padding_mask, target_mask
 from ..model import Transformer, TransformerConfig
-from ..training import label_smoothing_loss as reference_loss
-from ..training import noam_lr as reference_noam
+from ..schedules import noam_lr as reference_noam
 from ..training import train_step as reference_step
+from ..vocab import BOS, EOS, PAD, Vocab
 from .core import Case, Item, Mistake, call, describe, fail_if_stopped
 
 EXERCISE = "ex07_training"

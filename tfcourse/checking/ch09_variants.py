@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data import PAD
-from ..training import label_smoothing_loss
+from ..losses import label_smoothing_loss
 from ..variants import DecoderLM, DecoderLMConfig
 from ..variants import mask_tokens as reference_masking
 from ..variants import mean_pool as reference_pool
+from ..vocab import PAD
 from .ch07_training import _same_gradient, _same_loss
 from .core import Case, Item, Mistake, call, clone, close, describe, fail_on_error, same
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import torch
 
-from tfcourse.data import BOS, EOS, UNK
 from tfcourse.decoding import greedy_decode
 from tfcourse.masks import padding_mask, target_mask
 from tfcourse.viz.common import as_array, head_colors
 from tfcourse.viz.heatmaps import draw_heatmap
 from tfcourse.viz.links import draw_links, links_figsize
 from tfcourse.viz.record import record
+from tfcourse.vocab import BOS, EOS, UNK
 
 NONE = -1  # the controls' value for "all heads" and "no token" (a widget's None means "no choice")
 KIND_NAMES = {"self": "self-attention", "masked self": "masked self-attention",

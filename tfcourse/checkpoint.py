@@ -1,0 +1,162 @@
+"""Checkpoints: a trained model with what rebuilds it (its kind and config), its task's
+vocabulary and class names, the training settings and history. The model kinds are a
+registry: the course's three are known by name, and register() adds one of your own.
+
+    save_checkpoint("dates.pt", model, task, config, step)
+    model, vocab, state = load_checkpoint("dates.pt")
+"""
+
+import contextlib
+import glob
+import importlib
+import os
+from dataclasses import asdict
+from typing import Any
+
+import torch
+from torch import nn
+
+from tfcourse.interface import ModelLike, TaskLike
+from tfcourse.vocab import Vocab
+
+# kind -> "module:class", imported when a checkpoint of that kind is loaded (so that loading
+# a language model does not import the encoder-decoder, and no module here imports a model).
+_KINDS: dict[str, str | type] = {
+    "seq2seq": "tfcourse.model:Transformer",
+    "classifier": "tfcourse.variants:EncoderClassifier",
+    "lm": "tfcourse.variants:DecoderLM",
+}
+
+
+def register(cls: type) -> type:
+    """Make a model class loadable from checkpoints, by its ``kind`` (a class attribute); it
+    must also have ``config_class`` (a dataclass: the model is cls(config_class(**fields))).
+    Usable as a decorator. Returns cls."""
+    for attribute in ("kind", "config_class"):
+        if not hasattr(cls, attribute):
+            raise TypeError(f"{cls.__name__} has no `{attribute}`: see tfcourse.interface")
+    _KINDS[cls.kind] = cls
+    return cls
+
+
+def model_class(kind: str) -> type:
+    """The registered class of model ``kind`` (ValueError for a kind nobody registered)."""
+    if kind not in _KINDS:
+        raise ValueError(f"no model of kind {kind!r} is known (known: {', '.join(_KINDS)}); "
+                         "tfcourse.checkpoint.register() adds one")
+    cls = _KINDS[kind]
+    if isinstance(cls, str):
+        module, name = cls.split(":")
+        cls = _KINDS[kind] = getattr(importlib.import_module(module), name)
+    return cls
+
+
+def kinds() -> tuple[str, ...]:
+    """The model kinds a checkpoint can hold."""
+    return tuple(_KINDS)
+
+
+def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, step: int,
+                    history: dict | None = None, optimizer: torch.optim.Optimizer | None = None,
+                    scheduler: Any = None) -> None:
+    """Write a checkpoint atomically (a temporary file, then os.replace): a crash or a full
+    disk while saving leaves the previous checkpoint intact and no temporary file behind
+    (a temporary file left by a killed process is removed by the next save). Plain types
+    and tensors only, so that torch.load(weights_only=True) reads it. Raises OSError when
+    the file cannot be written."""
+    state = {
+        "kind": model.kind,
+        "model": model.state_dict(),
+        "model_config": asdict(model.config),
+        "train_config": asdict(config),
+        "task": task.name,
+        "vocab": task.vocab.symbols,
+        "classes": list(getattr(task, "classes", ())),  # a classifier's output names
+        "step": step,
+        "history": history or {},
+    }
+    for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
+        if obj is not None:
+            state[name] = obj.state_dict()
+    _remove_stale(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException as error:  # a full disk, a read-only place, Ctrl-C
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if isinstance(error, (OSError, RuntimeError)):  # torch's writer raises RuntimeError
+            raise OSError(f"cannot write the checkpoint {path}: {first_line(error)}") from None
+        raise
+
+
+def _remove_stale(path: str) -> None:
+    """Remove `path`.tmpPID files of processes that no longer run (killed while saving)."""
+    for tmp in glob.glob(glob.escape(path) + ".tmp*"):
+        pid = tmp.rsplit(".tmp", 1)[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it runs, as another user
+        return True
+    return True
+
+
+def first_line(error: BaseException) -> str:
+    """'ErrorType: the first line of its message' (at most 200 characters)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
+
+
+def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
+    """A checkpoint's dict. Raises FileNotFoundError, or ValueError for a file that is not a
+    tfcourse checkpoint."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path} is empty (0 bytes), not a tfcourse checkpoint")
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # unpickling errors of every kind
+        raise ValueError(f"{path} is not a readable tfcourse checkpoint "
+                         f"({first_line(error)})") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a readable tfcourse checkpoint (it holds a "
+                         f"{type(state).__name__}, not a dict)")
+    return state
+
+
+def load_checkpoint(path: str, device: torch.device | str = "cpu"
+                    ) -> tuple[nn.Module, Vocab, dict]:
+    """A checkpoint -> (model in eval mode, vocab, the checkpoint's dict). The model's class
+    is the one registered for the recorded kind (a checkpoint without one holds a
+    Transformer). Raises FileNotFoundError, or ValueError for a file that is not a tfcourse
+    checkpoint or that disagrees with itself (e.g. fewer class names than outputs)."""
+    state = read_checkpoint(path, device)
+    kind = state.get("kind", "seq2seq")
+    if kind not in _KINDS:
+        raise ValueError(f"{path} holds a model of kind {kind!r}, which this version of "
+                         f"tfcourse does not know (it knows {', '.join(_KINDS)})")
+    try:
+        cls = model_class(kind)
+        model = cls(cls.config_class(**state["model_config"]))
+        model.load_state_dict(state["model"])
+        vocab = Vocab(state["vocab"])
+    except Exception as error:  # missing keys, wrong shapes: all say "corrupt"
+        raise ValueError(f"{path} is not a readable tfcourse checkpoint "
+                         f"({first_line(error)})") from None
+    classes = state.get("classes") or []
+    n_classes = getattr(model.config, "n_classes", None)
+    if classes and n_classes is not None and len(classes) != n_classes:
+        raise ValueError(f"{path} names {len(classes)} classes for a model of {n_classes} "
+                         "outputs: the file was edited or is corrupt")
+    return model.to(device).eval(), vocab, state

@@ -1,0 +1,110 @@
+"""Using a trained model, each kind side by side: the encoder-decoder's outputs and their
+probabilities (predict, output_probabilities, exact_match), the classifier's classes
+(classify), the language model's continuations (complete). Each runs in eval mode, on the
+model's device, in batches (eval_batches: the one preamble they share).
+"""
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from tfcourse.batches import encode_sources, encode_texts, make_batch
+from tfcourse.decoding import beam_search_decode, greedy, greedy_decode, lm_generate, sampler
+from tfcourse.vocab import BOS, EOS, Vocab
+
+
+def eval_batches(model: nn.Module, items: Sequence, batch_size: int
+                 ) -> Iterator[tuple[torch.device, Sequence]]:
+    """The model in eval mode; ``items`` in chunks of ``batch_size``, each with the model's
+    device to put it on."""
+    model.eval()
+    device = next(model.parameters()).device
+    for i in range(0, len(items), batch_size):
+        yield device, items[i: i + batch_size]
+
+
+# ------------------------------------------------------------------- encoder-decoder
+
+
+@torch.no_grad()
+def predict(model: nn.Module, texts: Sequence[str], vocab: Vocab, max_len: int = 64,
+            beam: int = 1, batch_size: int = 500) -> list[str]:
+    """Source texts -> output texts of an encoder-decoder, decoded greedily (beam=1) or with
+    beam search."""
+    outputs = []
+    for device, chunk in eval_batches(model, texts, batch_size):
+        src, src_mask = (t.to(device) for t in encode_sources(chunk, vocab))
+        if beam == 1:
+            ids = greedy_decode(model, src, src_mask, max_len, BOS, EOS)
+        else:
+            ids = beam_search_decode(model, src, src_mask, max_len, BOS, EOS, beam_size=beam)
+        outputs += [vocab.decode(row) for row in ids]
+    return outputs
+
+
+@torch.no_grad()
+def output_probabilities(model: nn.Module, pairs: Sequence[tuple[str, str]], vocab: Vocab,
+                         batch_size: int = 500) -> list[float]:
+    """P(target, then EOS | source) under an encoder-decoder for each (source, target) pair:
+    the product of the probabilities of its tokens, read by teacher forcing. For a model's
+    own output, how sure it was of the whole of it."""
+    probabilities = []
+    for device, chunk in eval_batches(model, pairs, batch_size):
+        batch = make_batch(chunk, vocab).to(device)
+        logits, targets = batch.loss_inputs(model)
+        log_p = logits.float().log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+        probabilities += log_p.masked_fill(targets == batch.pad_id, 0.0).sum(-1).exp().tolist()
+    return probabilities
+
+
+def exact_match(model: nn.Module, pairs: Sequence[tuple[str, str]], vocab: Vocab,
+                beam: int = 1) -> float:
+    """Fraction of ``pairs`` whose whole output is right, EOS included (greedy decoding)."""
+    # Room for every target, its EOS and one token more: a prediction that runs on past
+    # the target's length never matches.
+    max_len = max(len(t) for _, t in pairs) + 2
+    outputs = predict(model, [s for s, _ in pairs], vocab, max_len, beam)
+    return sum(o == t for o, (_, t) in zip(outputs, pairs, strict=True)) / len(pairs)
+
+
+# ---------------------------------------------------------------- encoder classifier
+
+
+@torch.no_grad()
+def classify(model: nn.Module, texts: Sequence[str], vocab: Vocab, classes: Sequence[str],
+             batch_size: int = 500) -> list[tuple[str, float]]:
+    """Texts -> (the most probable class, its probability) for each, by a classifier
+    (EncoderClassifier)."""
+    guesses = []
+    for device, chunk in eval_batches(model, texts, batch_size):
+        tokens, mask = encode_texts(chunk, vocab)
+        p, k = model(tokens.to(device), mask.to(device)).float().softmax(-1).max(-1)
+        guesses += [(classes[j], q) for j, q in zip(k.tolist(), p.tolist(), strict=True)]
+    return guesses
+
+
+# ---------------------------------------------------------------- decoder-only model
+
+
+@torch.no_grad()
+def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
+             temperature: float | None = None, top_k: int | None = None,
+             top_p: float | None = None, samples: int = 1, seed: int = 0) -> list[str]:
+    """A language model (DecoderLM) continues the text ``prompt``: ``samples`` continuations
+    of up to max_new_chars characters each, greedy (temperature None) or drawn from
+    softmax(logits / temperature) within the top_k / top_p tokens (decoding.sampler, seeded
+    by ``seed``), by decoding.lm_generate with the key/value cache."""
+    model.eval()
+    device = next(model.parameters()).device
+    if not prompt:
+        raise ValueError("the prompt is empty: the model continues a text, give it at least "
+                         "one character")
+    ids = torch.tensor([vocab.encode(prompt)] * samples, device=device)  # (samples, t)
+    if temperature is None and top_k is None and top_p is None:
+        choose = greedy
+    else:
+        generator = torch.Generator(device).manual_seed(seed)
+        choose = sampler(temperature or 1.0, top_k, top_p, generator)
+    out = lm_generate(model, ids, max_new_chars, choose)
+    return [vocab.decode(row[ids.size(1):]) for row in out]

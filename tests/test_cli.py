@@ -1,6 +1,9 @@
+import io
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -9,7 +12,10 @@ import tfcourse.cli as cli
 import tfcourse.device as device
 from tfcourse.cli import DATES_CHECKPOINT, build_parser, main
 from tfcourse.data import Task
+from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.recipes import RECIPES
+from tfcourse.training import TrainConfig
+from tfcourse.vocab import Vocab
 
 QUICK = ["--steps", "30", "--batch-size", "16", "--eval-every", "0", "--no-progress",
          "--examples", "2", "--threads", "1"]
@@ -229,7 +235,7 @@ def test_decode_refuses_a_checkpoint_of_another_kind(tmp_path, capsys, monkeypat
 
 
 def test_console_script_and_module():
-    result = subprocess.run([sys.executable, "-m", "tfcourse.cli", "--help"], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "tfcourse", "--help"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and "train" in result.stdout and "decode" in result.stdout
     script = os.path.join(os.path.dirname(sys.executable), "tfcourse")
@@ -337,3 +343,120 @@ def test_a_new_task_never_overwrites_another_tasks_run(tiny_checkpoints, capsys)
     assert main(["train", "--task", "classify", "--out", str(lm), *QUICK]) == 1
     assert "exists" in one_line_error(capsys)
     assert lm.read_bytes() == before
+
+
+# ------------------------------------------------- issue 17: what a new user tried, one line each
+
+
+def test_every_recipe_setting_is_an_option_and_every_option_parses():
+    """`train --help` shows the recipes' settings as options: each must be accepted."""
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {flag for action in train._actions for flag in action.option_strings}
+    for name, r in RECIPES.items():
+        for key in {**r.train, **r.model}:
+            assert cli._option(key) in flags, (name, key)
+        args = build_parser().parse_args(["train", "--task", name,
+                                          *" ".join(cli._as_options({**r.train, **r.model})).split()])
+        for key, value in {**r.train, **r.model}.items():
+            assert getattr(args, key) == value, (name, key)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--task", "copy", "--seed", str(10**29)], "--seed: must be an integer in [0, 4294967296)"),
+    (["train", "--task", "copy", "--dropout", "1.0"], "--dropout: must be a number in [0, 1), got 1.0"),
+    (["train", "--task", "copy", "--n-layers", "0"], "--n-layers: must be an integer >= 1, got 0"),
+    (["train", "--task", "lm", "--attn-impl", "flash"], "invalid choice: 'flash'"),
+])
+def test_nonsense_settings_are_refused_at_once(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2 and message in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "1000000000"], "a micro-batch of 1000000000 examples (batch_size) needs about"),
+    (["--d-model", "1000000"], "--d-model 1000000 (a model of 24,001,083,000,523 parameters"),
+    (["--threads", "1000000"], "--threads 1000000: this machine has"),
+    (["--pooling", "mean"], "--pooling is not a setting of the copy model (TransformerConfig)"),
+    (["--n-heads", "5"], "d_model=64 is not divisible by n_heads=5"),
+])
+def test_too_large_or_unknown_settings_give_one_line(argv, message, tmp_path, capsys):
+    assert main(["train", "--task", "copy", "--out", str(tmp_path / "c.pt"), *QUICK, *argv]) == 1
+    assert message in one_line_error(capsys)
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_decode_and_sample_refuse_sizes_that_cannot_fit(tiny_checkpoints, capsys):
+    assert main(["decode", "--beam", "1000000000", "abc"]) == 1
+    assert "--beam 1000000000 is more than the" in one_line_error(capsys)
+    lm = str(tiny_checkpoints / "lm.pt")
+    assert main(["sample", "--checkpoint", lm, "--samples", "100000000000", "--max-new", "5"]) == 1
+    assert "--samples 100000000000 needs about" in one_line_error(capsys)
+
+
+def test_resume_with_nothing_left_to_do_says_so(tmp_path, capsys):
+    out = tmp_path / "copy.pt"
+    command = ["train", "--task", "copy", "--out", str(out), *QUICK, "--eval-every", "10"]
+    assert main([*command, "--steps", "20"]) == 0
+    capsys.readouterr()
+    assert main([*command, "--resume", "--steps", "10"]) == 1
+    assert "has done 20 steps already: with steps=10 nothing is left to train" in \
+        one_line_error(capsys)
+
+
+def test_a_run_that_diverges_before_saving_says_nothing_was_saved(tmp_path, capsys):
+    assert main(["train", "--task", "copy", "--out", str(tmp_path / "c.pt"), *QUICK,
+                 "--lr", "1e30", "--schedule", "cosine", "--clip", "0"]) == 1
+    message = one_line_error(capsys)
+    assert "training diverged" in message and "nothing was saved" in message
+    assert "keeps the last good round" not in message
+
+
+def test_a_directory_as_out_fails_before_training(tmp_path, capsys):
+    assert main(["train", "--task", "copy", "--out", str(tmp_path), "--overwrite", *QUICK]) == 1
+    assert f"--out {tmp_path} is a directory: give a file name" in one_line_error(capsys)
+
+
+def test_a_killed_save_leaves_no_lasting_temporary_file(tmp_path):
+    from tfcourse.checkpoint import save_checkpoint
+
+    out = tmp_path / "copy.pt"
+    stale = tmp_path / "copy.pt.tmp999999999"  # a process killed while saving (no such pid)
+    stale.write_bytes(b"half a checkpoint")
+    task = Task("copy", Vocab("ab"), [], [], [])
+    model = Transformer(TransformerConfig.tiny(6, n_layers=1))
+    save_checkpoint(str(out), model, task, TrainConfig(), step=0)
+    assert out.exists() and not stale.exists()
+
+
+def test_a_checkpoint_with_too_few_class_names_is_refused(tiny_checkpoints, tmp_path, capsys):
+    state = torch.load(tiny_checkpoints / "classify.pt", weights_only=True)
+    state["classes"] = state["classes"][:1]
+    torch.save(state, tmp_path / "edited.pt")
+    assert main(["classify", "--checkpoint", str(tmp_path / "edited.pt"), "Montag"]) == 1
+    assert "names 1 classes for a model of 10 outputs" in one_line_error(capsys)
+
+
+def test_reading_standard_input_from_a_terminal_is_announced(monkeypatch, capsys):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal(""))
+    assert main(["decode"]) == 1
+    err = capsys.readouterr().err
+    assert "reading inputs from standard input, one a line; end with Ctrl-D" in err
+    assert "no input: give TEXT arguments or lines on standard input" in err
+
+
+def test_ctrl_c_while_torch_loads_is_one_line():
+    """Ctrl-C in the first second of the `tfcourse` command: one line, exit 130."""
+    script = os.path.join(os.path.dirname(sys.executable), "tfcourse")
+    process = subprocess.Popen([script, "train", "--task", "copy", "--help"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.3)  # importing torch takes longer
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    if process.returncode == 0:
+        pytest.skip("the command finished before the signal (a very fast machine)")
+    assert process.returncode == 130 and err.strip() == "interrupted", err

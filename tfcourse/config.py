@@ -5,8 +5,9 @@ BlockConfig plus what only that kind has (vocabularies, positions, pooling, tyin
 passed whole, and a stack is built from it by name, never by position
 (``Encoder.from_config(config)``). The defaults are the paper's base model (Table 3).
 
-Each field carries its help text (``field.metadata["help"]``) and, for a choice, its
-choices (a Literal type): `tfcourse train` makes its command-line options from them.
+Each field carries its help text and, for a number, the interval its value must lie in
+(``setting(...)``); a choice is a Literal type. The configs check their values from these
+(check_settings), and `tfcourse train` makes its command-line options from them.
 """
 
 import dataclasses
@@ -36,7 +37,7 @@ def check_value(name: str, kind: type, value: Any, interval: str | None) -> Any:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be {wanted}, got {value!r}") from None
     if interval:
-        low, high = (float(bound) for bound in interval[1:-1].split(","))
+        low, high = (float(bound) for bound in interval[1:-1].split(", "))
         above = value >= low if interval[0] == "[" else value > low
         below = value <= high if interval[-1] == "]" else value < high
         if not (above and below):  # NaN too
@@ -66,6 +67,8 @@ def check_settings(config: Any) -> None:
                                  f"{', '.join(map(repr, typing.get_args(hint)))}, got {value!r}")
         elif hint in (int, float):
             set_field(config, f.name, check_value(f.name, hint, value, f.metadata.get("interval")))
+        elif hint is bool and not isinstance(value, bool):
+            raise ValueError(f"{f.name} must be True or False, got {value!r}")
 
 
 def set_field(config: Any, name: str, value: Any) -> None:
@@ -99,6 +102,13 @@ class BlockConfig:
         return dict(d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
                     dropout=self.dropout, norm_first=self.norm_first,
                     activation=self.activation, attn_impl=self.attn_impl)
+
+
+def default(name: str, value: Any) -> Any:
+    """BlockConfig's field ``name`` with another default: a model kind's own block (GPT-2's
+    pre-norm, BERT's GELU), with the same help and checks. For a subclass's class body."""
+    return field(default=value, metadata=BlockConfig.__dataclass_fields__[name].metadata,
+                 kw_only=True)
 
 
 def check_pad_id(config: Any, *vocab_sizes: int) -> None:

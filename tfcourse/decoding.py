@@ -19,14 +19,20 @@ a decoder-only language model generates with the same loop from its prompt.
 """
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from tfcourse.masks import causal_mask
+from tfcourse.multi_head import Cache
+
+Choose = Callable[[torch.Tensor], torch.Tensor]  # (batch, vocab) log-probabilities -> (batch,) ids
 
 
-def decode_step(model, tokens, memory, src_mask, cache=None):
+def decode_step(model: nn.Module, tokens: torch.Tensor, memory: torch.Tensor,
+                src_mask: torch.Tensor | None, cache: Cache | None = None) -> torch.Tensor:
     """log p(next token | tokens, source): (batch, tgt_vocab) from the prefix tokens (batch, t).
 
     Without a cache, the decoder runs on the whole prefix under a causal mask. With one
@@ -46,7 +52,8 @@ def decode_step(model, tokens, memory, src_mask, cache=None):
 
 
 @torch.no_grad()
-def generate(step, tokens, max_len, eos_id, pad_id, choose):
+def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor, max_len: int,
+             eos_id: int, pad_id: int, choose: Choose) -> torch.Tensor:
     """Add up to max_len tokens to ``tokens`` (batch, t), one at a time: the loop of greedy
     decoding, sampling, and a language model's generation.
 
@@ -67,12 +74,13 @@ def generate(step, tokens, max_len, eos_id, pad_id, choose):
     return tokens
 
 
-def greedy(log_probs):
+def greedy(log_probs: torch.Tensor) -> torch.Tensor:
     """The most probable token: (batch, vocab) -> (batch,)."""
     return log_probs.argmax(-1)
 
 
-def sampler(temperature=1.0, top_k=None, top_p=None, generator=None):
+def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+            generator: torch.Generator | None = None) -> Choose:
     """A rule for generate(): draw each token from softmax(log_probs / temperature),
     restricted to the top_k tokens and/or the top_p nucleus (filter_logits). A fixed
     torch.Generator repeats the draws; top_k=1 is greedy."""
@@ -91,7 +99,9 @@ def sampler(temperature=1.0, top_k=None, top_p=None, generator=None):
 
 
 @torch.no_grad()
-def lm_generate(model, prompt, max_new_tokens, choose=greedy, eos_id=None, use_cache=True):
+def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
+                choose: Choose = greedy, eos_id: int | None = None,
+                use_cache: bool = True) -> torch.Tensor:
     """A decoder-only language model continues ``prompt`` (batch, t) ids by up to
     max_new_tokens tokens, each picked by ``choose`` (greedy, or sampler(...)) from its
     next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
@@ -121,7 +131,8 @@ def _start(src, bos_id):
 
 
 @torch.no_grad()
-def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, use_cache=True):
+def greedy_decode(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor | None,
+                  max_len: int, bos_id: int, eos_id: int, use_cache: bool = True) -> torch.Tensor:
     """The most probable next token at every step. src (batch, src_len) ids, src_mask
     e.g. padding_mask(src) -> (batch, n <= max_len) ids: y_1 ... EOS, then padding."""
     _check(model, src, src_mask, max_len, bos_id)
@@ -132,13 +143,14 @@ def greedy_decode(model, src, src_mask, max_len, bos_id, eos_id, use_cache=True)
     return tokens[:, 1:]  # (batch, n): without BOS
 
 
-def length_penalty(length, alpha):
+def length_penalty(length: torch.Tensor | float, alpha: float) -> torch.Tensor | float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; alpha = 0 means none (raw log-probabilities,
     which favour short outputs: every token adds a negative log p)."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def beam_search_step(scores, log_probs, lengths, alpha=0.6):
+def beam_search_step(scores: torch.Tensor, log_probs: torch.Tensor, lengths: torch.Tensor,
+                     alpha: float = 0.6) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Extend every beam by every token and keep the best beam-many candidates.
 
     scores    (batch, beam)         log P(prefix | x) of each beam, a sum of log-probabilities
@@ -157,8 +169,9 @@ def beam_search_step(scores, log_probs, lengths, alpha=0.6):
 
 
 @torch.no_grad()
-def beam_search_decode(model, src, src_mask, max_len, bos_id, eos_id, beam_size=4,
-                       length_penalty=0.6, use_cache=True):
+def beam_search_decode(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor | None,
+                       max_len: int, bos_id: int, eos_id: int, beam_size: int = 4,
+                       length_penalty: float = 0.6, use_cache: bool = True) -> torch.Tensor:
     """Keep the beam_size best prefixes of every sentence (all sentences in one batch of
     batch * beam_size rows); a finished beam (EOS) keeps its score and stops growing. Returns
     the best one by log P(Y | x) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^length_penalty:
@@ -196,7 +209,8 @@ def beam_search_decode(model, src, src_mask, max_len, bos_id, eos_id, beam_size=
     return tokens.view(batch, k, -1)[:, 0, 1:]  # (batch, n)
 
 
-def filter_logits(logits, top_k=None, top_p=None):
+def filter_logits(logits: torch.Tensor, top_k: int | None = None,
+                  top_p: float | None = None) -> torch.Tensor:
     """Keep the top_k most probable tokens, and the fewest most probable tokens whose
     probabilities add up to at least top_p (nucleus sampling); the others get -inf."""
     if top_k is not None:
@@ -211,8 +225,10 @@ def filter_logits(logits, top_k=None, top_p=None):
 
 
 @torch.no_grad()
-def sample_decode(model, src, src_mask, max_len, bos_id, eos_id, temperature=1.0, top_k=None,
-                  top_p=None, generator=None, use_cache=True):
+def sample_decode(model: nn.Module, src: torch.Tensor, src_mask: torch.Tensor | None,
+                  max_len: int, bos_id: int, eos_id: int, temperature: float = 1.0,
+                  top_k: int | None = None, top_p: float | None = None,
+                  generator: torch.Generator | None = None, use_cache: bool = True) -> torch.Tensor:
     """Draw each token from softmax(logits / temperature), restricted to the top_k tokens
     and/or the top_p nucleus. A fixed torch.Generator repeats the draws; top_k=1 is greedy.
     Returns (batch, n <= max_len) ids, y_1 ... EOS then padding."""

@@ -22,7 +22,7 @@ from tfcourse.config import AttnImpl
 ATTN_IMPLS = get_args(AttnImpl)
 
 
-def split_heads(x, n_heads):
+def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(batch, seq, d_model) -> (batch, heads, seq, d_head), d_head = d_model / heads."""
     if x.dim() != 3:
         raise ValueError(f"x must have shape (batch, seq, d_model), got {tuple(x.shape)}")
@@ -33,7 +33,7 @@ def split_heads(x, n_heads):
     return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 2)
 
 
-def merge_heads(x):
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(batch, heads, seq, d_head) -> (batch, seq, heads * d_head), the inverse of split_heads."""
     if x.dim() != 4:
         raise ValueError(f"x must have shape (batch, heads, seq, d_head), got {tuple(x.shape)}")
@@ -50,14 +50,14 @@ class KVCache:
     key, value: (batch, heads, cached_len, d_head), or None before the first call.
     """
 
-    def __init__(self, static=False):
+    def __init__(self, static: bool = False):
         self.static = static
         self.key = self.value = None
 
     def __len__(self):
         return 0 if self.key is None else self.key.size(2)
 
-    def update(self, k, v):
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add this call's keys and values; return all of them (what attention sees)."""
         if self.key is not None and not self.static:
             k, v = torch.cat((self.key, k), dim=2), torch.cat((self.value, v), dim=2)
@@ -113,7 +113,8 @@ class MultiHeadAttention(nn.Module):
     call with need_weights=True takes the explicit path, since the fused one never has them).
     """
 
-    def __init__(self, d_model, n_heads, dropout=0.0, bias=True, attn_impl="explicit"):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True,
+                 attn_impl: str = "explicit"):
         super().__init__()
         d_model, n_heads = integer("d_model", d_model), integer("n_heads", n_heads)
         if d_model % n_heads != 0:
@@ -129,7 +130,9 @@ class MultiHeadAttention(nn.Module):
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(probability("dropout", dropout))  # on the weights, as torch
 
-    def forward(self, query, key, value, mask=None, need_weights=False, cache=None):
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                mask: torch.Tensor | None = None, need_weights: bool = False,
+                cache: "KVCache | None" = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """query (batch, q_len, d_model), key and value (batch, k_len, d_model); mask bool,
         True = may attend, broadcastable to (batch, heads, q_len, k_len).
 

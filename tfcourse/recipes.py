@@ -17,11 +17,14 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from torch import nn
 
 from tfcourse.corpora import LANGUAGES, language_id_task, lm_task, mlm_task
 from tfcourse.data import copy_task, dates_task, reverse_task
+from tfcourse.interface import TaskLike
 from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.training import TrainConfig
 from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
@@ -44,12 +47,12 @@ class Recipe:
     train: dict = field(default_factory=dict)
     check_output: Callable = lambda text: None
 
-    def build_model(self, task, seed=0, **overrides):
+    def build_model(self, task: TaskLike, seed: int = 0, **overrides: Any) -> nn.Module:
         """The recipe's model for ``task``, its weights drawn from ``seed``."""
         torch.manual_seed(seed)
         return self.model_class(self.config(task, **{**self.model, **overrides}))
 
-    def train_config(self, seed=0, **overrides):
+    def train_config(self, seed: int = 0, **overrides: Any) -> TrainConfig:
         """The recipe's TrainConfig, with ``overrides``."""
         return TrainConfig(**{**self.train, "seed": seed, **overrides})
 
@@ -109,14 +112,15 @@ RECIPES = {
 }
 
 
-def recipe(name):
+def recipe(name: str) -> Recipe:
     """The recipe called ``name`` (one of RECIPES)."""
     if name not in RECIPES:
         raise ValueError(f"unknown task {name!r}, choose one of {', '.join(RECIPES)}")
     return RECIPES[name]
 
 
-def build(name, seed=0, model=None, train=None):
+def build(name: str, seed: int = 0, model: dict | None = None, train: dict | None = None
+          ) -> tuple[TaskLike, nn.Module, TrainConfig]:
     """(task, model, TrainConfig) of the recipe ``name``: the task's data and the model's
     weights drawn from ``seed``, with overrides of the model's config (``model``, a dict)
     and of the training settings (``train``, a dict)."""

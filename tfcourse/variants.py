@@ -19,13 +19,14 @@ Each model has a ``config`` (a BlockConfig and the kind's own fields), a ``kind`
 weights start as the encoder-decoder's (tfcourse.model.init_weights).
 """
 
+from collections.abc import Iterable
 from dataclasses import MISSING, dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from tfcourse.config import BlockConfig, check_pad_id, setting
+from tfcourse.config import Activation, BlockConfig, check_pad_id, default, setting
 from tfcourse.encoder import Embeddings, Encoder, EncoderLayer
 from tfcourse.model import check_even, init_weights
 from tfcourse.multi_head import Cache, LayerCache
@@ -35,10 +36,6 @@ from tfcourse.vocab import PAD
 
 _POSITIONAL = {"sinusoidal": PositionalEncoding, "learned": LearnedPositionalEncoding}
 Positional = Literal["learned", "sinusoidal"]
-# The blocks of BERT (post-norm as the paper, GELU) and GPT-2 (pre-norm, GELU).
-_BERT = dict(activation="gelu")
-_GPT = dict(norm_first=True, activation="gelu")
-_BASE_SIZES = dict(d_model=768, n_heads=12, d_ff=3072, n_layers=12)  # BERT-base, GPT-2 small
 
 
 def _check_config(config: Any) -> None:
@@ -76,9 +73,14 @@ def _check_mask(mask: torch.Tensor | None, shape: tuple[int, int, int, int]) -> 
 
 @dataclass(frozen=True)
 class EncoderClassifierConfig(BlockConfig):
-    """The encoder classifier: its block (BlockConfig; bert_base() and tiny() take BERT's,
-    post-norm with GELU), its vocabulary, classes, positions and pooling."""
+    """The encoder classifier: its block (defaults: BERT-base's, Devlin et al. 2019: post-norm
+    as the paper, GELU), its vocabulary, classes, positions and pooling."""
 
+    d_model: int = default("d_model", 768)
+    n_heads: int = default("n_heads", 12)
+    d_ff: int = default("d_ff", 3072)
+    n_layers: int = default("n_layers", 12)
+    activation: Activation = default("activation", "gelu")
     vocab_size: int = setting(MISSING, "tokens of the vocabulary", "[1, inf)")
     n_classes: int = setting(MISSING, "classes to choose from", "[2, inf)")
     max_len: int = setting(512, "positions the model has", "[1, inf)")
@@ -97,16 +99,16 @@ class EncoderClassifierConfig(BlockConfig):
                   **overrides: Any) -> "EncoderClassifierConfig":
         """BERT-base: 12 layers, d_model 768, 12 heads, d_ff 3072, 512 positions, WordPiece
         vocabulary of 30,522 tokens."""
-        return cls(vocab_size, n_classes, **{**_BERT, **_BASE_SIZES, **overrides})
+        return cls(vocab_size, n_classes, **overrides)
 
     @classmethod
     def tiny(cls, vocab_size: int, n_classes: int, **overrides: Any) -> "EncoderClassifierConfig":
         """A model that trains in seconds on a CPU."""
         tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=128)
-        return cls(vocab_size, n_classes, **{**_BERT, **tiny, **overrides})
+        return cls(vocab_size, n_classes, **{**tiny, **overrides})
 
 
-def mean_pool(h, keep):
+def mean_pool(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """The mean of h (batch, seq, d_model) over the positions where keep (batch, seq) is True,
     (batch, d_model): padding neither adds to the sum nor counts in the divisor."""
     keep = keep.to(h.dtype)[:, :, None]  # (batch, seq, 1)
@@ -139,19 +141,20 @@ class EncoderClassifier(nn.Module):
         init_weights(self)
         self.mlm_head.weight = self.embed.embedding.weight  # tied: logits = h E^T + b
 
-    def encode(self, tokens, mask=None):
+    def encode(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Token ids (batch, seq) -> (batch, seq, d_model), every position seeing all others."""
         mask = self._mask(tokens, mask)
         return self.encoder(self.positional(self.embed(tokens)), mask)
 
-    def pool(self, h, mask):
+    def pool(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One vector per text, (batch, d_model): h at [CLS] (position 0), or the mean over
         the positions that are not padding."""
         if self.config.pooling == "cls":
             return h[:, 0]
         return mean_pool(h, mask[:, 0, 0, :])
 
-    def forward(self, tokens, mask=None, *, mlm=False):
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, *,
+                mlm: bool = False) -> torch.Tensor:
         mask = self._mask(tokens, mask)
         h = self.encode(tokens, mask)  # (batch, seq, d_model)
         if mlm:
@@ -172,8 +175,9 @@ class EncoderClassifier(nn.Module):
 
 
 
-def mask_tokens(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
-                pad_id=PAD):
+def mask_tokens(tokens: torch.Tensor, mask_id: int, special_ids: Iterable[int], vocab_size: int,
+                rate: float = 0.15, generator: torch.Generator | None = None,
+                pad_id: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masked-LM corruption (Devlin et al. 2019, section 3.1 and appendix A.1).
 
     In each sequence, choose round(rate * n) of its n ordinary tokens (never one of
@@ -221,9 +225,15 @@ def mask_tokens(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=N
 
 @dataclass(frozen=True)
 class DecoderLMConfig(BlockConfig):
-    """The decoder-only language model: its block (BlockConfig; gpt2_small() and tiny() take
-    GPT-2's, pre-norm with a final LayerNorm and GELU), vocabulary, positions and tying."""
+    """The decoder-only language model: its block (defaults: GPT-2 small's, Radford et al.
+    2019: pre-norm with a final LayerNorm, GELU), vocabulary, positions and tying."""
 
+    d_model: int = default("d_model", 768)
+    n_heads: int = default("n_heads", 12)
+    d_ff: int = default("d_ff", 3072)
+    n_layers: int = default("n_layers", 12)
+    norm_first: bool = default("norm_first", True)
+    activation: Activation = default("activation", "gelu")
     vocab_size: int = setting(MISSING, "tokens of the vocabulary", "[1, inf)")
     max_len: int = setting(1024, "positions the model has (the longest text it reads)",
                            "[1, inf)")
@@ -240,13 +250,13 @@ class DecoderLMConfig(BlockConfig):
     def gpt2_small(cls, vocab_size: int = 50257, **overrides: Any) -> "DecoderLMConfig":
         """GPT-2 small: 12 layers, d_model 768, 12 heads, d_ff 3072, 1024 positions, byte-level
         BPE vocabulary of 50,257 tokens."""
-        return cls(vocab_size, **{**_GPT, **_BASE_SIZES, **overrides})
+        return cls(vocab_size, **overrides)
 
     @classmethod
     def tiny(cls, vocab_size: int, **overrides: Any) -> "DecoderLMConfig":
         """A model that trains in seconds on a CPU."""
         tiny = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, max_len=256)
-        return cls(vocab_size, **{**_GPT, **tiny, **overrides})
+        return cls(vocab_size, **{**tiny, **overrides})
 
 
 class DecoderOnlyLayer(EncoderLayer):

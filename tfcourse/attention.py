@@ -9,7 +9,9 @@ import math
 import torch
 
 
-def scaled_dot_product_attention(query, key, value, mask=None):
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 mask: torch.Tensor | None = None
+                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled dot-product attention, written out step by step.
 
     Args:

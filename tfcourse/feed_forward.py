@@ -5,6 +5,7 @@
 The same two linear maps at every position: d_model -> d_ff -> d_model.
 """
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -16,7 +17,7 @@ _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
 class PositionWiseFeedForward(nn.Module):
     """linear2(dropout(activation(linear1(x)))), as in torch.nn.TransformerEncoderLayer."""
 
-    def __init__(self, d_model, d_ff, dropout=0.0, activation="relu"):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
         if activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {list(_ACTIVATIONS)}, got {activation!r}")
@@ -25,7 +26,7 @@ class PositionWiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(probability("dropout", dropout))
         self.activation = _ACTIVATIONS[activation]
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         d_model = self.linear1.in_features
         same_dtype("x", x, self.linear1.weight)
         if x.size(-1) != d_model:

@@ -5,6 +5,8 @@
     pre-norm:           x + Dropout(Sublayer(LayerNorm(x)))
 """
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -24,13 +26,13 @@ class LayerNorm(nn.Module):
     it equals this). Same parameters as torch.nn.LayerNorm, so state_dicts copy between the two.
     """
 
-    def __init__(self, d_model, eps=1e-5):
+    def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
         self.eps = positive("eps", eps)
         self.weight = nn.Parameter(torch.ones(integer("d_model", d_model)))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         d_model = self.weight.size(0)
         if x.size(-1) != d_model:
             raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
@@ -44,13 +46,14 @@ class SublayerConnection(nn.Module):
     """A residual connection around `sublayer` with dropout and layer normalization,
     after the sum (post-norm, the paper) or before the sublayer (pre-norm, norm_first)."""
 
-    def __init__(self, d_model, dropout=0.0, norm_first=False):
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False):
         super().__init__()
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(probability("dropout", dropout))
 
-    def forward(self, x, sublayer):
+    def forward(self, x: torch.Tensor,
+                sublayer: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))

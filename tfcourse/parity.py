@@ -16,6 +16,7 @@ nn.TransformerEncoderLayer, Encoder <-> nn.TransformerEncoder, and the same for 
 import re
 
 import torch
+from torch import nn
 
 # torch.nn name -> tfcourse name, applied in order to every state_dict key, and back.
 _TO_OURS = (
@@ -68,13 +69,13 @@ def to_torch_state_dict(state):
     return theirs
 
 
-def load_torch_weights(ours, theirs):
+def load_torch_weights(ours: nn.Module, theirs: nn.Module) -> None:
     """Copy every tensor of the torch.nn module `theirs` into the tfcourse module `ours`,
     strictly: a tensor missing on either side is an error."""
     ours.load_state_dict(from_torch_state_dict(theirs.state_dict()))
 
 
-def copy_weights_to_torch(ours, theirs):
+def copy_weights_to_torch(ours: nn.Module, theirs: nn.Module) -> None:
     """Copy every tensor of the tfcourse module `ours` into the torch.nn module `theirs`,
     strictly: the reverse of load_torch_weights."""
     theirs.load_state_dict(to_torch_state_dict(ours.state_dict()))

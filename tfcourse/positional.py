@@ -10,7 +10,7 @@ from torch import nn
 from tfcourse._validate import integer, probability
 
 
-def sinusoidal_encoding(max_len, d_model):
+def sinusoidal_encoding(max_len: int, d_model: int) -> torch.Tensor:
     """The paper's table of encodings, (max_len, d_model): even features sin, odd features cos."""
     max_len = integer("max_len", max_len)
     if integer("d_model", d_model) % 2 != 0:
@@ -42,12 +42,12 @@ class PositionalEncoding(nn.Module):
     max_len * d_model numbers to every checkpoint.
     """
 
-    def __init__(self, d_model, max_len=5000, dropout=0.0):
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(probability("dropout", dropout))
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
 
-    def forward(self, x, start=0):
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         _check_positions(x, start, self.pe.size(1), self.pe.size(0))
         return self.dropout(x + self.pe[start : start + x.size(1)])  # (batch, seq, d_model)
 
@@ -56,12 +56,12 @@ class LearnedPositionalEncoding(nn.Module):
     """x -> dropout(x + E[start : start + seq]) with E a trained (max_len, d_model) table
     (the paper's alternative, "nearly identical results"; used by BERT and GPT)."""
 
-    def __init__(self, d_model, max_len=5000, dropout=0.0):
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(probability("dropout", dropout))
         self.embedding = nn.Embedding(integer("max_len", max_len), integer("d_model", d_model))
 
-    def forward(self, x, start=0):
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         _check_positions(x, start, self.embedding.embedding_dim, self.embedding.num_embeddings)
         positions = torch.arange(start, start + x.size(1), device=x.device)
         return self.dropout(x + self.embedding(positions))  # (batch, seq, d_model)

@@ -399,20 +399,37 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
 
 def run_as_learner(folder, files, env=None):
     """Run `pytest` in `folder`, which holds the exercises' checks and `files` (name ->
-    source), as a learner runs it; the finished process (stdout, returncode)."""
+    source), as a learner runs it in an 80-column terminal; the finished process (stdout,
+    returncode)."""
     for path in entry.exercises_dir().iterdir():
         if path.name.startswith("test_") or path.suffix in (".ini",) or path.name == "conftest.py":
             (folder / path.name).write_text(path.read_text())
     for name, source in files.items():
         (folder / name).write_text(source)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=folder,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "80", **(env or {})})
+
+
+def failed_blocks(run):
+    """test id -> its failure as printed: the lines from 'FAILED <test> - ' to the next
+    blank line, the first without that prefix."""
+    blocks, current = {}, None
+    for line in run.stdout.splitlines():
+        if line.startswith("FAILED "):
+            test, first = line.split(" ", 1)[1].split(" - ", 1)
+            current = blocks[test] = [first]
+        elif not line.strip():
+            current = None
+        elif current is not None:
+            current.append(line)
+    return {test: "\n".join(lines) for test, lines in blocks.items()}
 
 
 def failed_lines(run):
-    """test id -> the text of its FAILED line after ' - '."""
-    return {line.split(" ", 1)[1].split(" - ", 1)[0]: line.split(" - ", 1)[1]
-            for line in run.stdout.splitlines() if line.startswith("FAILED ")}
+    """test id -> the first line of its diagnosis (unwrapped)."""
+    return {test: " ".join(block.split("\n  ")[0].split("\n"))
+            for test, block in failed_blocks(run).items()}
 
 
 def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
@@ -422,11 +439,23 @@ def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
     failed = failed_lines(run)
     for test, expected in EXPECTED.items():
         if expected is None:
-            assert f"{test} PASSED" in run.stdout, run.stdout
+            assert f"PASSED {test}" in run.stdout, run.stdout
         else:
-            assert failed[test].startswith(f"Failed: {expected}"), run.stdout
+            assert failed[test].startswith(expected), run.stdout
     assert len(failed) == sum(e is not None for e in EXPECTED.values()), run.stdout
     assert run.returncode == 1 and "Traceback" not in run.stdout, run.stdout
+    # It leads with the diagnoses: no header, each once, wrapped at word boundaries to 80 columns.
+    assert run.stdout.splitlines()[1:2] == [""] and "platform" not in run.stdout, run.stdout
+    assert max(len(line) for line in run.stdout.splitlines()) <= 80, run.stdout
+    flat = " ".join(run.stdout.split())
+    for expected in {e for e in EXPECTED.values() if e}:
+        assert flat.count(expected) == list(EXPECTED.values()).count(expected), expected
+    item = entry.item("ex07_training.label_smoothing_loss")
+    module = entry.load_exercise(tmp_path / "ex07_training.py")
+    with pytest.raises(CheckFailure) as raised:
+        item.check(module.label_smoothing_loss)
+    shown = failed_blocks(run)["test_ex07_training.py::test_label_smoothing_loss"]
+    assert shown.split() == str(raised.value).split(), shown  # the whole diagnosis, no word cut
 
 
 HOSTILE_RUN = {  # exercise file -> (its source, the start of every FAILED line of its tests)
@@ -450,7 +479,7 @@ def test_hostile_files_under_pytest_fail_with_one_line_each_and_never_succeed(tm
     failed = failed_lines(run)
     for name, (_, expected) in HOSTILE_RUN.items():
         tests = [f for f in failed if f.startswith(f"test_{Path(name).stem}.py::")]
-        assert tests and all(failed[t].startswith(f"Failed: {expected}") for t in tests), run.stdout
+        assert tests and all(failed[t].startswith(expected) for t in tests), run.stdout
     assert run.returncode == 1 and " failed" in run.stdout.splitlines()[-1], run.stdout
     assert "Traceback" not in run.stdout
 

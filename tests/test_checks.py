@@ -5,6 +5,7 @@ and every catalogued mistake has such a solution. Then what a learner meets: che
 notebook, hostile code (exits, endless loops, huge prints, a broken file), and pytest run on
 the exercises as a learner runs it (two runs in all)."""
 
+import ast
 import importlib
 import os
 import pkgutil
@@ -17,11 +18,23 @@ import buggy_solutions
 import pytest
 import torch
 
-from tfcourse.checking import Case, CheckFailure, Item, Mistake, check, core, run_check
+from tfcourse.checking import (
+    Case,
+    CheckFailure,
+    Item,
+    Mistake,
+    check,
+    entry,
+    explanation,
+    mistakes,
+    pipeline,
+    run_check,
+    sandbox,
+)
 
-ITEMS = core.items()
+ITEMS = entry.items()
 EXERCISES = sorted({item.exercise for item in ITEMS})
-SHARED = {m.key: m for m in (*core.SHARED, *core.FILE_MISTAKES)}
+SHARED = {m.key: m for m in (*mistakes.SHARED, *mistakes.FILE_MISTAKES)}
 
 
 def _solutions():
@@ -62,7 +75,7 @@ def test_reference_passes_and_leaves_the_global_random_state_alone(item):
 
 @pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
 def test_stub_is_not_implemented_yet(item):
-    stub = getattr(core.load_exercise(core.exercises_dir() / f"{item.exercise}.py"), item.name)
+    stub = getattr(entry.load_exercise(entry.exercises_dir() / f"{item.exercise}.py"), item.name)
     line = first_line(failure(item, stub))
     assert line.startswith("Not implemented yet: replace `raise NotImplementedError` in "), line
 
@@ -70,10 +83,10 @@ def test_stub_is_not_implemented_yet(item):
 @pytest.mark.parametrize("solution", SOLUTIONS, ids=lambda s: f"{s[0]}.{s[1]}")
 def test_buggy_solution_gets_its_mistake(solution, monkeypatch):
     exercise, _, target = solution
-    item = core.item(f"{exercise}.{target.item}")
+    item = entry.item(f"{exercise}.{target.item}")
     mistake = item.catalogue.get(target.mistake) or SHARED[target.mistake]
     if mistake.key == "too_slow":
-        monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+        monkeypatch.setattr(sandbox, "TIME_LIMIT", 0.5)
     error = failure(item, target)
     assert (error.key, first_line(error)[:len(title_prefix(mistake))]) == (
         mistake.key, title_prefix(mistake)), str(error)
@@ -86,16 +99,47 @@ def test_every_catalogued_mistake_has_a_buggy_solution(item):
     assert not set(item.catalogue) - shown, f"no buggy solution for {sorted(set(item.catalogue) - shown)}"
 
 
-def test_a_duplicate_key_is_an_error_at_import_time():
+@pytest.mark.parametrize("item", [i for i in ITEMS if i.twins], ids=lambda i: i.key)
+def test_every_knobbed_twin_with_default_knobs_computes_the_reference(item):
+    """The catalogue's copies of the reference (whose knobs its mistakes turn) are right with
+    every knob at its default: each on every case where the item's catalogue is looked for,
+    and on the cases with a catalogue of their own, every case by one of them (decode_step's
+    two twins: one without a cache, one with), gradient cases aside."""
+    right = {id(twin): {id(c) for c in item.cases if item.computes_expected(twin, c)}
+             for twin in item.twins}
+    for twin in item.twins:
+        assert right[id(twin)], "a twin right on no case"
+        assert [c.label for c in item.cases if c.mistakes is None and id(c) not in right[id(twin)]] == []
+    values = [c for c in item.cases if not (c.what or "").startswith("gradient")]
+    assert [c.label for c in values if not any(id(c) in r for r in right.values())] == []
+
+
+def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
+    assert len([twin for item in ITEMS for twin in item.twins]) >= 19
+
+
+LAYERS = ("diagnosis", "mistakes", "comparison", "sandbox", "explanation", "pipeline", "entry")
+
+
+def test_each_module_of_the_checker_imports_only_those_above_it():
+    for i, name in enumerate(LAYERS):
+        tree = ast.parse((Path(entry.__file__).parent / f"{name}.py").read_text())
+        imported = {node.module or alias.name for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.level == 1
+                    for alias in node.names}
+        assert imported <= set(LAYERS[:i]), (name, imported - set(LAYERS[:i]))
+
+
+def test_a_duplicate_key_is_an_error():
     item = ITEMS[0]
     with pytest.raises(ValueError, match="duplicate exercise item"):
-        Item(item.exercise, item.name, item.reference, [])
+        entry.collect([item, Item(item.exercise, item.name, item.reference, [])])
     twice = Mistake("twice", "A", "a"), Mistake("twice", "B", "b")
     with pytest.raises(ValueError, match="duplicate mistake keys"):
         Item("ex99_test", "f", abs, [Case((1,))], twice)
     with pytest.raises(ValueError, match="duplicate mistake keys"):
         Item("ex99_test", "f", abs, [Case((1,))], (Mistake("in_place", "Mine", "mine"),))
-    assert not core.items("ex99_test")
+    assert not entry.items("ex99_test")
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,7 +149,7 @@ def test_a_duplicate_key_is_an_error_at_import_time():
 def _named_solution(exercise):
     """A buggy solution of `exercise` that a catalogued mistake names, and its item."""
     for ex, _, solution in SOLUTIONS:
-        item = core.item(f"{ex}.{solution.item}")
+        item = entry.item(f"{ex}.{solution.item}")
         if ex == exercise and solution.mistake in item.catalogue and solution.mistake != "too_slow":
             return item, solution
     raise LookupError(exercise)
@@ -122,7 +166,7 @@ def test_notebook_check_prints_the_same_diagnosis(exercise, capsys):
     check(exercise)
     lines = capsys.readouterr().out.splitlines()
     stubs = [line for line in lines if line.startswith("✗ ")]
-    assert [line.split(":")[0] for line in stubs] == [f"✗ {i.name}" for i in core.items(exercise)]
+    assert [line.split(":")[0] for line in stubs] == [f"✗ {i.name}" for i in entry.items(exercise)]
     assert all(": Not implemented yet: " in line for line in stubs)
 
 
@@ -138,7 +182,7 @@ def test_notebook_check_names_an_item_only_unambiguously(capsys):
 # Hostile code: one clear line each, and Python goes on
 
 
-ATTENTION = core.item("ex01_attention.scaled_dot_product_attention")
+ATTENTION = entry.item("ex01_attention.scaled_dot_product_attention")
 
 
 def _attention(query, key, value, mask=None):
@@ -215,8 +259,8 @@ def test_a_broken_exercise_file_gets_one_line_from_check_and_from_pytest(case, t
                                                                         capsys):
     source, expected = HOSTILE_FILES[case]
     (tmp_path / "ex01_attention.py").write_text(source)
-    monkeypatch.setattr(core, "exercises_dir", lambda: tmp_path)
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    monkeypatch.setattr(entry, "exercises_dir", lambda: tmp_path)
+    monkeypatch.setattr(sandbox, "TIME_LIMIT", 0.5)
     check("ex01_attention")
     out = capsys.readouterr().out
     assert out.splitlines()[0].split(": ", 1)[1].startswith(expected), out
@@ -231,10 +275,10 @@ def test_a_file_that_fails_to_import_is_not_run_again_until_it_changes(tmp_path,
     path.write_text("import time\ntime.sleep(0.3)\nraise RuntimeError('boom')\n")
     for _ in range(2):
         with pytest.raises(CheckFailure, match="RuntimeError: boom"):
-            core.load_exercise(path)
-    assert len([k for k in core._BROKEN if k[0] == str(path.resolve())]) == 1
+            entry.load_exercise(path)
+    assert len([k for k in entry._BROKEN if k[0] == str(path.resolve())]) == 1
     path.write_text("x = 1\n")
-    assert core.load_exercise(path).x == 1
+    assert entry.load_exercise(path).x == 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -244,7 +288,7 @@ def test_a_file_that_fails_to_import_is_not_run_again_until_it_changes(tmp_path,
 def _with_bodies(exercise, bodies):
     """The stub of `exercise` with its `raise NotImplementedError` lines replaced, in order,
     by `bodies` (None: left as it is)."""
-    lines = (core.exercises_dir() / f"{exercise}.py").read_text().splitlines(keepends=True)
+    lines = (entry.exercises_dir() / f"{exercise}.py").read_text().splitlines(keepends=True)
     stubs = iter(bodies)
     out = []
     for line in lines:
@@ -355,20 +399,37 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
 
 def run_as_learner(folder, files, env=None):
     """Run `pytest` in `folder`, which holds the exercises' checks and `files` (name ->
-    source), as a learner runs it; the finished process (stdout, returncode)."""
-    for path in core.exercises_dir().iterdir():
+    source), as a learner runs it in an 80-column terminal; the finished process (stdout,
+    returncode)."""
+    for path in entry.exercises_dir().iterdir():
         if path.name.startswith("test_") or path.suffix in (".ini",) or path.name == "conftest.py":
             (folder / path.name).write_text(path.read_text())
     for name, source in files.items():
         (folder / name).write_text(source)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=folder,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+                          capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "80", **(env or {})})
+
+
+def failed_blocks(run):
+    """test id -> its failure as printed: the lines from 'FAILED <test> - ' to the next
+    blank line, the first without that prefix."""
+    blocks, current = {}, None
+    for line in run.stdout.splitlines():
+        if line.startswith("FAILED "):
+            test, first = line.split(" ", 1)[1].split(" - ", 1)
+            current = blocks[test] = [first]
+        elif not line.strip():
+            current = None
+        elif current is not None:
+            current.append(line)
+    return {test: "\n".join(lines) for test, lines in blocks.items()}
 
 
 def failed_lines(run):
-    """test id -> the text of its FAILED line after ' - '."""
-    return {line.split(" ", 1)[1].split(" - ", 1)[0]: line.split(" - ", 1)[1]
-            for line in run.stdout.splitlines() if line.startswith("FAILED ")}
+    """test id -> the first line of its diagnosis (unwrapped)."""
+    return {test: " ".join(block.split("\n  ")[0].split("\n"))
+            for test, block in failed_blocks(run).items()}
 
 
 def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
@@ -378,11 +439,23 @@ def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
     failed = failed_lines(run)
     for test, expected in EXPECTED.items():
         if expected is None:
-            assert f"{test} PASSED" in run.stdout, run.stdout
+            assert f"PASSED {test}" in run.stdout, run.stdout
         else:
-            assert failed[test].startswith(f"Failed: {expected}"), run.stdout
+            assert failed[test].startswith(expected), run.stdout
     assert len(failed) == sum(e is not None for e in EXPECTED.values()), run.stdout
     assert run.returncode == 1 and "Traceback" not in run.stdout, run.stdout
+    # It leads with the diagnoses: no header, each once, wrapped at word boundaries to 80 columns.
+    assert run.stdout.splitlines()[1:2] == [""] and "platform" not in run.stdout, run.stdout
+    assert max(len(line) for line in run.stdout.splitlines()) <= 80, run.stdout
+    flat = " ".join(run.stdout.split())
+    for expected in {e for e in EXPECTED.values() if e}:
+        assert flat.count(expected) == list(EXPECTED.values()).count(expected), expected
+    item = entry.item("ex07_training.label_smoothing_loss")
+    module = entry.load_exercise(tmp_path / "ex07_training.py")
+    with pytest.raises(CheckFailure) as raised:
+        item.check(module.label_smoothing_loss)
+    shown = failed_blocks(run)["test_ex07_training.py::test_label_smoothing_loss"]
+    assert shown.split() == str(raised.value).split(), shown  # the whole diagnosis, no word cut
 
 
 HOSTILE_RUN = {  # exercise file -> (its source, the start of every FAILED line of its tests)
@@ -406,7 +479,7 @@ def test_hostile_files_under_pytest_fail_with_one_line_each_and_never_succeed(tm
     failed = failed_lines(run)
     for name, (_, expected) in HOSTILE_RUN.items():
         tests = [f for f in failed if f.startswith(f"test_{Path(name).stem}.py::")]
-        assert tests and all(failed[t].startswith(f"Failed: {expected}") for t in tests), run.stdout
+        assert tests and all(failed[t].startswith(expected) for t in tests), run.stdout
     assert run.returncode == 1 and " failed" in run.stdout.splitlines()[-1], run.stdout
     assert "Traceback" not in run.stdout
 
@@ -422,16 +495,16 @@ def test_hostile_files_under_pytest_fail_with_one_line_each_and_never_succeed(tm
     ((3, 5, 8), (2, 5, 12), "the same number of entries, grouped otherwise"),
 ])
 def test_a_wrong_shape_says_what_it_tells(got, expected, told):
-    assert told in core.shape_story(got, expected, [("x", torch.zeros(2, 3, 5, 4))])
+    assert told in explanation.shape_story(got, expected, [("x", torch.zeros(2, 3, 5, 4))])
 
 
 def test_torch_errors_are_explained_in_the_learners_terms():
     def weight_not_transposed(x):
         return x @ torch.zeros(10, 6)
 
-    outcome = core.call(weight_not_transposed, torch.zeros(4, 6))
+    outcome = sandbox.call(weight_not_transposed, torch.zeros(4, 6))
     with pytest.raises(CheckFailure) as raised:
-        core.fail_on_error(outcome, "ffn", "x (4, 6)")
+        pipeline.fail_on_error(outcome, "ffn", "x (4, 6)")
     assert "its transpose (6, 10) would fit" in first_line(raised.value)
 
 
@@ -441,7 +514,7 @@ def test_a_leftover_breakpoint_is_named():
     def stops_in_the_debugger(x):
         raise bdb.BdbQuit  # what breakpoint() raises when no terminal answers
 
-    outcome = core.call(stops_in_the_debugger, torch.zeros(4, 6))
+    outcome = sandbox.call(stops_in_the_debugger, torch.zeros(4, 6))
     with pytest.raises(CheckFailure) as raised:
-        core.fail_on_error(outcome, "ffn", "x (4, 6)")
+        pipeline.fail_on_error(outcome, "ffn", "x (4, 6)")
     assert "breakpoint() or pdb.set_trace() left in your code" in first_line(raised.value)

@@ -1,4 +1,5 @@
-"""Losses (chapters 07 and 09): cross entropy against label-smoothed targets.
+"""Losses (chapters 07 and 09): cross entropy against label-smoothed targets, and the
+language model's next-token loss.
 
     q = (1 - eps) * one_hot(y) + eps / V       (label smoothing, paper section 5.4, eps = 0.1)
     loss = H(q, p) = -sum_v q_v log p_v, averaged over the targets that count
@@ -37,3 +38,16 @@ def label_smoothing_loss(logits: torch.Tensor, target: torch.Tensor, eps: float 
     if pad_id is None:
         return loss.mean()
     return loss[target != pad_id].mean()
+
+
+def lm_loss(logits: torch.Tensor, tokens: torch.Tensor, pad_id: int = PAD) -> torch.Tensor:
+    """The next-token loss of a language model, as tfcourse trains its own: the logits at
+    position t predict token t + 1 (targets[:, t] = tokens[:, t + 1], as batches.LMBatch
+    makes them), without label smoothing, averaged over the targets that are not padding:
+
+        L = -1/|T| sum_{(b, t) in T} log softmax(logits[b, t])[tokens[b, t + 1]],
+        T = {(b, t) : t < seq - 1, tokens[b, t + 1] != pad_id}
+
+    logits (batch, seq, V) float, tokens (batch, seq) ids; returns a scalar.
+    """
+    return label_smoothing_loss(logits[:, :-1], tokens[:, 1:], 0.0, pad_id)  # (batch, seq - 1, V)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tfcourse.checking.core import exercises_dir, load_exercise
+from tfcourse.checking.entry import exercises_dir, load_exercise
 from tfcourse.data import PAD
 from tfcourse.masks import causal_mask, target_mask
 

@@ -8,9 +8,18 @@ notebook). Both print or fail with the same message, whose first line names what
 
 How it is built
 ---------------
-core.py holds the one pipeline (`Item.check`, its order of diagnosis is in core's
-docstring) and the mistakes every item shares. Each chapter declares its items and their
-catalogues of mistakes as data, in chNN_topic.py:
+One module per job, each importing only those above it in this list:
+
+    diagnosis.py    what a failed check found, as data (Diagnosis), and its text
+    mistakes.py     Mistake (key, title, hint, computations) and the mistakes every item shares
+    comparison.py   same / close, clone, unchanged, randomize
+    sandbox.py      running learner code: time limit, no exit, prints captured, seeded, located
+    explanation.py  what an error or a wrong result tells (explain_error, shape_story, ...)
+    pipeline.py     Case, Item and the order of diagnosis (in its docstring)
+    entry.py        the entry points: run_check, check, items, load_exercise
+
+Each chapter declares its items and their catalogues of mistakes as data, in chNN_topic.py,
+and exports them in a module-level `ITEMS` tuple (entry.items() collects every chapter's):
 
     NO_SCALING = Mistake(
         "no_scaling", "Scores not scaled",                     # key, title
@@ -18,17 +27,9 @@ catalogues of mistakes as data, in chNN_topic.py:
         (lambda q, k, v, m=None: ...,),                        # what the mistake computes
     )
     ITEM = Item("ex01_attention", "scaled_dot_product_attention", reference, CASES,
-                (NO_SCALING, ...), formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.")
-
-A mistake's `computes` take the arguments of a case (a class item's take the reference
-module first, with the case's parameters) and return what a learner who makes the mistake
-would return; the check names the first mistake whose computation gives the learner's
-result (and the reference's result on the cases the learner passed). A computation that
-raises the learner's error explains it. A mistake that shows only as an error elsewhere has
-a `probe`: a version of the case on which it cannot show (see ch02's KEY_LENGTH). Keys
-are unique within an item, and qualified by it: "ex02_multi_head_attention.
-MultiHeadAttention.mask_heads". A duplicate key, or an item declared twice, is an error
-when the module is imported.
+                (NO_SCALING, ...), formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.",
+                twin=_with())
+    ITEMS = (ITEM,)
 
 CONTRIBUTING: adding a mistake is one entry and one buggy solution
 ------------------------------------------------------------------
@@ -51,8 +52,8 @@ CONTRIBUTING: adding a mistake is one entry and one buggy solution
 Adding an exercise (chapter 09, 10, ...)
 ---------------------------------------
 1. exercises/exNN_topic.py: the stub, each item with `raise NotImplementedError`.
-2. tfcourse/checking/chNN_topic.py: its Items (found by name: chNN_*.py). Reuse core's
-   helpers: `Case` (args, names of the inputs that must not change in place, a label; for a
+2. tfcourse/checking/chNN_topic.py: its Items, exported in ITEMS (found by name: chNN_*.py).
+   Reuse the helpers: `Case` (args, names of the inputs that must not change in place, a label; for a
    class, init and train), `gradient_case`, `randomize`, `describe`; an item's `run` when
    the learner's code is called in another way than f(*args) (several steps, a cache), its
    `after` checks for what is not a comparison (ch07's step 0), `show` for details under the
@@ -64,7 +65,10 @@ The meta-test then proves the new items with no further change: the reference pa
 stub says "Not implemented yet", every buggy solution is named.
 """
 
-from .core import Case, CheckFailure, Item, Mistake, check, gradient_case, items, run_check
+from .diagnosis import CheckFailure, Diagnosis
+from .entry import check, item, items, load_exercise, run_check
+from .mistakes import Mistake
+from .pipeline import Case, Item, gradient_case
 
-__all__ = ["Case", "CheckFailure", "Item", "Mistake", "check", "gradient_case", "items",
-           "run_check"]
+__all__ = ["Case", "CheckFailure", "Diagnosis", "Item", "Mistake", "check", "gradient_case", "item",
+           "items", "load_exercise", "run_check"]

@@ -6,7 +6,8 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention as reference
-from .core import Case, Item, Mistake
+from .mistakes import Mistake
+from .pipeline import Case, Item
 
 EXERCISE = "ex01_attention"
 NAME = "scaled_dot_product_attention"
@@ -370,4 +371,7 @@ CASES = [
 ITEM = Item(
     EXERCISE, NAME, reference, CASES, MISTAKES, parts=("output", "weights"),
     formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.",
+    twins=(_with(),),
 )
+
+ITEMS = (ITEM,)

@@ -11,7 +11,10 @@ from ..attention import scaled_dot_product_attention as attend
 from ..masks import causal_mask
 from ..multi_head import MultiHeadAttention, merge_heads, split_heads
 from .ch01_attention import FULLY_MASKED
-from .core import Case, Item, Mistake, describe, shape_error
+from .comparison import describe
+from .explanation import shape_error
+from .mistakes import Mistake
+from .pipeline import Case, Item
 
 EXERCISE = "ex02_multi_head_attention"
 
@@ -459,4 +462,7 @@ MERGE = Item(
 MHA = Item(
     EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, MISTAKES, what="the result",
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
+    twins=(_variant(),),
 )
+
+ITEMS = (SPLIT, MERGE, MHA)

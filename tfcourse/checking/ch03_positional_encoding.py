@@ -8,7 +8,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..positional import PositionalEncoding, sinusoidal_encoding
-from .core import Case, Item, Mistake, close, describe, gradient_case
+from .comparison import close, describe
+from .mistakes import Mistake
+from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex03_positional_encoding"
 
@@ -142,6 +144,7 @@ TABLE = Item(
      for n, d in [(50, 16), (7, 6), (20, 10), (1, 4)]],
     TABLE_MISTAKES, match=_roughly, what="table",
     formula="Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).",
+    twins=(_table,),
 )
 
 
@@ -285,6 +288,7 @@ POSITIONAL = Item(
     ],
     POSITIONAL_MISTAKES, build=_construct,
     formula="The output is dropout(x + PE[start : start + seq]).",
+    twins=(_pe(lambda x, pe, m: m.dropout(x + pe)),),
 )
 
 
@@ -377,4 +381,7 @@ EMBED = Item(
     [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9)],
     SCALE_MISTAKES,
     formula="Look up the embeddings, scale them, then apply positional_encoding.",
+    twins=_embedded(lambda e, pe, s, t, emb, penc: s * e + pe),
 )
+
+ITEMS = (TABLE, POSITIONAL, EMBED)

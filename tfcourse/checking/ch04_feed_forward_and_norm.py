@@ -11,7 +11,9 @@ from torch.nn import functional as F
 
 from ..feed_forward import PositionWiseFeedForward
 from ..normalization import LayerNorm, SublayerConnection
-from .core import Case, Item, Mistake, describe, gradient_case
+from .comparison import describe
+from .mistakes import Mistake
+from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex04_feed_forward_and_norm"
 
@@ -182,6 +184,7 @@ NORM = Item(
     ],
     NORM_MISTAKES,
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
+    twins=(_norm_with(),),
 )
 
 
@@ -322,6 +325,7 @@ FFN = Item(
     ],
     FFN_MISTAKES,
     formula="Compare with linear2(dropout(activation(linear1(x)))).",
+    twins=(_ffn_with(),),
 )
 
 
@@ -471,4 +475,7 @@ SUBLAYER = Item(
     SUBLAYER_MISTAKES,
     formula="Compare with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
+    twins=(_sub_with(),),
 )
+
+ITEMS = (NORM, FFN, SUBLAYER)

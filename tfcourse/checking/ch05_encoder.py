@@ -13,7 +13,9 @@ from torch.nn import functional as F
 
 from .. import encoder as reference
 from ..masks import padding_mask
-from .core import Case, Item, Mistake, describe
+from .comparison import describe
+from .mistakes import Mistake
+from .pipeline import Case, Item
 
 EXERCISE = "ex05_encoder"
 
@@ -330,6 +332,7 @@ LAYER = Item(
     renames=(("sublayers.0.norm.", "norm1."), ("sublayers.1.norm.", "norm2.")),
     formula="Compare each step with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
+    twins=(_layer_with(),),
 )
 
 
@@ -441,4 +444,7 @@ ENCODER = Item(
     ENCODER_MISTAKES,
     formula="Each layer takes the previous one's output and the mask; self.norm comes once, "
             "at the end.",
+    twins=(_stack_with(),),
 )
+
+ITEMS = (EMBEDDINGS, LAYER, ENCODER)

@@ -15,7 +15,10 @@ from torch.overrides import TorchFunctionMode
 
 from ..decoder import DecoderLayer
 from ..masks import causal_mask, padding_mask, target_mask
-from .core import Case, Item, Mistake, call, describe, fail_on_error
+from .comparison import describe
+from .mistakes import Mistake
+from .pipeline import Case, Item, fail_on_error
+from .sandbox import call
 
 EXERCISE = "ex06_decoder"
 
@@ -360,4 +363,7 @@ LAYER = Item(
     LAYER_MISTAKES, run=_run_layer,
     formula="Compare each sublayer with the paper: masked self-attention, cross-attention to "
             "memory, feed-forward, each x = Sublayer(x).",
+    twins=_with(),
 )
+
+ITEMS = (MASK, LAYER)

@@ -20,7 +20,10 @@ from ..model import Transformer, TransformerConfig
 from ..schedules import noam_lr as reference_noam
 from ..training import train_step as reference_step
 from ..vocab import BOS, EOS, PAD, Vocab
-from .core import Case, Item, Mistake, call, describe, fail_if_stopped
+from .comparison import describe
+from .mistakes import Mistake
+from .pipeline import Case, Item, fail_if_stopped
+from .sandbox import call
 
 EXERCISE = "ex07_training"
 VOCAB = Vocab("abcdefg")
@@ -192,6 +195,7 @@ BATCH = Item(
     BATCH_MISTAKES, same=_same_batch, what="batch", show=_shown,
     formula="src: the sources' ids; tgt_in: BOS y; tgt_out: y EOS; src_mask = padding_mask(src, "
             "PAD); tgt_mask = target_mask(tgt_in, PAD).",
+    twins=(_batch_with(),),
 )
 
 
@@ -466,6 +470,7 @@ LOSS = Item(
     same=_same_loss, what="loss",
     formula="Build q = (1 - eps) one_hot(y) + eps / V and average -sum(q * log_softmax(logits)) "
             "over the real target tokens.",
+    twins=(_loss_with(),),
 )
 
 
@@ -610,6 +615,7 @@ NOAM = Item(
     NOAM_MISTAKES + (NOT_A_FLOAT, STEP_ZERO), same=_same_rates, what="rates", show=_first_wrong_rate,
     formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
     after=(_check_float, _check_step_zero),
+    twins=(_all(),),
 )
 
 
@@ -868,4 +874,7 @@ STEP = Item(
     STEP_MISTAKES, same=_same_training, what="result", parts=("weights", "losses"),
     formula="Zero the gradients, backpropagate each micro-batch's loss / len(batches), clip, "
             "step, and return the mean of the losses as a float.",
+    twins=(_variant(),),
 )
+
+ITEMS = (BATCH, LOSS, NOAM, STEP)

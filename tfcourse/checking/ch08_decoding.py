@@ -18,7 +18,9 @@ from ..decoding import greedy_decode as reference_greedy
 from ..decoding import length_penalty
 from ..masks import causal_mask, padding_mask
 from ..model import Transformer, TransformerConfig
-from .core import Case, Item, Mistake, close, describe
+from .comparison import close, describe
+from .mistakes import Mistake
+from .pipeline import Case, Item
 
 EXERCISE = "ex08_decoding"
 PAD, BOS, EOS = 0, 1, 2
@@ -269,6 +271,7 @@ GREEDY = Item(
     ],
     GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
     formula="At each step take the argmax of the last position's logits and append it.",
+    twins=(_greedy_with(),),
 )
 
 
@@ -451,6 +454,7 @@ BEAM = Item(
     formula="Flatten (beam, vocab) into one axis per sentence, rank by (scores + log_probs) / lp, "
             "take the top beam-many, and split each index into beam = index // vocab, "
             "token = index % vocab.",
+    twins=(_beam_with(),),
 )
 
 
@@ -645,4 +649,7 @@ DECODE = Item(
     formula="Embed the new tokens, add the positional encoding at their positions, run the "
             "decoder (with the cache, only the newest token) and return log_softmax of the "
             "last position's logits.",
+    twins=(_steps(False), _steps(True)),
 )
+
+ITEMS = (GREEDY, BEAM, DECODE)

@@ -25,26 +25,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..losses import label_smoothing_loss
+from ..losses import lm_loss
 from ..variants import DecoderLM, DecoderLMConfig
 from ..variants import mask_tokens as reference_masking
 from ..variants import mean_pool as reference_pool
 from ..vocab import PAD
 from .ch07_training import _same_gradient, _same_loss
-from .core import Case, Item, Mistake, call, clone, close, describe, fail_on_error, same
+from .comparison import clone, close, describe, same
+from .mistakes import Mistake
+from .pipeline import Case, Item, fail_on_error
+from .sandbox import call
 
 EXERCISE = "ex09_variants"
 
 
 # ------------------------------------------------------------------------------------ lm_loss
-
-
-def lm_loss(logits, tokens, pad_id=PAD):
-    """The reference: the next-token loss as tfcourse trains its language model, the targets
-    of corpora.LMBatch (targets[:, t] = tokens[:, t + 1]) and training.label_smoothing_loss
-    without smoothing: -log p(tokens[:, t + 1] | tokens[:, :t + 1]), averaged over the
-    targets that are not padding."""
-    return label_smoothing_loss(logits[:, :-1], tokens[:, 1:], 0.0, pad_id)
 
 
 def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, flat=False,
@@ -218,6 +213,7 @@ LM_LOSS = Item(
     EXERCISE, "lm_loss", lm_loss, LM_CASES, LM_MISTAKES, same=_same_loss, what="loss",
     formula="Pair logits[:, :-1] with tokens[:, 1:] and average -log_softmax(logits)[target] "
             "over the targets that are not pad_id.",
+    twins=(_lm_with(),),
 )
 
 
@@ -571,6 +567,7 @@ MASKING = Item(
     after=(_check_generator,),
     formula="(Your random draws may differ from the reference's: what counts is the rule, "
             "below.)",
+    twins=(_masking_with(),),
 )
 
 
@@ -692,6 +689,7 @@ POOL_CASES = [
 MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
     formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
+    twins=(_pool_with(),),
 )
 
 
@@ -1082,4 +1080,7 @@ DECODER_LM = Item(
     EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, DECODER_MISTAKES, what="logits",
     formula="Compare each step with the docstring: embeddings and positions, every layer "
             "under the causal mask, the final norm, the tied output layer.",
+    twins=(_decoder_with(),),
 )
+
+ITEMS = (LM_LOSS, MASKING, MEAN_POOL, DECODER_LM)

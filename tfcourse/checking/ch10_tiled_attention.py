@@ -13,18 +13,11 @@ import torch
 
 from ..efficiency import ForwardMemory
 from ..efficiency import tiled_attention as reference
-from .core import (
-    NO_MATCH,
-    Case,
-    Item,
-    Mistake,
-    call,
-    difference,
-    fail_on_error,
-    gradient_case,
-    same,
-    structure_problem,
-)
+from .comparison import same
+from .explanation import difference, structure_problem
+from .mistakes import NO_MATCH, Mistake
+from .pipeline import Case, Item, fail_on_error, gradient_case
+from .sandbox import call
 
 EXERCISE = "ex10_tiled_attention"
 NAME = "tiled_attention"
@@ -411,4 +404,7 @@ ITEM = Item(
     formula="Compare each step with m' = max(m, rowmax(S)), l' = e^(m - m') l + rowsum(e^(S - "
             "m')), o' = e^(m - m') o + e^(S - m') V_B, and o / l at the end.",
     after=(_check_memory,),
+    twins=(_with(),),
 )
+
+ITEMS = (ITEM,)

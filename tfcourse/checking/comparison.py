@@ -1,0 +1,131 @@
+"""Comparing results: `same` (the default comparison, tensors by `close`), copies of inputs
+(`clone`) and whether the learner's code left them `unchanged`, and the random parameters
+(`randomize`) that make every parameter's role show."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+ABSENT = object()  # an attribute that a learner's object does not have
+
+
+def describe(**values) -> str:
+    """'query (2, 5, 8), mask (2, 1, 7)': how messages name the inputs of a case."""
+    return ", ".join(
+        f"{n} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else f"{n}={t!r}"
+        for n, t in values.items()
+        if t is not None
+    )
+
+
+def close(actual, expected: torch.Tensor) -> bool:
+    """Same shape, dtype and values (NaN equal to NaN), with a tolerance for the dtype."""
+    if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
+        return False
+    if actual.dtype != expected.dtype:
+        return False
+    if not expected.is_floating_point():
+        return torch.equal(actual, expected)
+    tol = 1e-10 if expected.dtype == torch.float64 else 1e-5
+    return torch.allclose(actual, expected, rtol=100 * tol, atol=tol, equal_nan=True)
+
+
+def same(actual, expected) -> bool:
+    """Default comparison: tensors by `close`, tuples and lists part by part, numbers by
+    value, dataclasses field by field, anything else by ==."""
+    if isinstance(expected, torch.Tensor):
+        return close(actual, expected)
+    if expected is None:
+        return actual is None
+    if isinstance(expected, (tuple, list)):
+        return (isinstance(actual, (tuple, list)) and len(actual) == len(expected)
+                and all(same(a, e) for a, e in zip(actual, expected)))
+    if dataclasses.is_dataclass(expected):
+        return all(same(getattr(actual, f.name, ABSENT), getattr(expected, f.name))
+                   for f in dataclasses.fields(expected))
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        return (isinstance(actual, (int, float)) and not isinstance(actual, bool)
+                and math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-12))
+    return actual == expected
+
+
+def safely(compare: Callable, actual, expected) -> bool:
+    """compare(actual, expected), False when learner objects make the comparison fail."""
+    try:
+        return bool(compare(actual, expected))
+    except Exception:
+        return False
+
+
+def kind_of(value) -> str:
+    """How messages name the type of a value: 'Tensor', 'tuple', 'None'."""
+    return "None" if value is None else type(value).__name__
+
+
+def clone(value):
+    """A copy of every tensor and module in `value` (in tuples, lists, dicts, dataclasses)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, nn.Module):
+        return copy.deepcopy(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: clone(getattr(value, f.name))
+                                             for f in dataclasses.fields(value)})
+    return value
+
+
+def unchanged(a, b) -> bool:
+    """Whether `a` (the learner's copy of an input, after the call) still equals `b`."""
+    if isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                and torch.equal(a, b))
+    if isinstance(b, nn.Module):
+        return isinstance(a, nn.Module) and unchanged(module_state(a), module_state(b))
+    if isinstance(b, (tuple, list)):
+        return (isinstance(a, (tuple, list)) and len(a) == len(b)
+                and all(unchanged(x, y) for x, y in zip(a, b)))
+    if isinstance(b, dict):
+        return isinstance(a, dict) and a.keys() == b.keys() and all(unchanged(a[k], b[k]) for k in b)
+    if dataclasses.is_dataclass(b) and not isinstance(b, type):
+        return all(unchanged(getattr(a, f.name, None), getattr(b, f.name))
+                   for f in dataclasses.fields(b))
+    return safely(lambda x, y: x == y, a, b)
+
+
+def module_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of `module` (non-persistent buffers too), copied."""
+    state = {k: v.detach().clone() for k, v in module.named_parameters()}
+    state.update({k: v.detach().clone() for k, v in module.named_buffers()})
+    return state
+
+
+def randomize(module: nn.Module, seed: int) -> nn.Module:
+    """Random parameters, so that two parameters in different roles are never equal: the
+    gains of norms around 1, their biases and other vectors around 0, matrices scaled by
+    1 / sqrt(fan_in). (With the default init two LayerNorms are the same function, and a
+    mistake that swaps them would be invisible.)"""
+    g = torch.Generator().manual_seed(seed)
+    norms = {name for name, m in module.named_modules()
+             if isinstance(m, nn.LayerNorm) or type(m).__name__ == "LayerNorm"}
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
+            owner, _, kind = name.rpartition(".")
+            if p.dim() >= 2:
+                p.copy_(noise / p.shape[-1] ** 0.5)
+            elif owner in norms and kind == "weight":
+                p.copy_(1 + 0.5 * noise)
+            else:
+                p.copy_(0.5 * noise)
+    return module
+

@@ -1,0 +1,292 @@
+"""What a wrong result or an error tells, in the learner's terms: what torch's common errors
+mean (`explain_error`), what a wrong shape tells (`shape_story`), the first way a result is
+not the expected kind (`structure_problem`), where it is not finite, and how its values
+differ (`difference`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import re
+
+import torch
+
+from .comparison import close, kind_of, safely
+from .mistakes import WRONG_DTYPE, WRONG_ORDER, WRONG_SHAPE, WRONG_TYPE, Mistake
+from .sandbox import first_line
+
+
+def same_error(a: BaseException, b: BaseException) -> bool:
+    """Same exception type and the same first line of message (whatever the class is called:
+    "'MyEncoder' object has no attribute ..." is the same as "'Encoder' object ...")."""
+
+    def text(error):
+        return re.sub(r"^'\w+' object", "object", first_line(error))
+
+    return type(a) is type(b) and text(a) == text(b)
+
+
+_SHAPE_WORDS = re.compile(r"size|shape|dimension|broadcast|expand|must match|out of range")
+
+
+def shape_error(error: BaseException) -> bool:
+    """Whether `error` is torch's (or the reference's) complaint about sizes or shapes."""
+    return isinstance(error, (RuntimeError, ValueError, IndexError)) and bool(
+        _SHAPE_WORDS.search(first_line(error)))
+
+
+BROADCAST = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b "
+                        r"\((\d+)\) at non-singleton dimension (\d+)")
+_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
+AXIS_NAMES = ("batch size", "sequence length")
+
+
+def batch_and_seq(a: int, b: int, inputs) -> tuple[str, int, int] | None:
+    """(input, a's axis, b's axis) when sizes a and b are the batch (axis 0) and sequence
+    (axis 1) of one (batch, seq, ...) input, each size found nowhere else among the inputs."""
+    if a == b:
+        return None
+    for name, t in inputs:
+        if t.dim() >= 3 and {a, b} == {t.shape[0], t.shape[1]}:
+            found = [s for _, u in inputs for s in u.shape]
+            if found.count(a) == 1 and found.count(b) == 1:
+                return name, int(t.shape[1] == a), int(t.shape[1] == b)
+    return None
+
+
+def explain_error(error: BaseException, inputs=()) -> str:
+    """What a common torch error means in the learner's terms: ' (...)' or ''."""
+    if type(error).__name__ == "BdbQuit":
+        return (" (a breakpoint() or pdb.set_trace() left in your code: the check runs without a "
+                "terminal, so the debugger quits at once: remove it, or print what you want to see)")
+    text = first_line(error)
+    found = BROADCAST.search(text)
+    if found:
+        a, b, dim = map(int, found.groups())
+        if 0 in (a, b):
+            return (f" (one of the two tensors is empty along axis {dim}: a slice whose end is "
+                    "not after its start?)")
+        said = [f"{size}{_sizes_of(size, inputs).replace(f'{size} is ', '')}" for size in (a, b)]
+        return (f" (two tensors whose axis {dim} has {said[0]} and {said[1]} entries were "
+                "combined: each axis of the two must be equal, or 1 to broadcast)")
+    found = _MATMUL.search(text)
+    if found:
+        rows, inner, given, cols = map(int, found.groups())
+        if cols == inner:
+            return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
+                    f"{inner} and {given} differ, and its transpose ({cols}, {given}) would fit: "
+                    "nn.Linear's weight is (out_features, in_features): x @ layer.weight.T, or "
+                    "call the layer, layer(x))")
+        return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
+                f"{inner} and {given} must be equal)")
+    if "Boolean value of Tensor with more than one value is ambiguous" in text:
+        return (" (a tensor used where Python wants one True or False: `if`, `and`/`or`, Python's "
+                "max() or min(): use torch.maximum, torch.where, .any() or .all())")
+    if re.search(r"expected (scalar type|m1 and m2 to have the same dtype)|"
+                 r"expected both vectors to have same dtype|same dtype", text):
+        return (" (tensors of two dtypes met: make new tensors with the inputs' dtype, "
+                "dtype=x.dtype: torch.tensor and torch.arange default to float32 or int64)")
+    if "Dimension out of range" in text:
+        return " (an axis beyond the tensor's number of axes)"
+    if "view size is not compatible" in text:
+        return " (view after a transpose: use reshape, or .contiguous().view(...))"
+    if re.search(r"shape '\[[\d, -]+\]' is invalid for input of size", text):
+        return " (a view or reshape whose sizes do not multiply to the tensor's number of entries)"
+    if "Expected target size" in text:
+        return (" (F.cross_entropy takes the classes on axis 1: flatten the logits to (N, V) and "
+                "the targets to (N,), or move the classes: logits.transpose(1, 2))")
+    if re.search(r"Expected input batch_size \(\d+\) to match target batch_size", text):
+        return (" (the logits and the targets give different numbers of positions: slice, and "
+                "flatten, both the same way)")
+    if "Index tensor must have the same number of dimensions" in text:
+        return " (gather's index needs as many axes as the tensor: index.unsqueeze(-1))"
+    if isinstance(error, TypeError) and "must be Tensor, not tuple" in text:
+        return (" (a tuple where a tensor is wanted: a function that returns (output, weights) "
+                "needs its [0])")
+    return ""
+
+
+
+def _axis(i, ndim):
+    return "the first axis" if i == 0 else "the last axis" if i == ndim - 1 else f"axis {i}"
+
+
+def _sizes_of(size, inputs):
+    """' (3 is the size of x's axis 1)' when exactly one input axis has that size, else ''."""
+    hits = [f"{name}'s axis {i}" for name, t in inputs if isinstance(t, torch.Tensor)
+            for i, s in enumerate(t.shape) if s == size]
+    return f" ({size} is the size of {hits[0]})" if len(hits) == 1 else ""
+
+
+def shape_story(got, expected, inputs=()) -> str:
+    """What a wrong shape tells, in words: ': an extra axis of size 1 in front ...', or ''.
+    `inputs`: (name, tensor) pairs, to say where a size comes from."""
+    got, want = tuple(got), tuple(expected)
+    n, m = len(got), len(want)
+    if n == m + 1:
+        for i in range(n):
+            if got[:i] + got[i + 1:] == want:
+                where = "in front" if i == 0 else "at the end" if i == n - 1 else f"at position {i}"
+                if got[i] == 1:
+                    return (f": an extra axis of size 1 {where}: an unsqueeze, a [None], a "
+                            "keepdim=True or a batch axis too many")
+                return (f": an extra axis of size {got[i]} {where}{_sizes_of(got[i], inputs)}: "
+                        "it should have been merged into another axis (or reduced)")
+    if n == m - 1:
+        for i in range(m):
+            if want[:i] + want[i + 1:] == got:
+                if want[i] == 1:
+                    return (f": the axis of size 1 at position {i} is missing: a squeeze or an "
+                            "index [0] too many, or keepdim=True forgotten")
+                return (f": {_axis(i, m)}, of size {want[i]}, is missing: reduced away (summed, "
+                        "averaged or indexed) where it should stay")
+    if n != m:
+        return f": {n} axes where {m} are expected"
+    diff = [i for i in range(n) if got[i] != want[i]]
+    if sorted(got) == sorted(want):
+        if len(diff) == 2:
+            i, j = diff
+            text = (f": axes {i} and {j} swapped (sizes {want[i]} and {want[j]}): a transpose "
+                    "missing, or one too many")
+            if (i, j) == (0, 1) and n >= 3:
+                text += (" (batch and sequence? This course puts the batch first: (batch, seq, "
+                         "...), not the (seq, batch, ...) of PyTorch's tutorials)")
+            return text
+        return ": the right sizes in the wrong order: the axes are permuted"
+    if len(diff) == 1:
+        i = diff[0]
+        g, w = got[i], want[i]
+        where = _axis(i, n)
+        if abs(g - w) == 1:
+            return (f": {where} has {g}, expected {w}: one {'too many' if g > w else 'too few'} "
+                    "(off by one: a range, a slice or a length)")
+        if g and w % g == 0:
+            k = w // g
+            return (f": {where} has {g}, expected {w} = {k} x {g}: an axis of size {k}"
+                    f"{_sizes_of(k, inputs)} was reduced (summed or averaged) instead of "
+                    "concatenated into this one")
+        if w and g % w == 0:
+            return (f": {where} has {g} = {g // w} x {w}: {g // w} times too many (concatenated "
+                    "over an axis that should stay apart?)")
+        return f": {where} has {g}{_sizes_of(g, inputs)}, expected {w}"
+    axes = ", ".join(f"{_axis(i, n)} has {got[i]}{_sizes_of(got[i], inputs)} where {want[i]} is "
+                     f"expected" for i in diff)
+    if math.prod(got) == math.prod(want):
+        return (f": the same number of entries, grouped otherwise ({axes}): axes merged or split "
+                "in the wrong order? (a loop over a tensor walks its FIRST axis)")
+    return f": {axes}"
+
+
+def structure_problem(value, expected, what: str, parts=(), inputs=()) -> tuple[Mistake, str] | None:
+    """The first way `value` cannot be `expected`'s kind of result: (mistake, text) with
+    WRONG_TYPE, WRONG_SHAPE or WRONG_DTYPE, or None. A wrong shape says what it tells
+    (shape_story), with `inputs` (name, tensor) to name where a size comes from."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
+            return WRONG_TYPE, f"{what} should be a torch.Tensor, got {kind_of(value)}"
+        if value.shape != expected.shape:
+            return WRONG_SHAPE, (f"{what} has shape {tuple(value.shape)}, expected "
+                                 f"{tuple(expected.shape)}{shape_story(value.shape, expected.shape, inputs)}")
+        if value.dtype != expected.dtype:
+            why = " (the inputs' dtype)" if expected.is_floating_point() else ""
+            return WRONG_DTYPE, f"{what} has dtype {value.dtype}, expected {expected.dtype}{why}"
+        return None
+    if isinstance(expected, (tuple, list)):
+        kind = "a tuple" if isinstance(expected, tuple) else "a list"
+        names = parts if len(parts) == len(expected) else [f"{what}[{i}]" for i in range(len(expected))]
+        shape = f" ({', '.join(names)})" if parts else f" of {len(expected)}"
+        if not isinstance(value, (tuple, list)):
+            return WRONG_TYPE, f"{what} should be {kind}{shape}, got {kind_of(value)}"
+        if len(value) != len(expected):
+            return WRONG_TYPE, f"{what} should be {kind}{shape}, got {len(value)} values"
+        for v, e, name in zip(value, expected, names):
+            problem = structure_problem(v, e, name, inputs=inputs)
+            if problem:
+                return problem
+        return None
+    if expected is None:
+        return None if value is None else (WRONG_TYPE, f"{what} should be None, got {kind_of(value)}")
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return WRONG_TYPE, f"{what} should be a Python number, got {kind_of(value)}"
+        return None
+    if dataclasses.is_dataclass(expected):
+        missing = [f.name for f in dataclasses.fields(expected) if not hasattr(value, f.name)]
+        if missing:
+            return WRONG_TYPE, (f"{what} should be a {type(expected).__name__} "
+                                f"({', '.join(f.name for f in dataclasses.fields(expected))}), "
+                                f"got {kind_of(value)}")
+        for f in dataclasses.fields(expected):
+            problem = structure_problem(getattr(value, f.name), getattr(expected, f.name), f.name,
+                                        inputs=inputs)
+            if problem:
+                return problem
+    return None
+
+
+def _leaves(value, expected, what, parts=()):
+    """(actual, expected, name) for each pair of tensors in the two results."""
+    if isinstance(expected, torch.Tensor) and isinstance(value, torch.Tensor):
+        yield value, expected, what
+    elif isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)):
+        names = parts if len(parts) == len(expected) else [f"{what}[{i}]" for i in range(len(expected))]
+        for v, e, name in zip(value, expected, names):
+            yield from _leaves(v, e, name)
+    elif dataclasses.is_dataclass(expected):
+        for f in dataclasses.fields(expected):
+            yield from _leaves(getattr(value, f.name, None), getattr(expected, f.name), f.name)
+
+
+def not_finite(value, expected, what: str, parts) -> tuple[str, str, int, int] | None:
+    """(name, "NaN" or "inf", count, total) for the first tensor of a result that is not
+    finite where the expected one is, or None."""
+    for v, e, name in _leaves(value, expected, what, parts):
+        if v.is_floating_point() and v.shape == e.shape:
+            bad = ~torch.isfinite(v) & torch.isfinite(e)
+            if bad.any():
+                kind = "NaN" if torch.isnan(v[bad]).any() else "inf"
+                return name, kind, int(bad.sum()), v.numel()
+    return None
+
+
+def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """A short account of how two same-shape tensors differ."""
+    if not actual.is_floating_point() or not expected.is_floating_point():
+        wrong = actual != expected
+        index = tuple(int(i) for i in wrong.nonzero()[0]) if wrong.any() else ()
+        return (f"{int(wrong.sum())} of {actual.numel()} entries differ, first at index {index}: "
+                f"got {actual[index].item()}, expected {expected[index].item()}")
+    diff = (actual.double() - expected.double()).abs().nan_to_num(float("inf"))
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    return (
+        f"largest difference {diff.max().item():.3g} at index {index}: "
+        f"got {actual[index].item():.4g}, expected {expected[index].item():.4g}"
+    )
+
+
+def first_difference(value, expected, what: str, parts) -> tuple[str, str]:
+    """The name of the first tensor of a result that differs from the expected one, and how."""
+    for v, e, name in _leaves(value, expected, what, parts):
+        if v.shape == e.shape and not safely(close, v, e):
+            try:
+                return name, difference(v, e)
+            except Exception:  # a learner's tensor that cannot be described
+                return name, "its values differ"
+    return what, "its values differ"
+
+
+
+def fail_if_reordered(result, expected, what: str, parts, compare, label: str) -> None:
+    """WRONG_ORDER when a tuple result is the expected one with its parts in another order:
+    the same values (or, failing that, the same types, shapes and dtypes)."""
+    if not (isinstance(expected, tuple) and isinstance(result, (tuple, list))
+            and len(result) == len(expected) and 1 < len(expected) <= 4):
+        return
+    names = parts if len(parts) == len(expected) else [f"{what}[{i}]" for i in range(len(expected))]
+    for how, fits in (("values", lambda r: safely(compare, r, expected)),
+                      ("kinds of values", lambda r: structure_problem(r, expected, what, parts) is None)):
+        for order in itertools.permutations(range(len(expected))):
+            if list(order) != sorted(order) and fits(tuple(result[i] for i in order)):
+                got = [names[order.index(i)] for i in range(len(expected))]
+                WRONG_ORDER.fail(expected=", ".join(names), got=", ".join(got), how=how, label=label)

@@ -1,0 +1,527 @@
+"""The pipeline that every exercise check goes through: Case, Item and the order of diagnosis.
+
+An exercise *item* (a function or class the learner writes) is declared as data in its
+chapter's module: its reference, the cases it runs on, and its catalogue of mistakes, each
+a `Mistake` with a key, a title, a hint and the ways it computes. `Item.check(target)`
+runs the learner's `target` on every case and, on the first case where something is wrong,
+fails with one message whose first line names what is wrong. The order of diagnosis is
+fixed, the same for every item:
+
+  1. Call the learner's code: a class is built (its __init__), then run; each call has a
+     time limit, its prints are captured, randomness is seeded, exceptions are located in
+     the learner's file, and sys.exit / os._exit cannot end Python.
+  2. Still the stub (NotImplementedError)               -> "Not implemented yet"
+  3. It tried to end Python                             -> "Your code tried to end Python"
+  4. Past the time limit                                -> "Too slow"
+  5. It called a built-in the item forbids, or ran the reference itself -> that mistake
+  6. It raised: a catalogued mistake whose own computation raises the same way on this
+     case (and not on the cases passed so far); torch's complaint that sizes do not match,
+     where the sizes are one (batch, seq, ...) input's batch and sequence length -> "Batch
+     and sequence axes mixed up"; else "Raised <error>" with the line, and what torch's
+     common errors mean (explain_error: a weight not transposed, classes not on axis 1, ...)
+  7. An input (or the module's own parameters) changed in place -> "Input modified in place"
+  8. Equal to the reference                              -> the case passes
+  9. It returned None                                    -> "Nothing returned"
+ 10. A catalogued mistake computes the same result (and agrees with the reference on the
+     cases passed so far)                                -> its title and hint
+ 11. A tuple whose parts are the expected ones in another order -> "Results returned in the
+     wrong order"; wrong type, shape or dtype            -> "Wrong type" / "Wrong shape" / ...
+     A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,
+     an axis reduced instead of concatenated, a length off by one.
+ 12. NaN or inf where the reference has none             -> "Not finite"
+ 13. Otherwise                                           -> "Wrong <what> ..., and no common
+                                                            mistake matches" with the largest
+                                                            difference
+Catalogued mistakes come before the type, shape and dtype messages because a mistake may
+change the shape (weights averaged over heads): its name says more than the shape does.
+After the first line, a failure shows the case, the line of the learner's file that raised,
+and what the learner's code printed (trimmed, with its size).
+
+Mistakes shared by every item (in place, None, shape, too slow, ...) are declared once, in
+mistakes.py, with one wording each. Item keys ("ex05_encoder.Encoder") and mistake keys
+("ex05_encoder.Encoder.no_final_norm") are qualified by exercise; a duplicate mistake key is
+an error when the item is declared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from . import sandbox
+from .comparison import clone, describe, kind_of, module_state, randomize, safely, same, unchanged
+from .diagnosis import CheckFailure
+from .explanation import (
+    AXIS_NAMES,
+    BROADCAST,
+    batch_and_seq,
+    explain_error,
+    fail_if_reordered,
+    first_difference,
+    not_finite,
+    same_error,
+    structure_problem,
+)
+from .mistakes import (
+    EXITED,
+    FILE_MISTAKES,
+    IN_PLACE,
+    NO_MATCH,
+    NOT_FINITE,
+    NOT_IMPLEMENTED,
+    NOTHING_RETURNED,
+    PARAMETERS_CHANGED,
+    RAISED,
+    RECURSION,
+    REFERENCE_USED,
+    RENAMED,
+    SEQ_FIRST,
+    SHARED,
+    TOO_SLOW,
+    WRONG_TYPE,
+    Mistake,
+)
+from .sandbox import Exited, Outcome, Printed, Timeout, call, exit_how, first_line, seed_torch
+
+
+@dataclass
+class Case:
+    """One run of an item. A function item is called as target(*args, **kwargs); a class
+    item is built as target(*init, **init_kwargs), given the reference's parameters, then
+    called as module(*args, **kwargs). Everything runs after torch.manual_seed(seed).
+
+    label: how messages name the case (default: the named arguments' shapes and values).
+    names: the name of each argument; an argument with a name must not be changed in place.
+    train: run the modules in training mode (dropout on, the same seeded randomness).
+    state: parameters for both modules (default: the reference's, randomized); dtype: theirs.
+    run, mistakes, same, what, parts: this case's own, instead of the item's.
+    """
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+    names: tuple = ()
+    init: tuple = ()
+    init_kwargs: dict = field(default_factory=dict)
+    state: dict = None
+    dtype: torch.dtype = None
+    train: bool = False
+    seed: int = 0
+    run: object = None
+    mistakes: tuple = None
+    same: object = None
+    what: str = None
+    parts: tuple = None
+
+    def __post_init__(self):
+        if not self.label:
+            self.label = describe(**{n: a for n, a in zip(self.names, self.args) if n})
+
+
+@dataclass(eq=False)
+class Item:
+    """An exercise item, declared as data; `check(target)` is the whole pipeline.
+
+    exercise, name: e.g. "ex01_attention", "scaled_dot_product_attention" (the key joins them).
+    reference: tfcourse's function or class.
+    cases: the Cases, in order: the first that fails is reported.
+    mistakes: the catalogue, tried in this order. A mistake with neither `computes` nor
+        `uses` is reported only by an `after` check.
+    same: compares a result with the expected one (default `same`).
+    match: compares a result with a mistake's (default `same`).
+    what, parts: how messages name the result, and the parts of a tuple result.
+    formula: the last sentence of the fall-back message (what to compare with).
+    prep, show: a failure's second line is "  {prep} {label}{show(case, result, expected)}".
+    build: class items: (cls, case) -> module, run as learner code (default: cls(*init)).
+    run: (obj, args, case) -> result (default obj(*args, **kwargs)).
+    after: checks run once every case passed: fn(item, target), raising CheckFailure.
+    renames: (reference name, exercise name) pairs, for parameters the exercise names otherwise.
+    twins: the catalogue's copies of the reference with knobs (the computations its mistakes
+        vary), every knob at its default: each must compute the reference (a meta-test).
+    """
+
+    exercise: str
+    name: str
+    reference: object
+    cases: list
+    mistakes: tuple = ()
+    same: object = same
+    match: object = None
+    what: str = "output"
+    parts: tuple = ()
+    formula: str = ""
+    prep: str = "on"
+    show: object = None
+    build: object = None
+    run: object = None
+    after: tuple = ()
+    renames: tuple = ()
+    twins: tuple[Callable, ...] = ()
+    _results: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        declared = [*self.mistakes, *(m for case in self.cases for m in case.mistakes or ())]
+        distinct = {id(m): m for m in declared}.values()
+        keys = [m.key for m in distinct] + [m.key for m in (*SHARED, *FILE_MISTAKES)]
+        duplicates = sorted({k for k in keys if keys.count(k) > 1})
+        if duplicates:
+            raise ValueError(f"{self.key}: duplicate mistake keys {duplicates}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.exercise}.{self.name}"
+
+    @property
+    def is_class(self) -> bool:
+        return isinstance(self.reference, type)
+
+    @property
+    def catalogue(self) -> dict[str, Mistake]:
+        """Every catalogued mistake of the item (the cases' own included), by key."""
+        found = {}
+        for m in (*self.mistakes, *(m for c in self.cases for m in c.mistakes or ())):
+            found.setdefault(m.key, m)
+        return found
+
+    def reference_code(self):
+        """The code objects whose running means the learner called the reference."""
+        target = self.reference.forward if self.is_class else self.reference
+        return {inspect.unwrap(target).__code__}
+
+    def fail(self, mistake: Mistake, case: Case, result=None, expected=None, **fields):
+        """Report `mistake` on `case`, with the usual second line."""
+        mistake.fail(self._details(case, result, expected), label=case.label, **fields)
+
+    def mistake_cases(self, mistake: Mistake) -> list[Case]:
+        """The cases on which `mistake` is looked for."""
+        return [c for c in self.cases if mistake in (self.mistakes if c.mistakes is None else c.mistakes)]
+
+    def computes_expected(self, compute: Callable, case: Case) -> bool:
+        """Whether `compute` (a computation with the mistakes' signature) gives the
+        reference's result on `case`, by the comparison that names mistakes."""
+        reference = self._reference_object(case)
+        try:
+            result = self._compute(compute, reference, case)
+        except Exception:
+            return False
+        return safely(self.match or case.same or self.same, result, self._expected(reference, case))
+
+    # -- the pipeline ---------------------------------------------------------------------
+
+    def check(self, target: Callable) -> None:
+        """Run `target` on every case; raise CheckFailure naming the first thing wrong."""
+        watch = () if target is self.reference else self.reference_code()
+        passed = []
+        for case in self.cases:
+            self._check_case(target, case, passed, watch)
+            passed.append(case)
+        for check_after in self.after:
+            check_after(self, target)
+
+    def _check_case(self, target, case, passed, watch):
+        mistakes = self.mistakes if case.mistakes is None else case.mistakes
+        reference = self._reference_object(case)
+        expected = self._expected(reference, case)  # first: torch's one-off start-up is not timed
+        printed = Printed()
+        try:
+            obj = self._learner_object(target, case, watch, printed)
+            given = clone(case.args)
+            before = module_state(obj) if isinstance(obj, nn.Module) else None
+            outcome = call(self._run, obj, given, case, seed=case.seed, watch=watch, printed=printed,
+                           record=any(m.uses for m in mistakes))
+            self._diagnose(outcome, case, passed, mistakes, reference, expected, given, before, obj)
+        except CheckFailure as failure:
+            found = dataclasses.replace(failure.diagnosis, printed=printed.getvalue())
+            raise CheckFailure(found) from None
+
+    def _reference_object(self, case):
+        if not self.is_class:
+            return self.reference
+        with torch.random.fork_rng(devices=[]):
+            seed_torch(case.seed)
+            module = (self.build or _construct)(self.reference, case)
+        if case.dtype is not None:
+            module.to(case.dtype)
+        if case.state is None:
+            randomize(module, case.seed)
+        else:
+            module.load_state_dict(case.state)
+        return module.train(case.train)
+
+    def _remembered(self, case, key, compute):
+        """compute(), or what it gave (or raised) before for `case`: the reference's and the
+        mistakes' results are the same on every check, and computing them is most of a
+        check's time."""
+        if not any(c is case for c in self.cases):  # a probe: made for one check only
+            return compute()
+        memo = (id(case), key)
+        if memo not in self._results:
+            try:
+                self._results[memo] = (True, compute())
+            except Exception as error:  # the mistake cannot run here: that is remembered too
+                self._results[memo] = (False, error)
+        ok, value = self._results[memo]
+        if not ok:
+            raise value.with_traceback(None)
+        return value
+
+    def _expected(self, reference, case):
+        def compute():
+            with torch.random.fork_rng(devices=[]):
+                seed_torch(case.seed)
+                return self._run(reference, clone(case.args), case)
+
+        return self._remembered(case, "expected", compute)
+
+    def _learner_object(self, target, case, watch, printed):
+        """The learner's function, or the learner's class built (as learner code) and
+        given the reference's parameters."""
+        if not self.is_class:
+            return target
+        init = ", ".join([*map(repr, case.init), *(f"{k}={v!r}" for k, v in case.init_kwargs.items())])
+        name = f"{self.name}({init})"
+        built = call(self.build or _construct, target, case, seed=case.seed, watch=watch,
+                     printed=printed)
+        self._fail_on_error(built, name, f"{self.name}.__init__", case, (), ())
+        module = built.value
+        if not isinstance(module, nn.Module):
+            WRONG_TYPE.fail(problem=f"{name} should build an nn.Module, got {kind_of(module)}",
+                            label=case.label)
+        _prepare(module, case, self._reference_object(case), self.renames)
+        return module
+
+    def _run(self, obj, args, case):
+        run = case.run or self.run
+        if run is not None:
+            return run(obj, args, case)
+        return obj(*args, **case.kwargs)
+
+    def _compute(self, compute, reference, case):
+        """What `compute` (a mistake's) gives on `case`, seeded like the learner's run."""
+
+        def run():
+            args = clone(case.args)
+            with torch.random.fork_rng(devices=[]):
+                seed_torch(case.seed)
+                if self.is_class:
+                    return compute(reference, *args, **case.kwargs)
+                return compute(*args, **case.kwargs)
+
+        return self._remembered(case, compute, run)
+
+    def _agrees(self, mistake, compute, passed, kind, values=True):
+        """Whether `compute` runs on every case passed so far (of those of the same `kind`,
+        where `mistake` is looked for) and, with `values`, gives the reference's result there:
+        a mistake that would have failed earlier is not this one."""
+        for case in passed:
+            if (case.run or self.run) is not kind or mistake not in (
+                    self.mistakes if case.mistakes is None else case.mistakes):
+                continue
+            reference = self._reference_object(case)
+            try:
+                result = self._compute(compute, reference, case)
+            except Exception:
+                return False
+            if values and not safely(self.match or case.same or self.same, result,
+                                      self._expected(reference, case)):
+                return False
+        return True
+
+    def _matching(self, mistakes, result, reference, case, passed):
+        """The first mistake that computes `result` on this case and the reference's result
+        on the cases passed so far, or None."""
+        compare = self.match or case.same or self.same
+        for mistake in mistakes:
+            for compute in mistake.computes:
+                try:
+                    predicted = self._compute(compute, reference, case)
+                except Exception:  # the mistake cannot run on these inputs
+                    continue
+                if safely(compare, result, predicted) and self._agrees(
+                        mistake, compute, passed, case.run or self.run):
+                    return mistake
+        return None
+
+    def _raising(self, mistakes, error, reference, case, passed):
+        """The first mistake whose own computation raises like `error` on this case, and
+        runs on the cases passed so far, or None."""
+        for mistake in mistakes:
+            for compute in mistake.computes:
+                try:
+                    self._compute(compute, reference, case)
+                except Exception as own:
+                    if same_error(error, own) and self._agrees(
+                            mistake, compute, passed, case.run or self.run, values=False):
+                        return mistake
+        return None
+
+    def _shown(self, case, result=None, expected=None):
+        """What the item's `show` says of a result ('' when the result cannot be shown)."""
+        if self.show is None:
+            return ""
+        try:
+            return self.show(case, result, expected)
+        except Exception:  # the learner's result cannot be shown
+            return ""
+
+    def _details(self, case, result=None, expected=None):
+        return f"  {self.prep} {case.label}{self._shown(case, result, expected)}"
+
+    def _probing(self, mistakes, error, case, obj):
+        """The first mistake whose probe the learner's code gets right, or None."""
+        for mistake in mistakes:
+            probe = mistake.probe(case, error) if mistake.probe is not None else None
+            if probe is None:
+                continue
+            expected = self._expected(self._reference_object(probe), probe)
+            outcome = call(self._run, obj, clone(probe.args), probe, seed=probe.seed)
+            if outcome.error is None and safely(probe.same or self.same, outcome.value, expected):
+                return mistake
+        return None
+
+    def _fail_on_error(self, outcome, name, where, case, mistakes, passed, reference=None, obj=None):
+        """Steps 2-6 for one call: stub, exit, time limit, forbidden calls, exceptions."""
+        error = outcome.error
+        fail_if_stopped(outcome, name, where, case.label)
+        for mistake in mistakes:
+            if set(mistake.uses) & outcome.torch_calls:
+                mistake.fail(f"  on {case.label}", label=case.label)
+        if outcome.reference_ran:
+            ref = self.reference
+            REFERENCE_USED.fail(name=self.name, reference=f"{ref.__module__}.{ref.__qualname__}")
+        if error is None:
+            return
+        if reference is not None:
+            mistake = self._raising(mistakes, error, reference, case, passed)
+            mistake = mistake or self._probing(mistakes, error, case, obj)
+            if mistake is not None:
+                mistake.fail(f"{self._details(case)}\n  it raised {type(error).__name__}: "
+                             f"{first_line(error)}", at=outcome.where, label=case.label)
+        fail_on_error(outcome, name, case.label, _inputs(case))
+
+    def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
+        name = f"{self.name}.forward" if self.is_class else self.name
+        self._fail_on_error(outcome, name, name, case, mistakes, passed, reference, obj)
+        changed = [n for n, a, b in zip(case.names, given, case.args) if n and not unchanged(a, b)]
+        if changed:
+            IN_PLACE.fail(name=name, names=" and ".join(changed), label=case.label)
+        if before is not None:
+            moved = [k for k, v in module_state(obj).items() if k in before and not unchanged(v, before[k])]
+            if moved:
+                PARAMETERS_CHANGED.fail(f"  on {case.label}", names=", ".join(moved), label=case.label)
+        result, compare = outcome.value, case.same or self.same
+        if safely(compare, result, expected):
+            return
+        mistake = self._matching(mistakes, result, reference, case, passed)
+        if mistake is not None:
+            mistake.fail(self._details(case, result, expected), label=case.label)
+        if result is None and expected is not None:
+            NOTHING_RETURNED.fail(name=name, label=case.label)
+        what, parts = case.what or self.what, case.parts or self.parts
+        problem = structure_problem(result, expected, what, parts, _inputs(case))
+        if problem:
+            fail_if_reordered(result, expected, what, parts, compare, case.label)
+            problem[0].fail(problem=problem[1], label=case.label)
+        bad = not_finite(result, expected, what, parts)
+        if bad:
+            NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label)
+        what, diff = first_difference(result, expected, what, parts)
+        shown = self._shown(case, result, expected)
+        NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
+                      what=what, prep=self.prep, label=case.label, difference=diff,
+                      formula=f" {self.formula}" if self.formula else "")
+
+
+def _inputs(case):
+    """(name, tensor) for each named tensor argument of `case`."""
+    return [(n, a) for n, a in zip(case.names, case.args) if n and isinstance(a, torch.Tensor)]
+
+
+def fail_if_stopped(outcome: Outcome, name: str, where: str, label: str) -> None:
+    """Steps 2-4 of the pipeline: the stub (`where` names the stub's function if the
+    traceback cannot), an exit, the time limit."""
+    error = outcome.error
+    if isinstance(error, NotImplementedError) and outcome.raised_here:
+        qualname = outcome.qualname
+        NOT_IMPLEMENTED.fail(where=where if qualname in ("", "forward", "__init__") else qualname)
+    if isinstance(error, (SystemExit, Exited)):
+        EXITED.fail(at=outcome.where, how=exit_how(error), name=name, label=label)
+    if isinstance(error, Timeout):
+        TOO_SLOW.fail(limit=sandbox.TIME_LIMIT, name=name, label=label)
+
+
+def fail_on_error(outcome: Outcome, name: str, label: str, inputs=()) -> None:
+    """For checks of their own (an Item's `after`): fail if the call `outcome` did not
+    return (the stub, an exit, the time limit, an exception). `inputs`: (name, tensor) of
+    the call, to say what a size in torch's error is."""
+    fail_if_stopped(outcome, name, name, label)
+    error = outcome.error
+    if isinstance(error, RecursionError):
+        RECURSION.fail(at=outcome.where, name=name, label=label)
+    if error is None:
+        return
+    said = first_line(error)
+    raised = type(error).__name__ + (f": {said}" if said else "")
+    found = BROADCAST.search(said)
+    axes = found and batch_and_seq(int(found[1]), int(found[2]), inputs)
+    if axes:
+        first, second = (AXIS_NAMES[i] for i in axes[1:])
+        SEQ_FIRST.fail(at=outcome.where, name=name, label=label, a=found[1],
+                       b=found[2], input=axes[0], first=first, second=second, error=raised)
+    RAISED.fail(at=outcome.where, error=raised + explain_error(error, inputs),
+                name=name, label=label)
+
+
+def _construct(cls, case):
+    return cls(*case.init, **case.init_kwargs)
+
+
+def _prepare(module, case, reference, renames=()):
+    """The learner's module with the reference's parameters, in the case's mode."""
+    state = reference.state_dict()
+    if set(state) != set(module.state_dict()):
+        for old, new in renames:
+            state = {key.replace(old, new): value for key, value in state.items()}
+    try:
+        if case.dtype is not None:
+            module.to(case.dtype)
+        module.load_state_dict(state)
+    except Exception as error:
+        said = " ".join(str(error).strip().splitlines()[:3])[:300]
+        RENAMED.fail(said=said)
+    module.train(case.train)
+
+
+def _detached_backward(*args, **kwargs):
+    """What backward() does on a result cut off from its inputs: raise."""
+    torch.zeros(1).sum().backward()
+
+
+def no_gradient(inputs: str) -> Mistake:
+    """The mistake of an output that no gradient flows back from, to `inputs`."""
+    return Mistake(
+        "no_gradient", f"No gradient flows back to {inputs}",
+        "training needs gradients through this code: stay in torch, in a graph (no "
+        "torch.no_grad(), .detach(), .item(), .numpy() or new tensors built from values).",
+        (_detached_backward, lambda *args, **kwargs: None))
+
+
+def gradient_case(case: Case, name: str) -> Case:
+    """A Case like `case` that backpropagates the sum of the output (its first part when it
+    is a tuple) and gives the gradient of the first argument, called `name`."""
+
+    def run(obj, args, c):
+        first = args[0].requires_grad_()  # the learner's clone
+        out = obj(first, *args[1:], **c.kwargs)
+        (out[0] if isinstance(out, (tuple, list)) else out).sum().backward()
+        return first.grad
+
+    return dataclasses.replace(
+        case, label=f"{case.label}, backward from the output's sum", run=run,
+        what=f"gradient of {name}", mistakes=(no_gradient(name),), parts=None)
+

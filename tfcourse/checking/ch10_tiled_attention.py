@@ -418,7 +418,7 @@ ITEM = Item(
 
 
 # ---------------------------------------------------------------------------------------
-# sliding_window_mask(size, window, causal=False): local attention's mask (chapter 10, part 4)
+# sliding_window_mask(size, window, causal=False): local attention's mask (notebook 10, section 8)
 
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True):

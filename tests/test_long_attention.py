@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tfcourse.attention import scaled_dot_product_attention
+from tfcourse.checking.ch10_tiled_attention import WINDOW
 from tfcourse.efficiency import ForwardMemory
 from tfcourse.long_attention import (
     local_attention,
@@ -97,3 +98,30 @@ def test_low_rank_attention_is_attention_on_the_projected_keys_and_values():
     with pytest.raises(ValueError, match=r"projection must be \(rank, k_len=12\)"):
         low_rank_attention(q, k, v, e[:, :5])
     assert math.isfinite(low_rank_attention(q.float(), k.float(), v.float(), e).sum().item())
+
+
+# ------------------------------------- exercise 10's sliding_window_mask check, right solutions
+
+
+def diagonals(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril() & ones.triu(-window) if causal else ones.tril(window) & ones.triu(-window)
+
+
+def loops(size, window, causal=False):
+    mask = torch.zeros(size, size, dtype=torch.bool)
+    for i in range(size):
+        for j in range(max(0, i - window), min(size, i + window + 1) if not causal else i + 1):
+            mask[i, j] = True
+    return mask
+
+
+def between(size, window, causal=False):
+    i = torch.arange(size).unsqueeze(1)
+    j = torch.arange(size).unsqueeze(0)
+    return (j >= i - window) & (j <= (i if causal else i + window))
+
+
+@pytest.mark.parametrize("solution", [diagonals, loops, between])
+def test_exercise_check_passes_right_masks_in_other_styles(solution):
+    WINDOW.check(solution)

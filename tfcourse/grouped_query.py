@@ -62,7 +62,7 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # (batch, kv_heads, cached_len + k_len, d_head)
         group = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # (batch, heads, k_len, d_head): a view per group
+        k = k.repeat_interleave(group, dim=1)  # (batch, heads, k_len, d_head), copied per group
         v = v.repeat_interleave(group, dim=1)
         out, _ = scaled_dot_product_attention(q, k, v, mask)  # (batch, heads, q_len, d_head)
         return self.w_o(merge_heads(out))  # (batch, q_len, d_model)

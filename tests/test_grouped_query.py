@@ -64,3 +64,12 @@ def test_bad_head_counts_are_errors_naming_them():
         GroupedQueryAttention(32, 4, 3)
     with pytest.raises(ValueError, match="n_kv_heads must be an integer >= 1, got 0"):
         GroupedQueryAttention(32, 4, 0)
+
+
+def test_bad_inputs_are_errors_naming_the_argument_and_shape():
+    gqa = GroupedQueryAttention(32, 4, 2)
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(ValueError, match=r"key must have shape \(batch, seq, d_model=32\), got \(2, 5, 16\)"):
+        gqa(x, torch.randn(2, 5, 16), x)
+    with pytest.raises(TypeError, match="query is torch.float64"):
+        gqa(x.double(), x, x)

@@ -16,7 +16,7 @@ from torch import nn
 
 from tfcourse._validate import integer
 from tfcourse.attention import scaled_dot_product_attention
-from tfcourse.multi_head import KVCache, merge_heads, split_heads
+from tfcourse.multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
 
 
 def kv_cache_bytes_per_token(n_layers: int, n_kv_heads: int, d_head: int,
@@ -56,6 +56,7 @@ class GroupedQueryAttention(nn.Module):
         True = may attend, broadcastable to (batch, heads, q_len, k_len). cache: a KVCache
         (self-attention: key and value are the new positions); it keeps n_kv_heads heads.
         Returns (batch, q_len, d_model)."""
+        MultiHeadAttention._check_inputs(self, query, key, value)  # the same shapes and dtypes
         q = split_heads(self.w_q(query), self.n_heads)  # (batch, heads, q_len, d_head)
         k = split_heads(self.w_k(key), self.n_kv_heads)  # (batch, kv_heads, k_len, d_head)
         v = split_heads(self.w_v(value), self.n_kv_heads)  # (batch, kv_heads, k_len, d_head)

@@ -381,6 +381,12 @@ BENCHMARKS += [
     Benchmark("tiled", "tiled attention (blocks of 128), peak memory at n = 4,096",
               ("tiled", "chapter 01's"), efficiency.tiled_memory_pair,
               lambda b: f"{b / 2**20:.1f} MiB", lambda a, b: a / b, "<= 0.1", seeds=1),
+    Benchmark("local_memory", "local attention (128 keys each side), peak memory at n = 16,384",
+              ("local", "chapter 01's exact"), efficiency.local_memory_pair,
+              lambda b: f"{b / 2**20:.1f} MiB", lambda a, b: a / b, "<= 0.1", seeds=1),
+    Benchmark("local_time", "local attention (128 keys each side), forward time at n = 16,384",
+              ("local", "exact fused (SDPA)"), efficiency.local_time_pair,
+              lambda s: f"{s * 1e3:.0f} ms", lambda a, b: a / b, "< 1.0", seeds=3),
 ]
 
 

@@ -1,6 +1,7 @@
-"""Exercise 10: tiled attention with an online softmax (the idea of FlashAttention).
+"""Exercise 10: tiled attention with an online softmax (the idea of FlashAttention), and the
+sliding-window mask of local attention.
 
-Fill in the function below, then check it from the repository's root:
+Fill in the functions below, then check it from the repository's root:
 
     pytest exercises/test_ex10_tiled_attention.py
 
@@ -12,7 +13,8 @@ or from a notebook:
 The checks compare your function with chapter 01's attention on random inputs (3-D and
 4-D, lengths that are not a multiple of the block size, masks that block whole blocks or
 every key of a query, scores large enough to overflow e^s), on its gradients, and on the
-memory it uses: it must never hold all q_len x k_len scores at once.
+memory it uses: it must never hold all q_len x k_len scores at once. The mask's checks try
+windows of 0, 2 and wider than the sequence, with and without causal=True.
 """
 
 import math  # noqa: F401  (you will likely need these)
@@ -54,5 +56,31 @@ def tiled_attention(query, key, value, mask=None, block_size=128):
         4. Divide by l once, at the end (and not by 0 for a query that saw no key).
         5. Do not change the inputs in place, and do not call
            torch.nn.functional.scaled_dot_product_attention: write it yourself.
+    """
+    raise NotImplementedError
+
+
+def sliding_window_mask(size, window, causal=False):
+    """The mask of local (sliding-window) attention: (size, size) bool, True = may attend.
+
+    Query i may attend key j when |i - j| <= window: the `window` keys on each side and its
+    own position. With causal=True, also j <= i: itself and the `window` keys before it.
+
+        sliding_window_mask(5, 1)               sliding_window_mask(5, 1, causal=True)
+        1 1 0 0 0                               1 0 0 0 0
+        1 1 1 0 0                               1 1 0 0 0
+        0 1 1 1 0                               0 1 1 0 0
+        0 0 1 1 1                               0 0 1 1 0
+        0 0 0 1 1                               0 0 0 1 1
+
+    Args:
+        size: number of positions (queries = keys).
+        window: keys on each side a query may see, an int >= 0 (it may exceed size).
+        causal: if True, no key after the query.
+
+    Returns:
+        a (size, size) torch.bool tensor; rows are queries, columns keys.
+
+    Hint: torch.arange(size) and broadcasting give every i - j at once.
     """
     raise NotImplementedError

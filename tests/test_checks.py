@@ -364,7 +364,8 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "    m_new = torch.maximum(m, s.amax(-1, keepdim=True))\n"
         "    p, r = torch.exp(s - m_new), torch.exp(m - m_new)\n"
         "    l, o, m = r * l + p.sum(-1, keepdim=True), r * o + p @ value[..., j:j + block_size, :], m_new\n"
-        "return o / l"],
+        "return o / l",
+        "i = torch.arange(size)\nreturn (i[:, None] - i[None, :]).abs() < window"],
 }
 EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex01_attention.py::test_scaled_dot_product_attention": None,
@@ -394,6 +395,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex09_variants.py::test_mean_pool": "Pooled over the padding too:",
     "test_ex09_variants.py::test_decoder_lm": "No causal mask: every position reads the future:",
     "test_ex10_tiled_attention.py::test_tiled_attention": "A fully masked block gives NaN:",
+    "test_ex10_tiled_attention.py::test_sliding_window_mask": "Window one key too narrow:",
 }
 
 

@@ -472,3 +472,7 @@ def test_benchmark_functions_run_and_are_rows_of_benchmarks_run():
     assert min(ours, theirs) > 0 and math.isfinite(rows["fused"].ratio(ours, theirs))
     ours, theirs = run.throughput_pair(0, batch=4, seq=8, steps=1, attn_impl="sdpa")
     assert min(ours, theirs) > 0
+    local, exact = bench.local_memory_pair(0, n=1024, window=16)
+    assert exact >= 2 * 1024**2 * 4 and rows["local_memory"].ratio(local, exact) < 0.25
+    local, fused = bench.local_time_pair(0, n=256, window=16, repeats=1)
+    assert min(local, fused) > 0 and math.isfinite(rows["local_time"].ratio(local, fused))

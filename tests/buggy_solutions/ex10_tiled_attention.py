@@ -464,3 +464,81 @@ def no_max_nan_to_num(query, key, value, mask=None, block_size=128):
         total = total + e.sum(-1, keepdim=True)
         o = o + e @ value[..., j:j + block_size, :]
     return (o / total).nan_to_num(0.0)  # 0 / 0 for a query that sees no key
+
+
+# ---------------------------------------------------------------------------------------
+# sliding_window_mask(size, window, causal=False)
+
+
+@wrong("sliding_window_mask.window_too_narrow")
+def strict_distance(size, window, causal=False):
+    i = torch.arange(size)
+    mask = (i[:, None] - i[None, :]).abs() < window
+    return mask & (i[None, :] <= i[:, None]) if causal else mask
+
+
+@wrong("sliding_window_mask.window_too_narrow")
+def triangles_of_window_minus_one(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    lower = ones.tril() & ~ones.tril(-window)  # "window keys, itself included"
+    return lower if causal else lower | lower.T
+
+
+@wrong("sliding_window_mask.window_too_wide")
+def one_more_diagonal(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    mask = ones.tril(window + 1) & ones.triu(-window - 1)
+    return mask.tril() if causal else mask
+
+
+@wrong("sliding_window_mask.mask_polarity")
+def blocked_is_true(size, window, causal=False):
+    i = torch.arange(size)
+    distance = i[:, None] - i[None, :]
+    blocked = distance.abs() > window
+    return blocked | (distance < 0) if causal else blocked
+
+
+@wrong("sliding_window_mask.causal_ignored")
+def band_only(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril(window) & ones.triu(-window)
+
+
+@wrong("sliding_window_mask.wrong_side")
+def upper_band(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    band = ones.tril(window) & ones.triu(-window)
+    return band.triu() if causal else band
+
+
+@wrong("sliding_window_mask.wrong_side")
+def keys_ahead(size, window, causal=False):
+    i = torch.arange(size)
+    ahead = i[None, :] - i[:, None]  # key minus query
+    if causal:
+        return (ahead >= 0) & (ahead <= window)
+    return ahead.abs() <= window
+
+
+@wrong("sliding_window_mask.causal_or_window")
+def causal_or_band(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    band = ones.tril(window) & ones.triu(-window)
+    return band | ones.tril() if causal else band
+
+
+@wrong("sliding_window_mask.window_dropped")
+def causal_mask_alone(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    if causal:
+        return ones.tril()
+    return ones.tril(window) & ones.triu(-window)
+
+
+@wrong("sliding_window_mask.not_bool")
+def float_band(size, window, causal=False):
+    i = torch.arange(size)
+    distance = i[:, None] - i[None, :]
+    ok = (distance.abs() <= window).float()
+    return ok * (distance >= 0).float() if causal else ok

@@ -1,4 +1,5 @@
-"""Exercise 10: tiled attention with an online softmax, its cases and its catalogue of mistakes.
+"""Exercise 10: tiled attention with an online softmax, and local attention's sliding-window
+mask: their cases and their catalogues of mistakes.
 
 Most mistakes of the online softmax are exact on paper and show only on some inputs: the
 cases are built so that each shows on one of them (blocks whose maximum grows, a last block
@@ -13,6 +14,8 @@ import torch
 
 from ..efficiency import ForwardMemory
 from ..efficiency import tiled_attention as reference
+from ..long_attention import sliding_window_mask
+from .ch06_decoder import _draw
 from .comparison import same
 from .explanation import difference, structure_problem
 from .mistakes import NO_MATCH, Mistake
@@ -407,4 +410,95 @@ ITEM = Item(
     twins=(_with(),),
 )
 
-ITEMS = (ITEM,)
+# ---------------------------------------------------------------------------------------
+# sliding_window_mask(size, window, causal=False): local attention's mask (notebook 10, section 8)
+
+
+def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True):
+    """sliding_window_mask with the variations that mistakes make (the defaults give the
+    reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
+    ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
+    band are `combine`d ("and", "or", "causal": the band dropped); `polarity` False: True =
+    blocked."""
+    i = torch.arange(size)
+    offset = i[:, None] - i[None, :]  # (size, size): query minus key
+    band = offset.abs() <= (window if reach is None else reach(window))
+    if causal and side != "both":
+        past = offset >= 0 if side == "past" else offset <= 0
+        band = {"and": band & past, "or": band | past, "causal": past}[combine]
+    return band if polarity else ~band
+
+
+def _window(**bug):
+    return lambda size, window, causal=False: _band(size, window, causal, **bug)
+
+
+WINDOW_MISTAKES = (
+    Mistake(
+        "window_too_narrow", "Window one key too narrow",
+        "query i may attend key j when |i - j| <= window: `window` keys on each side (only "
+        "before it, if causal) AND its own position. A window of 0 sees itself alone.",
+        (_window(reach=lambda w: w - 1),),
+    ),
+    Mistake(
+        "window_too_wide", "Window one key too wide",
+        "query i may attend key j when |i - j| <= window, not window + 1: a window of 0 sees "
+        "itself alone.",
+        (_window(reach=lambda w: w + 1),),
+    ),
+    Mistake(
+        "mask_polarity", "Window mask polarity inverted",
+        "here True means 'may attend' (as in F.scaled_dot_product_attention): True inside the "
+        "window, False outside it.",
+        (_window(polarity=False),),
+    ),
+    Mistake(
+        "causal_ignored", "causal=True ignored: the window looks ahead too",
+        "with causal=True query i may attend only keys j <= i: the band AND the lower "
+        "triangle.",
+        (_window(side="both"),),
+    ),
+    Mistake(
+        "wrong_side", "Causal window on the wrong side: it sees the next keys",
+        "rows are queries, columns keys; a causal query i sees itself and the `window` keys "
+        "BEFORE it, i - window <= j <= i: the band's lower half.",
+        (_window(side="future"),),
+    ),
+    Mistake(
+        "causal_or_window", "Causal mask and window combined with OR",
+        "a key must be in the window AND not in the future: combine the two masks with & (a "
+        "key that passes either one, |, lets every past key and the next `window` keys "
+        "through).",
+        (_window(combine="or"),),
+    ),
+    Mistake(
+        "window_dropped", "Window dropped when causal: every past key allowed",
+        "with causal=True the window still applies: query i sees keys i - window to i, not "
+        "all the keys before it.",
+        (_window(combine="causal"),),
+    ),
+    Mistake(
+        "not_bool", "Window mask is not boolean",
+        "masks in this course are bool tensors, True = may attend (dtype=torch.bool, or .bool()).",
+        tuple((lambda size, window, causal=False, dtype=dtype: _band(size, window, causal).to(dtype))
+              for dtype in (torch.float32, torch.int64, torch.uint8)),
+    ),
+)
+
+
+def _window_case(size, window, causal):
+    return Case((size, window, causal), label=f"size={size}, window={window}, causal={causal}",
+                seed=0)
+
+
+WINDOW = Item(
+    EXERCISE, "sliding_window_mask", sliding_window_mask,
+    [_window_case(*args) for args in ((7, 2, False), (7, 2, True), (6, 0, False), (6, 0, True),
+                                      (4, 9, True), (1, 3, False))],
+    WINDOW_MISTAKES, what="mask", prep="for",
+    show=lambda case, result, expected: f" you returned\n{_draw(result)}",
+    formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
+    twins=(_window(),),
+)
+
+ITEMS = (ITEM, WINDOW)

@@ -26,8 +26,8 @@ from tfcourse._validate import integer
 
 
 def _positions(size, device):
-    i = torch.arange(integer("size", size), device=device)
-    return i[:, None] - i[None, :]  # (size, size): query i minus key j
+    i = torch.arange(integer("size", size), device=device, dtype=torch.int32)
+    return i[:, None] - i[None, :]  # (size, size): query i minus key j (4 bytes each, not 8)
 
 
 def sliding_window_mask(size: int, window: int, causal: bool = False,

@@ -263,6 +263,8 @@ def _train(args):
             raise ValueError(f"{_option(name)} is not a setting of the {args.task} model "
                              f"({config_class.__name__})")
     _check_out(args)
+    device = resolve_device(args.device)
+    threads = set_threads(args.threads)
     if args.resume:
         model, _, state = load_checkpoint(args.out)
         config = _resumed_settings(args, state, given_train, given_model)
@@ -278,8 +280,6 @@ def _train(args):
         model = r.build_model(task, config.seed, **given_model)
     if args.amp is not None:
         config.amp = args.amp
-    device = resolve_device(args.device)
-    threads = set_threads(args.threads)
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
         print(f"task {task.name}: {len(task.train)} train, {len(task.val)} val, "

@@ -76,6 +76,11 @@ def test_public_names():
     for name in tfcourse.__all__:
         assert getattr(tfcourse, name) is not None, name
     assert {"Transformer", "train", "greedy_decode", "MultiHeadAttention"} <= set(dir(tfcourse))
+    import tfcourse.variants as variants
+
+    assert tfcourse.DecoderLM is variants.DecoderLM and tfcourse.EncoderClassifier is \
+        variants.EncoderClassifier
+    assert {"DecoderLMConfig", "EncoderClassifierConfig", "BlockConfig", "register"} <= set(dir(tfcourse))
     with pytest.raises(AttributeError, match="has no attribute 'Transfomer'"):
         tfcourse.Transfomer  # noqa: B018
 

@@ -114,6 +114,18 @@ def test_every_knobbed_twin_with_default_knobs_computes_the_reference(item):
     assert [c.label for c in values if not any(id(c) in r for r in right.values())] == []
 
 
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_catalogued_mistake_shows_on_a_case_by_a_clear_margin(item):
+    """No mistake can pass: each computation of each mistake differs from the reference (or
+    raises) on at least one case where the mistake is looked for, by more than 10 times the
+    comparison's tolerance (items with a comparison of their own: by more than it)."""
+    hidden = [(key, i) for key, mistake in item.catalogue.items()
+              for i, compute in enumerate(mistake.computes)
+              if all(item.computes_expected(compute, case, margin=10)
+                     for case in item.mistake_cases(mistake))]
+    assert hidden == []
+
+
 def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
     assert len([twin for item in ITEMS for twin in item.twins]) >= 19
 

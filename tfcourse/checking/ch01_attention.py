@@ -267,6 +267,13 @@ MISTAKES = (
         (_with(fill=0.0),),
     ),
     Mistake(
+        "fill_not_low_enough", "Masked scores filled with a number real scores can go below",
+        "a masked key must lose against every allowed key, however large the scores: on scores "
+        "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
+        "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
+        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+    ),
+    Mistake(
         "mask_ignored", "Mask ignored",
         "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
         (lambda q, k, v, m=None: reference(q, k, v),),
@@ -309,11 +316,14 @@ def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
     return q, k, v
 
 
-def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32):
-    args = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
-    if mask is not None:
-        args += (mask,)
-    return Case(args, names=("query", "key", "value", "mask"), seed=seed)
+def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32, magnitude=1.0):
+    """`magnitude`: queries and keys scaled by it (the scores by its square)."""
+    q, k, v = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
+    args = (q * magnitude, k * magnitude, v) + (() if mask is None else (mask,))
+    case = Case(args, names=("query", "key", "value", "mask"), seed=seed)
+    if magnitude != 1.0:
+        case.label += f" (scores up to {magnitude**2:.0e} in magnitude)"
+    return case
 
 
 def _lengths_mask(lengths, k_len):
@@ -365,6 +375,9 @@ CASES = [
     _case(5, (3,), 1, 1, 3, 2, dtype=torch.float64),
     _case(8, (2,), 6, 6, 8, 8),  # q_len == k_len: queries and keys swapped still runs
     _case(6, (2, 2), 3, 5, 4, 6, mask=_lengths_mask([0, 3], 5)[:, None]),  # batch 0: all padding
+    # scores of the order of 10^6: a finite fill above -10^6 no longer masks (a row whose
+    # allowed scores are all below -6 * 10^5)
+    _case(9, (2,), 5, 6, 8, 6, mask=_lengths_mask([2, 5], 6), magnitude=1000.0),
     GRADIENT,
 ]
 

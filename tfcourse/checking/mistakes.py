@@ -90,7 +90,7 @@ NOT_FINITE = Mistake(
     "not_finite", "Not finite",
     "{what} contains {bad} at {count} of {total} entries on {label}, where the reference has "
     "none. Look for a division by zero, a log of 0, or -inf in a softmax row with no finite "
-    "entry.")
+    "entry.{news}")
 NO_MATCH = Mistake(
     "no_match", "Wrong {what} {prep} {label}, and no common mistake matches",
     "{difference}.{formula}")

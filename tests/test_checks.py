@@ -7,6 +7,7 @@ the exercises as a learner runs it (two runs in all)."""
 
 import ast
 import importlib
+import json
 import os
 import pkgutil
 import subprocess
@@ -409,7 +410,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
 }
 
 
-def run_as_learner(folder, files, env=None):
+def run_as_learner(folder, files, env=None, args=()):
     """Run `pytest` in `folder`, which holds the exercises' checks and `files` (name ->
     source), as a learner runs it in an 80-column terminal; the finished process (stdout,
     returncode)."""
@@ -418,7 +419,7 @@ def run_as_learner(folder, files, env=None):
             (folder / path.name).write_text(path.read_text())
     for name, source in files.items():
         (folder / name).write_text(source)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=folder,
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout", *args], cwd=folder,
                           capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "80", **(env or {})})
 
@@ -530,3 +531,41 @@ def test_a_leftover_breakpoint_is_named():
     with pytest.raises(CheckFailure) as raised:
         pipeline.fail_on_error(outcome, "ffn", "x (4, 6)")
     assert "breakpoint() or pdb.set_trace() left in your code" in first_line(raised.value)
+
+
+# ---------------------------------------------------------------------------------------
+# The hint ladder: a second hint and the notebook section, for the learner who stays stuck
+
+
+def _headings(notebook):
+    cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{notebook}.ipynb").read_text())
+    return {line.lstrip("#").strip() for cell in cells["cells"] if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_mistake_points_to_a_section_of_its_notebook(item):
+    for section in {item.section, *(m.section for m in item.catalogue.values() if m.section)}:
+        assert section is not None and section[1] in _headings(section[0]), section
+
+
+def test_a_second_hint_names_the_section_that_teaches_the_step(capsys):
+    def no_scaling(query, key, value, mask=None):
+        return _attention(query * query.size(-1) ** 0.5, key, value, mask)
+
+    check(no_scaling, "scaled_dot_product_attention")
+    first = capsys.readouterr().out
+    assert "hint 2" not in first and "read:" not in first
+    check(no_scaling, "scaled_dot_product_attention", hint=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == first.splitlines()[0]
+    assert lines[1].startswith("  hint 2: print scores.std()")
+    assert lines[2] == '  read: notebooks/01_attention.ipynb, section "4. Why divide by $\\sqrt{d_k}$?"'
+
+
+def test_pytest_hint_2_gives_the_second_hint(tmp_path):
+    stub = (entry.exercises_dir() / "ex02_multi_head_attention.py").read_text()
+    run = run_as_learner(tmp_path, {"ex02_multi_head_attention.py": stub},
+                         args=("--hint=2", "test_ex02_multi_head_attention.py"))
+    block = failed_blocks(run)["test_ex02_multi_head_attention.py::test_split_heads"]
+    assert "\n  read: notebooks/02_multi_head_attention.ipynb, section " in block, run.stdout

@@ -33,6 +33,10 @@ and exports them in a module-level `ITEMS` tuple (entry.items() collects every c
 
 CONTRIBUTING: adding a mistake is one entry and one buggy solution
 ------------------------------------------------------------------
+0. Hint ladder: a mistake may have `more` (a second, more concrete hint, still not the
+   answer) and `section` ((notebook, heading) that teaches the step); without them, level 2
+   (check(..., hint=2), pytest --hint=2) shows the item's formula and section. A meta-test
+   checks that every section names a heading of its notebook.
 1. Add a `Mistake` to the item's catalogue in chNN_topic.py (place matters: the first
    that matches is named, so a specific mistake goes before a general one). Write the
    computation the way the learner's code computes, whatever it looks like: the same

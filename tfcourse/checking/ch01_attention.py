@@ -307,6 +307,47 @@ MISTAKES = (
     FULLY_MASKED,
 )
 
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_SCALING = ("01_attention", "4. Why divide by $\\sqrt{d_k}$?")
+_MASKING = ("01_attention", "5. Masking: who may attend to whom")
+_LADDER = {
+    "no_scaling": (_SCALING, "print scores.std() for d_k = 8 and for d_k = 512: without the "
+                   "division it grows like sqrt(d_k), and the softmax of large scores is almost "
+                   "one-hot."),
+    "scaled_by_d_k": (_SCALING, "the division keeps the scores' variance at 1: the variance of "
+                      "a sum of d_k unit products is d_k; what divides it back to 1?"),
+    "scaled_by_sqrt_d_v": (_SCALING, "d_k is the width the dot products sum over: which "
+                           "input's last axis is it?"),
+    "multiplied": (_SCALING, "print scores.std() before and after your scaling: it should go "
+                   "down."),
+    "scaled_by_wrong_size": (_SCALING, "print the size you take the square root of, for the "
+                             "case above: it should be the queries' (and keys') last axis."),
+    "scaled_after_softmax": (_SCALING, "print weights.sum(-1): after the softmax every row "
+                             "must still sum to 1."),
+    "softmax_wrong_axis": (None, "print weights.sum(-1): each query's row must sum to 1."),
+    "key_not_transposed": (None, "write the shapes down: (..., q_len, d_k) @ (..., d_k, k_len) "
+                           "gives (..., q_len, k_len): which two axes of key must trade places?"),
+    "scores_returned": (None, "print the second thing you return, .sum(-1): it should be all "
+                        "ones."),
+    "mask_added": (_MASKING, "print mask.dtype and (scores + mask)[0]: adding a bool adds 0 "
+                   "or 1, which blocks nothing."),
+    "mask_inverted": (_MASKING, "print mask[0] next to weights[0]: in this course True means "
+                      "'may attend', so the positions to block are where the mask is False."),
+    "mask_after_softmax": (_MASKING, "print weights.sum(-1) for a masked row: it should be 1."),
+    "masked_to_zero": (_MASKING, "print torch.exp(torch.tensor(0.0)): a blocked score must "
+                       "become something whose exp is 0."),
+    "fill_not_low_enough": (_MASKING, "on the case above print scores.min() and your fill "
+                            "value: the fill must lose against every score there is."),
+    "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
+                     "differ wherever the mask is False."),
+    "fully_masked": (("01_attention", "A query that may see nothing"),
+                     "make a mask whose first row is all False and print weights[..., 0, :]: "
+                     "what does softmax give on a row of -inf?"),
+}
+MISTAKES = tuple(
+    dataclasses.replace(m, section=_LADDER[m.key][0], more=_LADDER[m.key][1]) if m.key in _LADDER
+    else m for m in MISTAKES)
+
 
 def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
@@ -385,6 +426,7 @@ ITEM = Item(
     EXERCISE, NAME, reference, CASES, MISTAKES, parts=("output", "weights"),
     formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.",
     twins=(_with(),),
+    section=("01_attention", "3. Build it, one step at a time"),
 )
 
 ITEMS = (ITEM,)

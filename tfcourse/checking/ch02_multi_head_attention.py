@@ -454,15 +454,18 @@ SPLIT = Item(
     (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
      SPLIT_TRANSPOSE_FIRST),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
+    section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
 )
 MERGE = Item(
     EXERCISE, "merge_heads", merge_heads, MERGE_CASES, (MERGE_ORDER, MERGE_BY_VIEW),
     formula="merge_heads(split_heads(x, n)) must give x back.",
+    section=("02_multi_head_attention", "Merge, then project"),
 )
 MHA = Item(
     EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, MISTAKES, what="the result",
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
     twins=(_variant(),),
+    section=("02_multi_head_attention", "3. Build it, one step at a time"),
 )
 
 ITEMS = (SPLIT, MERGE, MHA)

@@ -185,6 +185,7 @@ NORM = Item(
     NORM_MISTAKES,
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
     twins=(_norm_with(),),
+    section=("04_feed_forward_and_norm", "2. Layer normalization"),
 )
 
 
@@ -330,6 +331,7 @@ FFN = Item(
     FFN_MISTAKES,
     formula="Compare with linear2(dropout(activation(linear1(x)))).",
     twins=(_ffn_with(),),
+    section=("04_feed_forward_and_norm", "1. The position-wise feed-forward network"),
 )
 
 
@@ -480,6 +482,7 @@ SUBLAYER = Item(
     formula="Compare with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
     twins=(_sub_with(),),
+    section=("04_feed_forward_and_norm", "3. The residual sublayer: post-norm or pre-norm?"),
 )
 
 ITEMS = (NORM, FFN, SUBLAYER)

@@ -195,6 +195,7 @@ BATCH = Item(
     formula="src: the sources' ids; tgt_in: BOS y; tgt_out: y EOS; src_mask = padding_mask(src, "
             "PAD); tgt_mask = target_mask(tgt_in, PAD).",
     twins=(_batch_with(),),
+    section=("07_training", "2. Batches for teacher forcing"),
 )
 
 
@@ -470,6 +471,7 @@ LOSS = Item(
     formula="Build q = (1 - eps) one_hot(y) + eps / V and average -sum(q * log_softmax(logits)) "
             "over the real target tokens.",
     twins=(_loss_with(),),
+    section=("07_training", "3. The loss: padding ignored, labels smoothed"),
 )
 
 
@@ -615,6 +617,7 @@ NOAM = Item(
     formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
     after=(_check_float, _check_step_zero),
     twins=(_all(),),
+    section=("07_training", "4. The learning-rate schedule"),
 )
 
 
@@ -874,6 +877,7 @@ STEP = Item(
     formula="Zero the gradients, backpropagate each micro-batch's loss / len(batches), clip, "
             "step, and return the mean of the losses as a float.",
     twins=(_variant(),),
+    section=("07_training", "5. One training step, and the loop around it"),
 )
 
 ITEMS = (BATCH, LOSS, NOAM, STEP)

@@ -214,6 +214,7 @@ LM_LOSS = Item(
     formula="Pair logits[:, :-1] with tokens[:, 1:] and average -log_softmax(logits)[target] "
             "over the targets that are not pad_id.",
     twins=(_lm_with(),),
+    section=("09_variants", "5. Shifted targets and the loss"),
 )
 
 
@@ -568,6 +569,7 @@ MASKING = Item(
     formula="(Your random draws may differ from the reference's: what counts is the rule, "
             "below.)",
     twins=(_masking_with(),),
+    section=("09_variants", "3. BERT's pre-training: the masked language model"),
 )
 
 
@@ -690,6 +692,7 @@ MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
     formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
     twins=(_pool_with(),),
+    section=("09_variants", "Padding must not count"),
 )
 
 
@@ -1081,6 +1084,7 @@ DECODER_LM = Item(
     formula="Compare each step with the docstring: embeddings and positions, every layer "
             "under the causal mask, the final norm, the tied output layer.",
     twins=(_decoder_with(),),
+    section=("09_variants", "4. Decoder-only: a language model of Python source"),
 )
 
 ITEMS = (LM_LOSS, MASKING, MEAN_POOL, DECODER_LM)

@@ -143,6 +143,8 @@ class Item:
     run: (obj, args, case) -> result (default obj(*args, **kwargs)).
     after: checks run once every case passed: fn(item, target), raising CheckFailure.
     renames: (reference name, exercise name) pairs, for parameters the exercise names otherwise.
+    section: (notebook, heading) of the section that teaches the item, e.g. ("01_attention",
+        "3. Build it, one step at a time"): a failure's pointer at hint level 2.
     twins: the catalogue's copies of the reference with knobs (the computations its mistakes
         vary), every knob at its default: each must compute the reference (a meta-test).
     """
@@ -164,6 +166,7 @@ class Item:
     after: tuple = ()
     renames: tuple = ()
     twins: tuple[Callable, ...] = ()
+    section: tuple[str, str] | None = None
     _results: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -220,14 +223,21 @@ class Item:
     # -- the pipeline ---------------------------------------------------------------------
 
     def check(self, target: Callable) -> None:
-        """Run `target` on every case; raise CheckFailure naming the first thing wrong."""
+        """Run `target` on every case; raise CheckFailure naming the first thing wrong (its
+        second hint and section default to the item's formula and section)."""
         watch = () if target is self.reference else self.reference_code()
         passed = []
-        for case in self.cases:
-            self._check_case(target, case, passed, watch)
-            passed.append(case)
-        for check_after in self.after:
-            check_after(self, target)
+        try:
+            for case in self.cases:
+                self._check_case(target, case, passed, watch)
+                passed.append(case)
+            for check_after in self.after:
+                check_after(self, target)
+        except CheckFailure as failure:
+            found = failure.diagnosis
+            more = found.more or (self.formula if self.formula not in found.text() else "")
+            raise CheckFailure(dataclasses.replace(
+                found, more=more, section=found.section or self.section)) from None
 
     def _check_case(self, target, case, passed, watch):
         mistakes = self.mistakes if case.mistakes is None else case.mistakes

@@ -363,7 +363,7 @@ def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32, m
     args = (q * magnitude, k * magnitude, v) + (() if mask is None else (mask,))
     case = Case(args, names=("query", "key", "value", "mask"), seed=seed)
     if magnitude != 1.0:
-        case.label += f" (scores up to {magnitude**2:.0e} in magnitude)"
+        case.label += f" (scores of the order of {magnitude**2:.0e})"
     return case
 
 

@@ -80,6 +80,14 @@ def _pair(a, b):
     return slice(*a), slice(*b)
 
 
+def _lm_log_of_softmax(logits, tokens, pad_id=PAD):
+    """The next-token loss on log(softmax(logits)), in the logits' dtype."""
+    log_p = logits[:, :-1].softmax(-1).log()  # (batch, seq - 1, V)
+    y = tokens[:, 1:]
+    nll = -log_p.gather(-1, y[..., None])[..., 0]
+    return nll[y != pad_id].mean()
+
+
 LM_MISTAKES = (
     Mistake(
         "not_shifted", "Predicting the current token instead of the next",
@@ -166,19 +174,28 @@ LM_MISTAKES = (
         "normalize over the vocabulary, the last axis: F.log_softmax(logits, dim=-1).",
         (_lm_with(log="axis"),),
     ),
+    Mistake(
+        "log_of_softmax", "log(softmax(...)) instead of log_softmax",
+        "softmax of large logits underflows to 0 for the unlikely tokens, and log(0) = -inf: "
+        "take F.log_softmax(logits, dim=-1) (or F.cross_entropy), which never forms the "
+        "probabilities.",
+        (_lm_log_of_softmax,),
+    ),
 )
 
 
-def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32):
+def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32, scale=2.0):
     g = torch.Generator().manual_seed(seed)
-    logits = (torch.randn(batch, seq, vocab, generator=g) * 2).to(dtype)
+    logits = (torch.randn(batch, seq, vocab, generator=g) * scale).to(dtype)
     tokens = torch.randint(0, vocab - 1, (batch, seq), generator=g)
     tokens[tokens >= pad_id] += 1  # every id but pad_id (0 too, when pad_id is not 0)
     if lengths is not None:  # rows padded after their length
         tokens[torch.arange(seq) >= torch.tensor(lengths)[:, None]] = pad_id
     kwargs = {} if pad_id == PAD else {"pad_id": pad_id}
+    large = f" (logits as large as {float(logits.abs().max()):.0f})" if scale > 2 else ""
     return Case((logits, tokens), kwargs, names=("logits", "tokens"), seed=seed,
-                label=describe(logits=logits, tokens=tokens) + (f", pad_id={pad_id}" if kwargs else ""))
+                label=describe(logits=logits, tokens=tokens) + (f", pad_id={pad_id}" if kwargs else "")
+                + large)
 
 
 def _logits_gradient(fn, args, case):
@@ -201,6 +218,7 @@ LM_CASES = [
     _lm_case(1, 3, 7, 11, lengths=[7, 4, 2]),
     _lm_case(2, 2, 6, 9, lengths=[6, 3], pad_id=5, dtype=torch.float64),  # id 0 is a real token
     _lm_case(4, 1, 8, 6, lengths=[5]),  # a single text
+    _lm_case(5, 2, 6, 9, scale=100.0),  # softmax underflows in float32; no padding (0 * inf)
     Case(_LM_GRADIENT.args, names=_LM_GRADIENT.names, seed=3, run=_logits_gradient,
          label=_LM_GRADIENT.label + ", backward from the loss", what="gradient of the logits",
          same=_same_gradient,

@@ -127,6 +127,28 @@ def test_every_catalogued_mistake_shows_on_a_case_by_a_clear_margin(item):
     assert hidden == []
 
 
+# The regimes where real bugs hide, by the kind of item: attention over masked scores (a
+# finite fill, a running maximum, an axis), losses over logits (log of an underflowed
+# softmax). Each item of a kind must have a case in each regime.
+REGIMES = {
+    "ex01_attention.scaled_dot_product_attention": {"masked", "magnitude", "rank", "float64"},
+    "ex02_multi_head_attention.MultiHeadAttention": {"masked", "magnitude"},
+    "ex10_tiled_attention.tiled_attention": {"masked", "magnitude", "rank", "float64"},
+    "ex07_training.label_smoothing_loss": {"magnitude", "rank"},
+    "ex09_variants.lm_loss": {"magnitude", "float64"},
+}
+
+
+@pytest.mark.parametrize("key", REGIMES)
+def test_every_item_has_cases_in_the_regimes_where_its_bugs_hide(key):
+    item = entry.item(key)
+    found = set().union(*(explanation.case_features(c.args, c.train) for c in item.cases))
+    assert REGIMES[key] <= found, REGIMES[key] - found
+    odd = [c for c in item.cases for a in c.args if isinstance(a, torch.Tensor)
+           and any(size % 2 and size > 1 for size in a.shape)]
+    assert odd  # an odd size: a length that no block or head count divides
+
+
 def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
     assert len([twin for item in ITEMS for twin in item.twins]) >= 19
 

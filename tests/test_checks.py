@@ -3,7 +3,11 @@ the reference passes, the stub says "Not implemented yet", every buggy solution 
 tests/buggy_solutions gets the title of the mistake it is tagged with on the first line,
 and every catalogued mistake has such a solution. Then what a learner meets: check() in a
 notebook, hostile code (exits, endless loops, huge prints, a broken file), and pytest run on
-the exercises as a learner runs it (two runs in all)."""
+the exercises as a learner runs it in an 80-column terminal (three runs in all). Meta-tests
+of the catalogues: every mistake shows on a case by a clear margin, the knobbed copies of the
+references are right with default knobs, the cases reach the regimes where bugs hide, every
+mistake points to a section of its notebook; and the checker's modules import only those
+above them."""
 
 import ast
 import importlib

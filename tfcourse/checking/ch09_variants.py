@@ -17,6 +17,7 @@ its facts are the reference's, and is a catalogued mistake when they are that mi
 [MASK] / random / kept are told apart by at least 5 standard deviations.
 """
 
+import dataclasses
 import math
 from dataclasses import astuple, dataclass
 from itertools import product
@@ -182,6 +183,33 @@ LM_MISTAKES = (
         (_lm_log_of_softmax,),
     ),
 )
+
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_SHIFT = ("09_variants", "5. Shifted targets and the loss")
+_LM_LADDER = {
+    "not_shifted": (_SHIFT, "write down, for t = 0, 1, 2, which token logits[:, t] has read "
+                    "and which one it should predict."),
+    "shifted_backwards": (_SHIFT, "for a text 'abc': which logit has read only 'a', and which "
+                          "token should it predict?"),
+    "shifted_twice": (_SHIFT, "print logits.shape and tokens.shape at each step of your code: "
+                      "the pairs you compare should be seq - 1 long, not seq - 2."),
+    "shifted_across_rows": (_SHIFT, "print the pairs (logit position, target token) around the "
+                            "end of the first text: none should reach into the second."),
+    "shifted_along_batch": (_SHIFT, "print the shapes of the two tensors you pair: their "
+                            "first axis should still hold every text of the batch."),
+    "counts_padding": (("09_variants", "Padding must not count"),
+                       "count the targets your mean divides by, and the real (non-pad_id) "
+                       "targets of the case: they should be the same number."),
+    "summed": (_SHIFT, "double the batch (the same texts twice): your loss doubles; the "
+               "expected one stays the same."),
+    "label_smoothing": (_SHIFT, "print your loss on logits that put all mass on each target: "
+                        "it should be 0."),
+    "log_of_softmax": (_SHIFT, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
+                       "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+}
+LM_MISTAKES = tuple(
+    dataclasses.replace(m, section=_LM_LADDER[m.key][0], more=_LM_LADDER[m.key][1])
+    if m.key in _LM_LADDER else m for m in LM_MISTAKES)
 
 
 def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32, scale=2.0):

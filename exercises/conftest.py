@@ -1,4 +1,7 @@
-"""How the checks' results look in a terminal: the progress line, then each test's outcome in
+"""`pytest --hint=2`: stuck on a failure? a second, more concrete hint, and the section of
+the notebook that teaches the step.
+
+How the checks' results look in a terminal: the progress line, then each test's outcome in
 order, a failure as its diagnosis, once, wrapped at word boundaries to the terminal's width:
 
     FAILED test_ex01_attention.py::test_scaled_dot_product_attention - Scores not
@@ -6,11 +9,22 @@ order, a failure as its diagnosis, once, wrapped at word boundaries to the termi
       on query (2, 5, 8), key (2, 7, 8), value (2, 7, 6)
 """
 
+import os
 import textwrap
 
 import pytest
 
 _OUTCOMES = []  # each test's report, in the order the tests ran
+
+
+def pytest_addoption(parser):
+    parser.addoption("--hint", type=int, default=None, metavar="LEVEL",
+                     help="2: with each failure, a second hint and the notebook section to read")
+
+
+def pytest_configure(config):
+    if config.getoption("hint") is not None:
+        os.environ["TFCOURSE_HINT"] = str(config.getoption("hint"))  # read by run_check
 
 
 def wrapped(text: str, width: int, prefix: str = "") -> list[str]:

@@ -3,10 +3,15 @@ the reference passes, the stub says "Not implemented yet", every buggy solution 
 tests/buggy_solutions gets the title of the mistake it is tagged with on the first line,
 and every catalogued mistake has such a solution. Then what a learner meets: check() in a
 notebook, hostile code (exits, endless loops, huge prints, a broken file), and pytest run on
-the exercises as a learner runs it (two runs in all)."""
+the exercises as a learner runs it in an 80-column terminal (three runs in all). Meta-tests
+of the catalogues: every mistake shows on a case by a clear margin, the knobbed copies of the
+references are right with default knobs, the cases reach the regimes where bugs hide, every
+mistake points to a section of its notebook; and the checker's modules import only those
+above them."""
 
 import ast
 import importlib
+import json
 import os
 import pkgutil
 import subprocess
@@ -112,6 +117,40 @@ def test_every_knobbed_twin_with_default_knobs_computes_the_reference(item):
         assert [c.label for c in item.cases if c.mistakes is None and id(c) not in right[id(twin)]] == []
     values = [c for c in item.cases if not (c.what or "").startswith("gradient")]
     assert [c.label for c in values if not any(id(c) in r for r in right.values())] == []
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_catalogued_mistake_shows_on_a_case_by_a_clear_margin(item):
+    """No mistake can pass: each computation of each mistake differs from the reference (or
+    raises) on at least one case where the mistake is looked for, by more than 10 times the
+    comparison's tolerance (items with a comparison of their own: by more than it)."""
+    hidden = [(key, i) for key, mistake in item.catalogue.items()
+              for i, compute in enumerate(mistake.computes)
+              if all(item.computes_expected(compute, case, margin=10)
+                     for case in item.mistake_cases(mistake))]
+    assert hidden == []
+
+
+# The regimes where real bugs hide, by the kind of item: attention over masked scores (a
+# finite fill, a running maximum, an axis), losses over logits (log of an underflowed
+# softmax). Each item of a kind must have a case in each regime.
+REGIMES = {
+    "ex01_attention.scaled_dot_product_attention": {"masked", "magnitude", "rank", "float64"},
+    "ex02_multi_head_attention.MultiHeadAttention": {"masked", "magnitude"},
+    "ex10_tiled_attention.tiled_attention": {"masked", "magnitude", "rank", "float64"},
+    "ex07_training.label_smoothing_loss": {"magnitude", "rank"},
+    "ex09_variants.lm_loss": {"magnitude", "float64"},
+}
+
+
+@pytest.mark.parametrize("key", REGIMES)
+def test_every_item_has_cases_in_the_regimes_where_its_bugs_hide(key):
+    item = entry.item(key)
+    found = set().union(*(explanation.case_features(c.args, c.train) for c in item.cases))
+    assert REGIMES[key] <= found, REGIMES[key] - found
+    odd = [c for c in item.cases for a in c.args if isinstance(a, torch.Tensor)
+           and any(size % 2 and size > 1 for size in a.shape)]
+    assert odd  # an odd size: a length that no block or head count divides
 
 
 def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
@@ -399,7 +438,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
 }
 
 
-def run_as_learner(folder, files, env=None):
+def run_as_learner(folder, files, env=None, args=()):
     """Run `pytest` in `folder`, which holds the exercises' checks and `files` (name ->
     source), as a learner runs it in an 80-column terminal; the finished process (stdout,
     returncode)."""
@@ -408,7 +447,7 @@ def run_as_learner(folder, files, env=None):
             (folder / path.name).write_text(path.read_text())
     for name, source in files.items():
         (folder / name).write_text(source)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout"], cwd=folder,
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:timeout", *args], cwd=folder,
                           capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "80", **(env or {})})
 
@@ -520,3 +559,41 @@ def test_a_leftover_breakpoint_is_named():
     with pytest.raises(CheckFailure) as raised:
         pipeline.fail_on_error(outcome, "ffn", "x (4, 6)")
     assert "breakpoint() or pdb.set_trace() left in your code" in first_line(raised.value)
+
+
+# ---------------------------------------------------------------------------------------
+# The hint ladder: a second hint and the notebook section, for the learner who stays stuck
+
+
+def _headings(notebook):
+    cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{notebook}.ipynb").read_text())
+    return {line.lstrip("#").strip() for cell in cells["cells"] if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines() if line.startswith("#")}
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_mistake_points_to_a_section_of_its_notebook(item):
+    for section in {item.section, *(m.section for m in item.catalogue.values() if m.section)}:
+        assert section is not None and section[1] in _headings(section[0]), section
+
+
+def test_a_second_hint_names_the_section_that_teaches_the_step(capsys):
+    def no_scaling(query, key, value, mask=None):
+        return _attention(query * query.size(-1) ** 0.5, key, value, mask)
+
+    check(no_scaling, "scaled_dot_product_attention")
+    first = capsys.readouterr().out
+    assert "hint 2" not in first and "read:" not in first
+    check(no_scaling, "scaled_dot_product_attention", hint=2)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == first.splitlines()[0]
+    assert lines[1].startswith("  hint 2: print scores.std()")
+    assert lines[2] == '  read: notebooks/01_attention.ipynb, section "4. Why divide by $\\sqrt{d_k}$?"'
+
+
+def test_pytest_hint_2_gives_the_second_hint(tmp_path):
+    stub = (entry.exercises_dir() / "ex02_multi_head_attention.py").read_text()
+    run = run_as_learner(tmp_path, {"ex02_multi_head_attention.py": stub},
+                         args=("--hint=2", "test_ex02_multi_head_attention.py"))
+    block = failed_blocks(run)["test_ex02_multi_head_attention.py::test_split_heads"]
+    assert "\n  read: notebooks/02_multi_head_attention.ipynb, section " in block, run.stdout

@@ -371,3 +371,15 @@ def additive_mask(query, key, value, mask=None):
         scores = scores + (1 - mask.to(scores.dtype)) * -1e9
     weights = torch.softmax(scores, -1)
     return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.fill_not_low_enough")
+def fill_minus_ten_thousand(query, key, value, mask=None):
+    """A common fill value: large enough for unit-sized scores, not for large ones."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e4)
+    weights = F.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return weights @ value, weights

@@ -110,6 +110,22 @@ class _Buggy(MultiHeadAttention):
                 split_heads(self.w_v(value), h))
 
 
+@wrong("MultiHeadAttention.fill_not_low_enough")
+class FillMinusTenThousand(_Buggy):
+    """masked_fill(mask == 0, -1e4): enough for unit-sized scores, not for large ones."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e4)
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+        weights = self.dropout(weights)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
 @wrong("MultiHeadAttention.split_without_transpose")
 class SplitByView(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):

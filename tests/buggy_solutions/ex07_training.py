@@ -99,6 +99,17 @@ def _smoothed(logits, target, eps):
     return q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(q[..., :1], 1 - eps))
 
 
+@wrong("label_smoothing_loss.log_of_softmax")
+def log_of_softmax(logits, target, eps=0.1, pad_id=PAD):
+    log_p = torch.log(F.softmax(logits, dim=-1))
+    n = logits.size(-1)
+    q = torch.full_like(log_p, eps / n)
+    q.scatter_(-1, target.unsqueeze(-1), 1 - eps + eps / n)
+    loss = -(q * log_p).sum(dim=-1)
+    keep = target != pad_id
+    return (loss * keep).sum() / keep.sum()
+
+
 @wrong("label_smoothing_loss.counts_padding")
 def mean_over_everything(logits, target, eps=0.1, pad_id=PAD):
     q = _smoothed(logits, target, eps)

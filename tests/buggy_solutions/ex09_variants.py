@@ -125,6 +125,12 @@ def lm_view(logits, tokens, pad_id=PAD):
     return F.cross_entropy(logits[:, :-1].view(-1, V), tokens[:, 1:].reshape(-1), ignore_index=pad_id)
 
 
+@wrong("lm_loss.log_of_softmax")
+def lm_loss_log_of_softmax(logits, tokens, pad_id=PAD):
+    probs = F.softmax(logits[:, :-1], dim=-1)
+    return F.nll_loss(torch.log(probs).flatten(0, 1), tokens[:, 1:].flatten(), ignore_index=pad_id)
+
+
 @wrong("lm_loss.no_gradient")
 def lm_item(logits, tokens, pad_id=PAD):
     return torch.tensor(_ce(logits[:, :-1], tokens[:, 1:], pad_id).item(), dtype=logits.dtype)

@@ -49,16 +49,22 @@ CONTRIBUTING: adding a mistake is one entry and one buggy solution
    also fails while any catalogued mistake has no buggy solution. If no case makes the
    mistake show, add a case (at the end, so that stored notebook outputs keep their case).
 
+The hint ladder: a mistake may have `more` (a second, more concrete hint, still not the
+answer) and `section` ((notebook, heading) that teaches the step); without them, level 2
+(check(..., hint=2), pytest --hint=2) shows the item's formula and its `section`. A
+meta-test checks that every section is a heading of its notebook.
+
 Adding an exercise (chapter 09, 10, ...)
 ---------------------------------------
 1. exercises/exNN_topic.py: the stub, each item with `raise NotImplementedError`.
-2. tfcourse/checking/chNN_topic.py: its Items, exported in ITEMS (found by name: chNN_*.py).
-   Reuse the helpers: `Case` (args, names of the inputs that must not change in place, a label; for a
-   class, init and train), `gradient_case`, `randomize`, `describe`; an item's `run` when
-   the learner's code is called in another way than f(*args) (several steps, a cache), its
-   `after` checks for what is not a comparison (ch07's step 0), `show` for details under the
-   first line (ch08's tokens). Names may repeat those of other exercises ("Encoder",
-   "greedy_decode"): in a notebook, check(obj, "ex09_topic.Encoder") says which.
+2. tfcourse/checking/chNN_topic.py: its Items, exported in ITEMS (found by name: chNN_*.py),
+   each with its `twins` and `section`. Reuse the helpers: `Case` (args, names of the inputs
+   that must not change in place, a label; for a class, init and train), `gradient_case`,
+   `randomize`, `describe`; an item's `run` when the learner's code is called in another way
+   than f(*args) (several steps, a cache), its `after` checks for what is not a comparison
+   (ch07's step 0), `show` for details under the first line (ch08's tokens). Names may
+   repeat those of other exercises ("Encoder", "greedy_decode"): in a notebook,
+   check(obj, "ex09_topic.Encoder") says which.
 3. exercises/test_exNN_topic.py: one `run_check(EXERCISE, "name")` test per item.
 4. tests/buggy_solutions/exNN_topic.py: a buggy solution per catalogued mistake.
 The meta-test then proves the new items with no further change: the reference passes, the

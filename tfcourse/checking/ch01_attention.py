@@ -267,6 +267,13 @@ MISTAKES = (
         (_with(fill=0.0),),
     ),
     Mistake(
+        "fill_not_low_enough", "Masked scores filled with a number real scores can go below",
+        "a masked key must lose against every allowed key, however large the scores: on scores "
+        "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
+        "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
+        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+    ),
+    Mistake(
         "mask_ignored", "Mask ignored",
         "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
         (lambda q, k, v, m=None: reference(q, k, v),),
@@ -300,6 +307,47 @@ MISTAKES = (
     FULLY_MASKED,
 )
 
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_SCALING = ("01_attention", "4. Why divide by $\\sqrt{d_k}$?")
+_MASKING = ("01_attention", "5. Masking: who may attend to whom")
+_LADDER = {
+    "no_scaling": (_SCALING, "print scores.std() for d_k = 8 and for d_k = 512: without the "
+                   "division it grows like sqrt(d_k), and the softmax of large scores is almost "
+                   "one-hot."),
+    "scaled_by_d_k": (_SCALING, "the division keeps the scores' variance at 1: the variance of "
+                      "a sum of d_k unit products is d_k; what divides it back to 1?"),
+    "scaled_by_sqrt_d_v": (_SCALING, "d_k is the width the dot products sum over: which "
+                           "input's last axis is it?"),
+    "multiplied": (_SCALING, "print scores.std() before and after your scaling: it should go "
+                   "down."),
+    "scaled_by_wrong_size": (_SCALING, "print the size you take the square root of, for the "
+                             "case above: it should be the queries' (and keys') last axis."),
+    "scaled_after_softmax": (_SCALING, "print weights.sum(-1): after the softmax every row "
+                             "must still sum to 1."),
+    "softmax_wrong_axis": (None, "print weights.sum(-1): each query's row must sum to 1."),
+    "key_not_transposed": (None, "write the shapes down: (..., q_len, d_k) @ (..., d_k, k_len) "
+                           "gives (..., q_len, k_len): which two axes of key must trade places?"),
+    "scores_returned": (None, "print the second thing you return, .sum(-1): it should be all "
+                        "ones."),
+    "mask_added": (_MASKING, "print mask.dtype and (scores + mask)[0]: adding a bool adds 0 "
+                   "or 1, which blocks nothing."),
+    "mask_inverted": (_MASKING, "print mask[0] next to weights[0]: in this course True means "
+                      "'may attend', so the positions to block are where the mask is False."),
+    "mask_after_softmax": (_MASKING, "print weights.sum(-1) for a masked row: it should be 1."),
+    "masked_to_zero": (_MASKING, "print torch.exp(torch.tensor(0.0)): a blocked score must "
+                       "become something whose exp is 0."),
+    "fill_not_low_enough": (_MASKING, "on the case above print scores.min() and your fill "
+                            "value: the fill must lose against every score there is."),
+    "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
+                     "differ wherever the mask is False."),
+    "fully_masked": (("01_attention", "A query that may see nothing"),
+                     "make a mask whose first row is all False and print weights[..., 0, :]: "
+                     "what does softmax give on a row of -inf?"),
+}
+MISTAKES = tuple(
+    dataclasses.replace(m, section=_LADDER[m.key][0], more=_LADDER[m.key][1]) if m.key in _LADDER
+    else m for m in MISTAKES)
+
 
 def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
@@ -309,11 +357,14 @@ def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):
     return q, k, v
 
 
-def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32):
-    args = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
-    if mask is not None:
-        args += (mask,)
-    return Case(args, names=("query", "key", "value", "mask"), seed=seed)
+def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32, magnitude=1.0):
+    """`magnitude`: queries and keys scaled by it (the scores by its square)."""
+    q, k, v = _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype)
+    args = (q * magnitude, k * magnitude, v) + (() if mask is None else (mask,))
+    case = Case(args, names=("query", "key", "value", "mask"), seed=seed)
+    if magnitude != 1.0:
+        case.label += f" (scores of the order of {magnitude**2:.0e})"
+    return case
 
 
 def _lengths_mask(lengths, k_len):
@@ -365,6 +416,9 @@ CASES = [
     _case(5, (3,), 1, 1, 3, 2, dtype=torch.float64),
     _case(8, (2,), 6, 6, 8, 8),  # q_len == k_len: queries and keys swapped still runs
     _case(6, (2, 2), 3, 5, 4, 6, mask=_lengths_mask([0, 3], 5)[:, None]),  # batch 0: all padding
+    # scores of the order of 10^6: a finite fill above -10^6 no longer masks (a row whose
+    # allowed scores are all below -6 * 10^5)
+    _case(9, (2,), 5, 6, 8, 6, mask=_lengths_mask([2, 5], 6), magnitude=1000.0),
     GRADIENT,
 ]
 
@@ -372,6 +426,7 @@ ITEM = Item(
     EXERCISE, NAME, reference, CASES, MISTAKES, parts=("output", "weights"),
     formula="Compare each step with softmax(Q K^T / sqrt(d_k)) V.",
     twins=(_with(),),
+    section=("01_attention", "3. Build it, one step at a time"),
 )
 
 ITEMS = (ITEM,)

@@ -387,6 +387,13 @@ MISTAKES = (
         _variant(empty_rows=False),
     ),
     KEY_LENGTH,
+    Mistake(
+        "fill_not_low_enough", "Masked scores filled with a number real scores can go below",
+        "a masked key must lose against every allowed key, however large the scores: on scores "
+        "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
+        "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
+        tuple(_variant(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+    ),
 )
 
 
@@ -400,15 +407,18 @@ def _lengths_mask(lengths, k_len):
 
 
 def _mha_case(seed, d_model, n_heads, batch, q_len, k_len=None, mask=None, bias=True,
-              need_weights=True):
+              need_weights=True, magnitude=1.0):
+    """`magnitude`: the inputs scaled by it (the scores by about its square)."""
     g = torch.Generator().manual_seed(seed)
-    query = torch.randn(batch, q_len, d_model, generator=g)
+    query = torch.randn(batch, q_len, d_model, generator=g) * magnitude
     if k_len is None:  # self-attention: key and value are the query
         key = value = query
     else:
-        key = torch.randn(batch, k_len, d_model, generator=g)
+        key = torch.randn(batch, k_len, d_model, generator=g) * magnitude
         value = torch.randn(batch, k_len, d_model, generator=g)
     label = describe(query=query, key=key, value=value, mask=mask)
+    if magnitude != 1.0:
+        label += f" (inputs as large as {float(query.abs().max()):.0f}, so the scores are huge)"
     label += f" (d_model={d_model}, n_heads={n_heads}" + (")" if need_weights else ", need_weights=False)")
     return Case((query, key, value, mask), {"need_weights": need_weights}, label=label,
                 names=("query", "key", "value", "mask"), init=(d_model, n_heads),
@@ -429,6 +439,9 @@ MHA_CASES = [
     _mha_case(6, d_model=12, n_heads=3, batch=2, q_len=5, mask=_lengths_mask([5, 2], 5) & causal_mask(5)),
     _mha_case(7, d_model=8, n_heads=2, batch=2, q_len=3, k_len=4, mask=_lengths_mask([0, 3], 4)),
     _mha_case(0, d_model=12, n_heads=3, batch=2, q_len=5, need_weights=False),
+    # scores of the order of 10^6: a finite fill above -10^6 no longer masks
+    _mha_case(8, d_model=8, n_heads=2, batch=2, q_len=5, k_len=6, mask=_lengths_mask([2, 5], 6),
+              magnitude=1000.0),
 ]
 
 
@@ -454,15 +467,18 @@ SPLIT = Item(
     (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
      SPLIT_TRANSPOSE_FIRST),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
+    section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
 )
 MERGE = Item(
     EXERCISE, "merge_heads", merge_heads, MERGE_CASES, (MERGE_ORDER, MERGE_BY_VIEW),
     formula="merge_heads(split_heads(x, n)) must give x back.",
+    section=("02_multi_head_attention", "Merge, then project"),
 )
 MHA = Item(
     EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, MISTAKES, what="the result",
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
     twins=(_variant(),),
+    section=("02_multi_head_attention", "3. Build it, one step at a time"),
 )
 
 ITEMS = (SPLIT, MERGE, MHA)

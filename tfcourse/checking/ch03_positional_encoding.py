@@ -145,6 +145,7 @@ TABLE = Item(
     TABLE_MISTAKES, match=_roughly, what="table",
     formula="Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).",
     twins=(_table,),
+    section=("03_positional_encoding", "3. Build it, one step at a time"),
 )
 
 
@@ -289,6 +290,7 @@ POSITIONAL = Item(
     POSITIONAL_MISTAKES, build=_construct,
     formula="The output is dropout(x + PE[start : start + seq]).",
     twins=(_pe(lambda x, pe, m: m.dropout(x + pe)),),
+    section=("03_positional_encoding", "7. The module: adding the encoding to the embeddings"),
 )
 
 
@@ -382,6 +384,7 @@ EMBED = Item(
     SCALE_MISTAKES,
     formula="Look up the embeddings, scale them, then apply positional_encoding.",
     twins=_embedded(lambda e, pe, s, t, emb, penc: s * e + pe),
+    section=("03_positional_encoding", "Why the embeddings are multiplied by $\\sqrt{d_{model}}$"),
 )
 
 ITEMS = (TABLE, POSITIONAL, EMBED)

@@ -185,6 +185,7 @@ NORM = Item(
     NORM_MISTAKES,
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
     twins=(_norm_with(),),
+    section=("04_feed_forward_and_norm", "2. Layer normalization"),
 )
 
 
@@ -300,15 +301,17 @@ FFN_MISTAKES = (
 )
 
 
-def _ffn_case(seed, shape, d_ff, activation, dropout=0.0, train=False):
+def _ffn_case(seed, shape, d_ff, activation, dropout=0.0, train=False, dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    x = _randn(g, *shape)
+    x = _randn(g, *shape, dtype=dtype)
     d_model = shape[-1]
     label = describe(x=x) + f", d_model={d_model}, d_ff={d_ff}, activation={activation!r}"
     if dropout:
         label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
+    if dtype != torch.float32:
+        label += f", {dtype}"
     return Case((x,), names=("x",), label=label, init=(d_model, d_ff, dropout, activation),
-                train=train, seed=seed)
+                train=train, seed=seed, dtype=None if dtype == torch.float32 else dtype)
 
 
 FFN = Item(
@@ -322,10 +325,13 @@ FFN = Item(
         # dropout before or after ReLU is the same (ReLU commutes with scaling by 1/(1-p)), not
         # before or after GELU
         _ffn_case(5, (2, 3, 6), 10, "gelu", dropout=0.5, train=True),
+        # float64: GELU's approximations differ from it by 10,000 times the tolerance
+        _ffn_case(6, (2, 3, 6), 10, "gelu", dtype=torch.float64),
     ],
     FFN_MISTAKES,
     formula="Compare with linear2(dropout(activation(linear1(x)))).",
     twins=(_ffn_with(),),
+    section=("04_feed_forward_and_norm", "1. The position-wise feed-forward network"),
 )
 
 
@@ -476,6 +482,7 @@ SUBLAYER = Item(
     formula="Compare with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
     twins=(_sub_with(),),
+    section=("04_feed_forward_and_norm", "3. The residual sublayer: post-norm or pre-norm?"),
 )
 
 ITEMS = (NORM, FFN, SUBLAYER)

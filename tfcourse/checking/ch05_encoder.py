@@ -92,6 +92,7 @@ EMBEDDINGS = Item(
     [_embedding_case(11, 16, _tokens(0, 2, 5, 11), 11), _embedding_case(7, 9, _tokens(1, 3, 4, 7), 7)],
     EMBEDDING_MISTAKES,
     formula="Look up the vectors, then scale by sqrt(d_model).",
+    section=("05_encoder", "2. Token embeddings, scaled by $\\sqrt{d_\\text{model}}$"),
 )
 
 
@@ -333,6 +334,7 @@ LAYER = Item(
     formula="Compare each step with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
     twins=(_layer_with(),),
+    section=("05_encoder", "3. One encoder layer"),
 )
 
 
@@ -445,6 +447,7 @@ ENCODER = Item(
     formula="Each layer takes the previous one's output and the mask; self.norm comes once, "
             "at the end.",
     twins=(_stack_with(),),
+    section=("05_encoder", "4. The stack, layer by layer"),
 )
 
 ITEMS = (EMBEDDINGS, LAYER, ENCODER)

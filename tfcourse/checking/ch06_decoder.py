@@ -112,6 +112,7 @@ MASK = Item(
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend to keys j <= i: the lower triangle, diagonal included.",
     after=(_check_device,),
+    section=("06_decoder", "5. No peeking: later target tokens cannot change earlier outputs"),
 )
 
 
@@ -364,6 +365,7 @@ LAYER = Item(
     formula="Compare each sublayer with the paper: masked self-attention, cross-attention to "
             "memory, feed-forward, each x = Sublayer(x).",
     twins=_with(),
+    section=("06_decoder", "3. The decoder layer, step by step"),
 )
 
 ITEMS = (MASK, LAYER)

@@ -196,6 +196,7 @@ BATCH = Item(
     formula="src: the sources' ids; tgt_in: BOS y; tgt_out: y EOS; src_mask = padding_mask(src, "
             "PAD); tgt_mask = target_mask(tgt_in, PAD).",
     twins=(_batch_with(),),
+    section=("07_training", "2. Batches for teacher forcing"),
 )
 
 
@@ -278,6 +279,16 @@ NO_GRADIENT = Mistake(
     "training needs it; stay in torch (no .item(), .detach(), .numpy() or tensors rebuilt "
     "from values).",
 )
+def _log_of_softmax_loss(logits, target, eps, pad_id):
+    """The smoothed loss on log(softmax(logits)), in the logits' dtype."""
+    log_p = logits.softmax(-1).log()
+    n_classes = logits.size(-1)
+    q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
+                                                         1 - eps + eps / n_classes)
+    loss = -(q * log_p).sum(-1)  # (...)
+    return loss[target != pad_id].mean()
+
+
 LOSS_MISTAKES = (
     Mistake(
         "builtin", "Built-in loss called",
@@ -405,18 +416,27 @@ LOSS_MISTAKES = (
         "use the pad_id argument to find the padding, not the number 0.",
         (lambda x, y, e, p: _loss(x, y, e, 0),),
     ),
+    Mistake(
+        "log_of_softmax", "log(softmax(...)) instead of log_softmax",
+        "softmax of large logits underflows to 0 for the unlikely classes, and log(0) = -inf: "
+        "take F.log_softmax(logits, dim=-1), which never forms the probabilities.",
+        (_log_of_softmax_loss,),
+    ),
 )
 
 
-def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None):
+def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None, scale=2.0):
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(*shape, vocab, generator=g) * 2
+    logits = torch.randn(*shape, vocab, generator=g) * scale
     target = torch.randint(0, top or vocab, shape, generator=g)
     target[target == pad_id] = (pad_id + 1) % vocab
     if lengths is not None:  # rows padded after their length
         target[torch.arange(shape[-1]) >= torch.tensor(lengths)[..., None]] = pad_id
+    label = describe(logits=logits, target=target, eps=eps, pad_id=pad_id)
+    if scale > 2:
+        label += f" (logits as large as {float(logits.abs().max()):.0f})"
     return Case((logits, target, eps, pad_id), names=("logits", "target", None, None), seed=seed,
-                label=describe(logits=logits, target=target, eps=eps, pad_id=pad_id))
+                label=label)
 
 
 def _number(value):
@@ -459,6 +479,8 @@ LOSS_CASES = [
     _loss_case(3, (8,), 6, 0.1),  # (N, V) logits, no padding
     _loss_case(4, (2, 2, 4), 5, 0.0, lengths=[[4, 1], [2, 3]]),
     _loss_case(5, (2, 4), 8, 0.1, lengths=[4, 2], top=5),  # ids below 5 of 8
+    # large logits: softmax underflows to 0 in float32, and log(0) = -inf
+    _loss_case(6, (2, 5), 9, 0.1, scale=100.0),  # no padding: 0 * inf would be NaN
     Case(_GRADIENT_CASE.args, names=_GRADIENT_CASE.names, seed=0, run=_logits_gradient,
          label=_GRADIENT_CASE.label + ", backward from the loss", what="gradient of the logits",
          same=_same_gradient,
@@ -471,6 +493,7 @@ LOSS = Item(
     formula="Build q = (1 - eps) one_hot(y) + eps / V and average -sum(q * log_softmax(logits)) "
             "over the real target tokens.",
     twins=(_loss_with(),),
+    section=("07_training", "3. The loss: padding ignored, labels smoothed"),
 )
 
 
@@ -616,6 +639,7 @@ NOAM = Item(
     formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
     after=(_check_float, _check_step_zero),
     twins=(_all(),),
+    section=("07_training", "4. The learning-rate schedule"),
 )
 
 
@@ -875,6 +899,7 @@ STEP = Item(
     formula="Zero the gradients, backpropagate each micro-batch's loss / len(batches), clip, "
             "step, and return the mean of the losses as a float.",
     twins=(_variant(),),
+    section=("07_training", "5. One training step, and the loop around it"),
 )
 
 ITEMS = (BATCH, LOSS, NOAM, STEP)

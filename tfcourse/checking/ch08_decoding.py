@@ -272,6 +272,7 @@ GREEDY = Item(
     GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
     formula="At each step take the argmax of the last position's logits and append it.",
     twins=(_greedy_with(),),
+    section=("08_decoding", "1. Decoding is a search"),
 )
 
 
@@ -455,6 +456,7 @@ BEAM = Item(
             "take the top beam-many, and split each index into beam = index // vocab, "
             "token = index % vocab.",
     twins=(_beam_with(),),
+    section=("08_decoding", "5. Outputs of different lengths: the length penalty and top-$p$ at work"),
 )
 
 
@@ -650,6 +652,7 @@ DECODE = Item(
             "decoder (with the cache, only the newest token) and return log_softmax of the "
             "last position's logits.",
     twins=(_steps(False), _steps(True)),
+    section=("08_decoding", "7. The key/value cache"),
 )
 
 ITEMS = (GREEDY, BEAM, DECODE)

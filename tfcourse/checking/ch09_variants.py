@@ -17,6 +17,7 @@ its facts are the reference's, and is a catalogued mistake when they are that mi
 [MASK] / random / kept are told apart by at least 5 standard deviations.
 """
 
+import dataclasses
 import math
 from dataclasses import astuple, dataclass
 from itertools import product
@@ -78,6 +79,14 @@ def _lm_with(**bug):
 
 def _pair(a, b):
     return slice(*a), slice(*b)
+
+
+def _lm_log_of_softmax(logits, tokens, pad_id=PAD):
+    """The next-token loss on log(softmax(logits)), in the logits' dtype."""
+    log_p = logits[:, :-1].softmax(-1).log()  # (batch, seq - 1, V)
+    y = tokens[:, 1:]
+    nll = -log_p.gather(-1, y[..., None])[..., 0]
+    return nll[y != pad_id].mean()
 
 
 LM_MISTAKES = (
@@ -166,19 +175,55 @@ LM_MISTAKES = (
         "normalize over the vocabulary, the last axis: F.log_softmax(logits, dim=-1).",
         (_lm_with(log="axis"),),
     ),
+    Mistake(
+        "log_of_softmax", "log(softmax(...)) instead of log_softmax",
+        "softmax of large logits underflows to 0 for the unlikely tokens, and log(0) = -inf: "
+        "take F.log_softmax(logits, dim=-1) (or F.cross_entropy), which never forms the "
+        "probabilities.",
+        (_lm_log_of_softmax,),
+    ),
 )
 
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_SHIFT = ("09_variants", "5. Shifted targets and the loss")
+_LM_LADDER = {
+    "not_shifted": (_SHIFT, "write down, for t = 0, 1, 2, which token logits[:, t] has read "
+                    "and which one it should predict."),
+    "shifted_backwards": (_SHIFT, "for a text 'abc': which logit has read only 'a', and which "
+                          "token should it predict?"),
+    "shifted_twice": (_SHIFT, "print logits.shape and tokens.shape at each step of your code: "
+                      "the pairs you compare should be seq - 1 long, not seq - 2."),
+    "shifted_across_rows": (_SHIFT, "print the pairs (logit position, target token) around the "
+                            "end of the first text: none should reach into the second."),
+    "shifted_along_batch": (_SHIFT, "print the shapes of the two tensors you pair: their "
+                            "first axis should still hold every text of the batch."),
+    "counts_padding": (("09_variants", "Padding must not count"),
+                       "count the targets your mean divides by, and the real (non-pad_id) "
+                       "targets of the case: they should be the same number."),
+    "summed": (_SHIFT, "double the batch (the same texts twice): your loss doubles; the "
+               "expected one stays the same."),
+    "label_smoothing": (_SHIFT, "print your loss on logits that put all mass on each target: "
+                        "it should be 0."),
+    "log_of_softmax": (_SHIFT, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
+                       "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+}
+LM_MISTAKES = tuple(
+    dataclasses.replace(m, section=_LM_LADDER[m.key][0], more=_LM_LADDER[m.key][1])
+    if m.key in _LM_LADDER else m for m in LM_MISTAKES)
 
-def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32):
+
+def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32, scale=2.0):
     g = torch.Generator().manual_seed(seed)
-    logits = (torch.randn(batch, seq, vocab, generator=g) * 2).to(dtype)
+    logits = (torch.randn(batch, seq, vocab, generator=g) * scale).to(dtype)
     tokens = torch.randint(0, vocab - 1, (batch, seq), generator=g)
     tokens[tokens >= pad_id] += 1  # every id but pad_id (0 too, when pad_id is not 0)
     if lengths is not None:  # rows padded after their length
         tokens[torch.arange(seq) >= torch.tensor(lengths)[:, None]] = pad_id
     kwargs = {} if pad_id == PAD else {"pad_id": pad_id}
+    large = f" (logits as large as {float(logits.abs().max()):.0f})" if scale > 2 else ""
     return Case((logits, tokens), kwargs, names=("logits", "tokens"), seed=seed,
-                label=describe(logits=logits, tokens=tokens) + (f", pad_id={pad_id}" if kwargs else ""))
+                label=describe(logits=logits, tokens=tokens) + (f", pad_id={pad_id}" if kwargs else "")
+                + large)
 
 
 def _logits_gradient(fn, args, case):
@@ -201,6 +246,7 @@ LM_CASES = [
     _lm_case(1, 3, 7, 11, lengths=[7, 4, 2]),
     _lm_case(2, 2, 6, 9, lengths=[6, 3], pad_id=5, dtype=torch.float64),  # id 0 is a real token
     _lm_case(4, 1, 8, 6, lengths=[5]),  # a single text
+    _lm_case(5, 2, 6, 9, scale=100.0),  # softmax underflows in float32; no padding (0 * inf)
     Case(_LM_GRADIENT.args, names=_LM_GRADIENT.names, seed=3, run=_logits_gradient,
          label=_LM_GRADIENT.label + ", backward from the loss", what="gradient of the logits",
          same=_same_gradient,
@@ -214,6 +260,7 @@ LM_LOSS = Item(
     formula="Pair logits[:, :-1] with tokens[:, 1:] and average -log_softmax(logits)[target] "
             "over the targets that are not pad_id.",
     twins=(_lm_with(),),
+    section=("09_variants", "5. Shifted targets and the loss"),
 )
 
 
@@ -568,6 +615,7 @@ MASKING = Item(
     formula="(Your random draws may differ from the reference's: what counts is the rule, "
             "below.)",
     twins=(_masking_with(),),
+    section=("09_variants", "3. BERT's pre-training: the masked language model"),
 )
 
 
@@ -690,6 +738,7 @@ MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
     formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
     twins=(_pool_with(),),
+    section=("09_variants", "Padding must not count"),
 )
 
 
@@ -1081,6 +1130,7 @@ DECODER_LM = Item(
     formula="Compare each step with the docstring: embeddings and positions, every layer "
             "under the causal mask, the final norm, the tied output layer.",
     twins=(_decoder_with(),),
+    section=("09_variants", "4. Decoder-only: a language model of Python source"),
 )
 
 ITEMS = (LM_LOSS, MASKING, MEAN_POOL, DECODER_LM)

@@ -408,6 +408,7 @@ ITEM = Item(
             "m')), o' = e^(m - m') o + e^(S - m') V_B, and o / l at the end.",
     after=(_check_memory,),
     twins=(_with(),),
+    section=("10_efficiency_and_scale", "3. Tiled attention: the online softmax"),
 )
 
 # ---------------------------------------------------------------------------------------

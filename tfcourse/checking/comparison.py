@@ -24,34 +24,35 @@ def describe(**values) -> str:
     )
 
 
-def close(actual, expected: torch.Tensor) -> bool:
-    """Same shape, dtype and values (NaN equal to NaN), with a tolerance for the dtype."""
+def close(actual, expected: torch.Tensor, margin: float = 1.0) -> bool:
+    """Same shape, dtype and values (NaN equal to NaN), with a tolerance for the dtype
+    (`margin` times it)."""
     if not isinstance(actual, torch.Tensor) or actual.shape != expected.shape:
         return False
     if actual.dtype != expected.dtype:
         return False
     if not expected.is_floating_point():
         return torch.equal(actual, expected)
-    tol = 1e-10 if expected.dtype == torch.float64 else 1e-5
+    tol = margin * (1e-10 if expected.dtype == torch.float64 else 1e-5)
     return torch.allclose(actual, expected, rtol=100 * tol, atol=tol, equal_nan=True)
 
 
-def same(actual, expected) -> bool:
+def same(actual, expected, margin: float = 1.0) -> bool:
     """Default comparison: tensors by `close`, tuples and lists part by part, numbers by
-    value, dataclasses field by field, anything else by ==."""
+    value, dataclasses field by field, anything else by ==; `margin` scales the tolerances."""
     if isinstance(expected, torch.Tensor):
-        return close(actual, expected)
+        return close(actual, expected, margin)
     if expected is None:
         return actual is None
     if isinstance(expected, (tuple, list)):
         return (isinstance(actual, (tuple, list)) and len(actual) == len(expected)
-                and all(same(a, e) for a, e in zip(actual, expected)))
+                and all(same(a, e, margin) for a, e in zip(actual, expected)))
     if dataclasses.is_dataclass(expected):
-        return all(same(getattr(actual, f.name, ABSENT), getattr(expected, f.name))
+        return all(same(getattr(actual, f.name, ABSENT), getattr(expected, f.name), margin)
                    for f in dataclasses.fields(expected))
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
         return (isinstance(actual, (int, float)) and not isinstance(actual, bool)
-                and math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-12))
+                and math.isclose(actual, expected, rel_tol=margin * 1e-6, abs_tol=margin * 1e-12))
     return actual == expected
 
 

@@ -18,6 +18,8 @@ class Diagnosis:
     label: the case it failed on ("" when none).
     at: the learner's line that raised, e.g. "line 12 of ex01_attention.py: `scores = ...`".
     printed: what the learner's code printed.
+    more: the second hint, more concrete (shown at hint level 2).
+    section: (notebook, heading) of the section that teaches the step (hint level 2).
     """
 
     key: str | None
@@ -27,15 +29,23 @@ class Diagnosis:
     label: str = ""
     at: str = ""
     printed: str = ""
+    more: str = ""
+    section: tuple[str, str] | None = None
 
     @property
     def first_line(self) -> str:
         return self.text().splitlines()[0]
 
-    def text(self) -> str:
-        """The whole report: the mistake, its hint, then the details, the learner's line and
+    def text(self, hint: int = 1) -> str:
+        """The whole report: the mistake, its hint (at `hint` level 2, then the second hint
+        and the notebook section that teaches the step), the details, the learner's line and
         what the learner's code printed (trimmed)."""
         lines = [self.title + ("" if self.hint.startswith("\n") else ": ") + self.hint]
+        if hint >= 2:
+            lines += [f"  hint 2: {self.more}"] if self.more else []
+            if self.section:
+                notebook, heading = self.section
+                lines.append(f"  read: notebooks/{notebook}.ipynb, section \"{heading}\"")
         if self.details:
             lines.append(self.details)
         if self.at:
@@ -68,6 +78,6 @@ class CheckFailure(AssertionError):
         return self.diagnosis.key
 
 
-def for_notebook(name: str, diagnosis: Diagnosis) -> str:
+def for_notebook(name: str, diagnosis: Diagnosis, hint: int = 1) -> str:
     """How check() prints a failure in a notebook: '✗ name: ' and the whole report."""
-    return f"✗ {name}: {diagnosis.text()}"
+    return f"✗ {name}: {diagnosis.text(hint)}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib.util
+import os
 import re
 from collections.abc import Callable
 from importlib import import_module
@@ -148,8 +149,18 @@ def diagnose(run: Callable[[], None]) -> Diagnosis | None:
     return None
 
 
-def run_check(exercise_file: str | Path, name: str) -> None:
-    """One pytest test: check item `name` of `exercise_file`; a failure is one clean message."""
+def hint_level() -> int:
+    """The hint level pytest's checks show: TFCOURSE_HINT (exercises/conftest.py sets it from
+    `pytest --hint=2`), 1 by default."""
+    try:
+        return int(os.environ.get("TFCOURSE_HINT", "1"))
+    except ValueError:
+        return 1
+
+
+def run_check(exercise_file: str | Path, name: str, hint: int | None = None) -> None:
+    """One pytest test: check item `name` of `exercise_file`; a failure is one clean message
+    (with `hint` 2, default hint_level(), the second hint and the notebook section)."""
     import pytest
 
     path = Path(exercise_file)
@@ -160,7 +171,7 @@ def run_check(exercise_file: str | Path, name: str) -> None:
 
     found = diagnose(run)
     if found is not None:
-        pytest.fail(found.text(), pytrace=False)
+        pytest.fail(found.text(hint_level() if hint is None else hint), pytrace=False)
 
 
 def _resolve(name: str, target) -> Item:
@@ -176,12 +187,13 @@ def _resolve(name: str, target) -> Item:
                       f"e.g. check({getattr(target, '__name__', 'obj')}, {candidates[-1].key!r})")
 
 
-def check(target: str | Callable, name: str | None = None) -> None:
+def check(target: str | Callable, name: str | None = None, hint: int = 1) -> None:
     """Check from a notebook, printing what pytest would say (never a traceback).
 
         check("ex01_attention")               # every item of exercises/ex01_attention.py
         check(my_attention, "scaled_dot_product_attention")   # something you wrote here
         check(Encoder, "ex05_encoder.Encoder")                # when two exercises share a name
+        check("ex01_attention", hint=2)       # stuck? a second hint, and where to read
 
     """
     if isinstance(target, str):
@@ -195,10 +207,11 @@ def check(target: str | Callable, name: str | None = None) -> None:
         try:
             module = load_exercise(path)
         except CheckFailure as failure:
-            print(for_notebook(path.name, failure.diagnosis))
+            print(for_notebook(path.name, failure.diagnosis, hint))
             return
         for item_ in todo:
-            _report(item_.name, lambda item_=item_: item_.check(_learner_item(module, item_, path.name)))
+            _report(item_.name, lambda item_=item_: item_.check(_learner_item(module, item_, path.name)),
+                    hint)
         return
     label = name or getattr(target, "__name__", repr(target))
     try:
@@ -211,9 +224,9 @@ def check(target: str | Callable, name: str | None = None) -> None:
         print(for_notebook(item_.name, NOT_CLASS.diagnosis(name=item_.name, kind=kind,
                                                            got=kind_of(target))))
         return
-    _report(item_.name, lambda: item_.check(target))
+    _report(item_.name, lambda: item_.check(target), hint)
 
 
-def _report(name: str, run: Callable[[], None]) -> None:
+def _report(name: str, run: Callable[[], None], hint: int = 1) -> None:
     found = diagnose(run)
-    print(f"✓ {name}: every check passes." if found is None else for_notebook(name, found))
+    print(f"✓ {name}: every check passes." if found is None else for_notebook(name, found, hint))

@@ -190,6 +190,9 @@ def structure_problem(value, expected, what: str, parts=(), inputs=()) -> tuple[
                                  f"{tuple(expected.shape)}{shape_story(value.shape, expected.shape, inputs)}")
         if value.dtype != expected.dtype:
             why = " (the inputs' dtype)" if expected.is_floating_point() else ""
+            if value.is_floating_point() and not expected.is_floating_point() \
+                    and expected.dtype != torch.bool:
+                why = float_for_integer(value)
             return WRONG_DTYPE, f"{what} has dtype {value.dtype}, expected {expected.dtype}{why}"
         return None
     if isinstance(expected, (tuple, list)):
@@ -267,10 +270,18 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
 
 def first_difference(value, expected, what: str, parts) -> tuple[str, str]:
     """The name of the first tensor of a result that differs from the expected one, and how."""
+    numbers = (int, float)
+    if (isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple))
+            and len(value) == len(expected) > 1
+            and all(isinstance(x, numbers) for x in (*value, *expected))):
+        told = resemblance(torch.tensor(value, dtype=torch.float64),
+                           torch.tensor(expected, dtype=torch.float64), what)
+        return what, told or "its values differ"
     for v, e, name in _leaves(value, expected, what, parts):
         if v.shape == e.shape and not safely(close, v, e):
             try:
-                return name, difference(v, e)
+                told = resemblance(v, e, name)
+                return name, (f"{told}; " if told else "") + difference(v, e)
             except Exception:  # a learner's tensor that cannot be described
                 return name, "its values differ"
     return what, "its values differ"
@@ -290,3 +301,128 @@ def fail_if_reordered(result, expected, what: str, parts, compare, label: str) -
             if list(order) != sorted(order) and fits(tuple(result[i] for i in order)):
                 got = [names[order.index(i)] for i in range(len(expected))]
                 WRONG_ORDER.fail(expected=", ".join(names), got=", ".join(got), how=how, label=label)
+
+
+def _fits(actual: torch.Tensor, guess: torch.Tensor) -> bool:
+    """Whether `guess` gives `actual`, up to a relative 1e-4 of the values' scale."""
+    scale = float(actual.abs().max())
+    return bool(guess.shape == actual.shape and torch.isfinite(guess).all()
+                and torch.allclose(actual, guess, rtol=1e-4, atol=1e-5 * scale + 1e-12))
+
+
+_ELEMENTWISE = (("exp", torch.exp), ("log", torch.log), ("square", torch.square),
+                ("square root", torch.sqrt), ("absolute value", torch.abs),
+                ("softmax over the last axis", lambda x: x.softmax(-1)),
+                ("log_softmax over the last axis", lambda x: x.log_softmax(-1)))
+
+
+def resemblance(actual, expected, what: str = "output") -> str:
+    """What a wrong result is, told by the expected one, when it is one of: a constant factor
+    or offset of it (with the value), an elementwise function of it, its values in another
+    order along one axis, or a monotone function of it; '' when none."""
+    if not (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor)
+            and actual.shape == expected.shape and actual.numel() >= 2
+            and actual.is_floating_point() and expected.is_floating_point()):
+        return ""
+    a, e = actual.detach().double(), expected.detach().double()
+    if not (torch.isfinite(a).all() and torch.isfinite(e).all()) or not e.abs().max() > 0:
+        return ""
+    factor = float((a * e).sum() / (e * e).sum())
+    if abs(factor - 1) > 1e-3 and _fits(a, factor * e):
+        if abs(factor + 1) < 1e-3:
+            return f"your {what} {_is(what)} the expected with its sign flipped, at every entry"
+        return (f"your {what} {_is(what)} {factor:.3g} times the expected at every entry (a "
+                "constant factor)")
+    offset = float((a - e).mean())
+    if abs(offset) > 1e-4 * float(e.abs().max()) and _fits(a, e + offset):
+        return (f"your {what} {_is(what)} the expected {'plus' if offset > 0 else 'minus'} "
+                f"{abs(offset):.3g} at every entry (a constant offset)")
+    with torch.no_grad():
+        for name, f in _ELEMENTWISE:
+            if _fits(a, f(e)):
+                return f"your {what} {_is(what)} the {name} of the expected, entry by entry"
+            if _fits(e, f(a)):
+                return f"the {name} of your {what} is the expected, entry by entry"
+    told = _reordered(a, e, what)
+    if told:
+        return told
+    order = e.flatten().argsort()
+    steps = a.flatten()[order].diff()
+    distinct = e.flatten()[order].diff() > 1e-6 * float(e.abs().max())
+    ties = steps[~distinct].abs() <= 1e-4 * float(a.abs().max())
+    rising, falling = (steps[distinct] > 0).all(), (steps[distinct] < 0).all()
+    everywhere = ((a - e).abs() > 1e-4 * float(e.abs().max())).double().mean() >= 0.5
+    if int(distinct.sum()) >= 5 and ties.all() and (rising or falling) and everywhere:
+        way = "increasing" if rising else "decreasing"
+        return (f"your {what} {_is(what)} an {way} function of the expected, entry by entry (each "
+                "entry's rank is right, its value is not): a step applied to every entry, or "
+                "one missing")
+    return ""
+
+
+def _is(what: str) -> str:
+    return "are" if what.endswith("s") else "is"
+
+
+def _reordered(a: torch.Tensor, e: torch.Tensor, what: str) -> str:
+    """'your output holds the right values in another order along axis 1: ...', or ''."""
+    for axis in range(a.dim()):
+        n = a.size(axis)
+        if n < 2:
+            continue
+        source = []
+        for i in range(n):
+            found = [j for j in range(n) if _fits(a.select(axis, i), e.select(axis, j))]
+            if not found:
+                break
+            source.append(i if i in found else found[0])
+        if len(source) < n or source == list(range(n)):
+            continue
+        where = _axis(axis, a.dim())
+        shifts = {(j - i) % n for i, j in enumerate(source)}
+        if len(shifts) == 1:
+            k = shifts.pop()
+            how = f"rolled by {k}: position i holds the expected's i + {k}" if k <= n // 2 else \
+                f"rolled by {n - k}: position i holds the expected's i - {n - k}"
+        elif source == list(range(n))[::-1]:
+            how = "reversed"
+        else:
+            shown = ", ".join(f"{i} <- {j}" for i, j in enumerate(source) if i != j)
+            how = f"permuted ({shown}, yours <- expected)"
+        return f"your {what} holds the right values in another order along {where}: {how}"
+    return ""
+
+
+def float_for_integer(value: torch.Tensor) -> str:
+    """Why a float result was likely given where integers are expected: ' (...)'."""
+    try:
+        fractional = bool((value != value.floor()).any())
+    except Exception:
+        return ""
+    if fractional:
+        return (": values with a fractional part where whole numbers are expected: a true "
+                "division `/` where `//` is meant (or torch.div(..., rounding_mode='floor'))?")
+    return (": whole numbers stored as floats: a `/` (it always gives a float), or a tensor "
+            "made as float (torch.zeros, torch.tensor(1.0), ...)? Use `//`, or .long()")
+
+
+def case_features(args, train: bool = False) -> dict[str, str]:
+    """What sets a case's inputs apart, each feature by name: 4-D inputs, a fully masked row,
+    large magnitudes, float64, training mode."""
+    features = {}
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    rank = max((t.dim() for t in tensors if t.is_floating_point()), default=0)
+    if rank >= 4:
+        features["rank"] = f"{rank}-D inputs"
+    if any(t.dtype == torch.bool and t.dim() >= 1 and t.numel() and (~t.any(-1)).any()
+           for t in tensors):
+        features["masked"] = "a fully masked row (a query with no key to see, or a masked block)"
+    magnitude = max((float(t.abs().max()) for t in tensors if t.is_floating_point() and t.numel()
+                     and torch.isfinite(t).all()), default=0.0)
+    if magnitude >= 100:
+        features["magnitude"] = f"inputs as large as {magnitude:.0e}"
+    if any(t.dtype == torch.float64 for t in tensors):
+        features["float64"] = "float64 inputs"
+    if train:
+        features["train"] = "training mode (dropout on)"
+    return features

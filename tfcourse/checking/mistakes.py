@@ -24,7 +24,10 @@ class Mistake:
     probe: (case, error) -> a Case, or None. When the learner's code raises `error` on
         `case` but gets the probe (the same case, made so that this mistake cannot show)
         right, the error is this mistake's.
-    The title and hint may hold {fields}, filled in when the mistake is reported.
+    more: a second hint, more concrete (still not the answer), for the learner who stays
+        stuck (check(..., hint=2), pytest --hint=2); default: the item's formula.
+    section: (notebook, heading) of the section that teaches the step; default: the item's.
+    The title and hints may hold {fields}, filled in when the mistake is reported.
     """
 
     key: str
@@ -33,6 +36,8 @@ class Mistake:
     computes: tuple[Callable, ...] = ()
     uses: tuple[str, ...] = ()
     probe: Callable | None = None
+    more: str = ""
+    section: tuple[str, str] | None = None
 
     def computing(self, *computes: Callable) -> Mistake:
         """The same mistake (key, title, hint), recognised by other computations."""
@@ -43,11 +48,12 @@ class Mistake:
         """This mistake found: its title and hint with `fields` filled in (`label`, the case,
         among them when there are fields); `details`, the lines under the first; `at`, the
         learner's line."""
-        title, hint = self.title, self.hint
+        title, hint, more = self.title, self.hint, self.more
         if fields:
             fields = {"label": label or "", **fields}
-            title, hint = title.format(**fields), hint.format(**fields)
-        return Diagnosis(self.key, title, hint, details, label=label or "", at=at)
+            title, hint, more = title.format(**fields), hint.format(**fields), more.format(**fields)
+        return Diagnosis(self.key, title, hint, details, label=label or "", at=at, more=more,
+                         section=self.section)
 
     def fail(self, details: str = "", *, at: str = "", label: str | None = None, **fields):
         """Raise CheckFailure with this mistake's diagnosis."""
@@ -90,7 +96,7 @@ NOT_FINITE = Mistake(
     "not_finite", "Not finite",
     "{what} contains {bad} at {count} of {total} entries on {label}, where the reference has "
     "none. Look for a division by zero, a log of 0, or -inf in a softmax row with no finite "
-    "entry.")
+    "entry.{news}")
 NO_MATCH = Mistake(
     "no_match", "Wrong {what} {prep} {label}, and no common mistake matches",
     "{difference}.{formula}")

@@ -46,6 +46,7 @@ an error when the item is declared.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from .explanation import (
     AXIS_NAMES,
     BROADCAST,
     batch_and_seq,
+    case_features,
     explain_error,
     fail_if_reordered,
     first_difference,
@@ -141,6 +143,8 @@ class Item:
     run: (obj, args, case) -> result (default obj(*args, **kwargs)).
     after: checks run once every case passed: fn(item, target), raising CheckFailure.
     renames: (reference name, exercise name) pairs, for parameters the exercise names otherwise.
+    section: (notebook, heading) of the section that teaches the item, e.g. ("01_attention",
+        "3. Build it, one step at a time"): a failure's pointer at hint level 2.
     twins: the catalogue's copies of the reference with knobs (the computations its mistakes
         vary), every knob at its default: each must compute the reference (a meta-test).
     """
@@ -162,6 +166,7 @@ class Item:
     after: tuple = ()
     renames: tuple = ()
     twins: tuple[Callable, ...] = ()
+    section: tuple[str, str] | None = None
     _results: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -201,27 +206,38 @@ class Item:
         """The cases on which `mistake` is looked for."""
         return [c for c in self.cases if mistake in (self.mistakes if c.mistakes is None else c.mistakes)]
 
-    def computes_expected(self, compute: Callable, case: Case) -> bool:
+    def computes_expected(self, compute: Callable, case: Case, margin: float = 1.0) -> bool:
         """Whether `compute` (a computation with the mistakes' signature) gives the
-        reference's result on `case`, by the comparison that names mistakes."""
+        reference's result on `case`, by the comparison that names mistakes (the default
+        one's tolerances times `margin`)."""
         reference = self._reference_object(case)
         try:
             result = self._compute(compute, reference, case)
         except Exception:
             return False
-        return safely(self.match or case.same or self.same, result, self._expected(reference, case))
+        compare = self.match or case.same or self.same
+        if compare is same:
+            compare = functools.partial(same, margin=margin)
+        return safely(compare, result, self._expected(reference, case))
 
     # -- the pipeline ---------------------------------------------------------------------
 
     def check(self, target: Callable) -> None:
-        """Run `target` on every case; raise CheckFailure naming the first thing wrong."""
+        """Run `target` on every case; raise CheckFailure naming the first thing wrong (its
+        second hint and section default to the item's formula and section)."""
         watch = () if target is self.reference else self.reference_code()
         passed = []
-        for case in self.cases:
-            self._check_case(target, case, passed, watch)
-            passed.append(case)
-        for check_after in self.after:
-            check_after(self, target)
+        try:
+            for case in self.cases:
+                self._check_case(target, case, passed, watch)
+                passed.append(case)
+            for check_after in self.after:
+                check_after(self, target)
+        except CheckFailure as failure:
+            found = failure.diagnosis
+            more = found.more or (self.formula if self.formula not in found.text() else "")
+            raise CheckFailure(dataclasses.replace(
+                found, more=more, section=found.section or self.section)) from None
 
     def _check_case(self, target, case, passed, watch):
         mistakes = self.mistakes if case.mistakes is None else case.mistakes
@@ -427,14 +443,30 @@ class Item:
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
             problem[0].fail(problem=problem[1], label=case.label)
+        news = self._news(case, passed)
         bad = not_finite(result, expected, what, parts)
         if bad:
-            NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label)
+            NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label,
+                            news=news)
         what, diff = first_difference(result, expected, what, parts)
         shown = self._shown(case, result, expected)
         NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
                       what=what, prep=self.prep, label=case.label, difference=diff,
-                      formula=f" {self.formula}" if self.formula else "")
+                      formula=news + (f" {self.formula}" if self.formula else ""))
+
+    def _news(self, case, passed):
+        """' Your code is right on the 5 cases before this one, and this is the first with
+        4-D inputs.' when the failing case is the first with something, or ''."""
+        seen = {}
+        for c in passed:
+            seen.update(case_features(c.args, c.train))
+        new = [text for name, text in case_features(case.args, case.train).items()
+               if name not in seen]
+        if not passed or not new:
+            return ""
+        cases = f"{len(passed)} case{'s' * (len(passed) > 1)}"
+        return (f" Your code is right on the {cases} before this one, and this is the first "
+                f"with {' and '.join(new)}: what does your code do with {'them' if len(new) > 1 else 'it'}?")
 
 
 def _inputs(case):

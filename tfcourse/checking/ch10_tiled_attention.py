@@ -500,6 +500,7 @@ WINDOW = Item(
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
     twins=(_window(),),
+    section=("10_efficiency_and_scale", "8. Long sequences: local windows, sparse patterns, low rank"),
 )
 
 ITEMS = (ITEM, WINDOW)

@@ -56,11 +56,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LambdaLR
-from tqdm.auto import tqdm
 
 from tfcourse.data import BOS, EOS, PAD, Vocab, encode_sources, make_batch
 from tfcourse.decoding import beam_search_decode, greedy_decode
 from tfcourse.model import Transformer
+from tfcourse.progress import tqdm
 from tfcourse.variants import DecoderLM, EncoderClassifier
 
 # ---------------------------------------------------------------- learning-rate schedules

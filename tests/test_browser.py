@@ -276,9 +276,10 @@ def test_notebook_08_runs_its_explorer_responds_and_saved_it_reopens_clean(lab, 
     text = page.text_content(".jp-Notebook")  # off-screen cells too
     assert re.search(r"reverse: 100%\|█+\| 120/120", text), "no progress bar's last line"
     assert "[Attention explorer: choose" in text
-    page.locator(".jp-Cell", has_text="[Attention explorer").scroll_into_view_if_needed()
+    explorer = page.locator(".jp-CodeCell", has=page.get_by_text("[Attention explorer: choose"))
+    explorer.scroll_into_view_if_needed()
     page.wait_for_timeout(1000)  # drawn once in view
-    page.screenshot(path=SCREENSHOTS / "4_reopened.png")
+    explorer.screenshot(path=SCREENSHOTS / "4_reopened_explorer.png")
     assert "application/vnd.jupyter.widget-view+json" not in json.dumps(saved)
     assert "widgets" not in saved["metadata"]
     assert (ROOT / TARGET).read_bytes() == stored, f"{TARGET} was written by the browser session"

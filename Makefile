@@ -28,19 +28,27 @@ $(VENV)/.installed: $(LOCK) pyproject.toml Makefile
 	  || $(BIN)/python -m pip install --extra-index-url $(TORCH_INDEX) -r $(LOCK)
 	$(BIN)/python -m pip install --no-deps --no-build-isolation -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name tfcourse --display-name "Python (tfcourse)"
-	@# No "get notified about Jupyter news?" pop-up: the course runs offline.
+	@# No "get notified about Jupyter news?" pop-up: the course runs offline. Widgets' state is
+	@# saved, so that `make lab`'s pre-save hook can store a progress bar as its last line.
 	@mkdir -p $(VENV)/share/jupyter/lab/settings && echo \
-	  '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"}}' \
+	  '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false"},' \
+	  '"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' \
 	  > $(VENV)/share/jupyter/lab/settings/overrides.json
 	@touch $@
 
-# JupyterLab's terminals start with the course's environment activated (tools/lab-bashrc).
-# Its kernels' OpenMP threads sleep while they wait instead of spinning on a core that another
-# program needs (README, "A busy computer").
+# JupyterLab as the course needs it: it opens the start page with the file browser at the
+# course's folder; its terminals, however opened, start there with the course's environment
+# activated (tools/lab-bashrc); it offers the course's kernel only; a notebook is saved with
+# its widgets as text, which a reopened notebook can show (tfcourse/lab.py). Its kernels'
+# OpenMP threads sleep while they wait instead of spinning on a core that another program
+# needs (README, "A busy computer").
 lab: $(VENV)/.installed
-	TFCOURSE_VENV="$(CURDIR)/$(VENV)" OMP_WAIT_POLICY=PASSIVE $(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
-	  --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb \
+	TFCOURSE_ROOT="$(CURDIR)" TFCOURSE_VENV="$(CURDIR)/$(VENV)" OMP_WAIT_POLICY=PASSIVE \
+	  $(BIN)/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=. \
+	  --LabApp.default_url='/lab/tree/notebooks/00_start_here.ipynb?file-browser-path=/' \
 	  --ServerApp.terminado_settings='{"shell_command": ["bash", "--init-file", "$(CURDIR)/tools/lab-bashrc"]}' \
+	  --KernelSpecManager.allowed_kernelspecs=tfcourse --MappingKernelManager.default_kernel_name=tfcourse \
+	  --ContentsManager.pre_save_hook=tfcourse.lab.pre_save \
 	  $(ARGS)
 
 test: $(VENV)/.installed

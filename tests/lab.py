@@ -38,10 +38,13 @@ def running_lab(tmp_path, timeout=60):
     env = {**os.environ, **{name: str(tmp_path / name.lower()) for name in (
         "JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTERLAB_SETTINGS_DIR",
         "JUPYTERLAB_WORKSPACES_DIR")}}
-    # No autosave: a test that runs a notebook must never write it back.
-    settings = tmp_path / "jupyterlab_settings_dir" / "@jupyterlab" / "docmanager-extension"
-    settings.mkdir(parents=True)
-    (settings / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    # No autosave: a test that runs a notebook must never write it back. Terminals keep their
+    # text in the page (for screen readers), where a test can read it.
+    for extension, setting in (("docmanager-extension", {"autosave": False}),
+                               ("terminal-extension", {"screenReaderMode": True})):
+        settings = tmp_path / "jupyterlab_settings_dir" / "@jupyterlab" / extension
+        settings.mkdir(parents=True)
+        (settings / "plugin.jupyterlab-settings").write_text(json.dumps(setting))
     log = tmp_path / "lab.log"
     server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=open(log, "w"))

@@ -1,10 +1,15 @@
 """The course in a real browser: JupyterLab, started by `make lab`, in headless Chromium driven
-by Playwright (Debian's chromium package; no browser is downloaded). Each stored notebook of
-chapters 01, 02, 04, 05, 06 and 08 shows every figure it holds and no broken widget and no
-error, with nothing fetched from the network; notebook 08 run top to bottom shows no error, and
-changing the attention explorer's head redraws its figure. One JupyterLab and one browser
-serve every test. Screenshots are kept in build/browser/ (the path is printed; failed.png
-shows the page when a test failed): each links and FFN figure as the stored notebook shows it."""
+by Playwright (Debian's chromium package; no browser is downloaded). `make lab` opens the start
+page with the file browser at the course's folder and offers the course's kernel only; a
+terminal opened from the Launcher's tile, wherever the file browser is, runs the course's check
+command. Each stored notebook of chapters 01, 02, 04, 05, 06 and 08 shows every figure it holds
+and no broken widget and no error, with nothing fetched from the network; a copy of notebook 08
+run top to bottom shows no error, every control of its attention explorer redraws the figure
+(at one height for every layer), and saved, closed and reopened after its kernel is gone, it
+shows its progress bar's last line and the explorer's figure, and no widget error. One
+JupyterLab and one browser serve every test. Screenshots are kept in build/browser/ (the path is
+printed; failed.png shows the page when a test failed): each links and FFN figure as the stored
+notebook shows it."""
 
 import json
 import re
@@ -15,8 +20,10 @@ import urllib.request
 import pytest
 from lab import ROOT, TOKEN, running_lab
 
-# The notebook that is run: chapter 08, with the trained dates model's attention explorer.
+# The notebook that is run: chapter 08, with the trained dates model's attention explorer; a
+# copy of it (next to it, so that it runs as it would) is run, saved and reopened.
 TARGET = "notebooks/08_decoding.ipynb"
+COPY = "notebooks/browser_test_08_decoding.ipynb"
 # The notebooks opened as stored (not run): the chapters with links and FFN figures.
 STORED = ["01_attention", "02_multi_head_attention", "04_feed_forward_and_norm", "05_encoder",
           "06_decoder", "08_decoding"]
@@ -44,6 +51,20 @@ IMAGES = """() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-out
 # The figure of the explorer: the image in the output of the cell whose controls it is.
 EXPLORER_IMAGE = """() => document.querySelector('.widget-toggle-button')?.closest('.jp-Cell')
     ?.querySelector('.jp-OutputArea-output img')?.src"""
+EXPLORER_HEIGHT = """() => document.querySelector('.widget-toggle-button')?.closest('.jp-Cell')
+    ?.querySelector('.jp-OutputArea-output img')?.naturalHeight"""
+# Each of the explorer's dropdowns: its widest option's text (in the select's font) fits it.
+DROPDOWNS_FIT = """() => [...document.querySelectorAll('.widget-dropdown select')].map(select => {
+    const context = document.createElement('canvas').getContext('2d');
+    context.font = getComputedStyle(select).font;
+    const widest = Math.max(...[...select.options].map(o => context.measureText(o.text).width));
+    return [select.value, select.clientWidth, Math.ceil(widest)];
+})"""
+# The vertical middle of each label of the explorer's second row.
+LABEL_MIDDLES = """() => Object.fromEntries([...document.querySelectorAll('.widget-label')]
+    .filter(l => ['attention', 'head', 'token'].includes(l.textContent.trim()))
+    .map(l => [l.textContent.trim(), l.getBoundingClientRect()])
+    .map(([name, r]) => [name, (r.top + r.bottom) / 2]))"""
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +151,70 @@ def test_a_stored_notebook_renders_offline(name, lab, page):
     assert notebook.read_bytes() == stored, f"{name} was written by the browser session"
 
 
-def test_notebook_08_runs_and_its_widgets_respond(lab, page, capsys):
-    """Notebook 08: Run All shows no error, and another head in the explorer redraws its
-    figure."""
-    notebook = ROOT / TARGET
-    stored = notebook.read_bytes()
+def terminal_text(page):
+    return page.inner_text(".jp-Terminal:visible .xterm-accessibility-tree")
+
+
+def test_a_launcher_terminal_runs_the_check_command(lab, page):
+    """The start page (`make lab`'s own address) opens with the file browser at the course's
+    folder (exercises/ in view); the Launcher offers the course's kernel only; its Terminal
+    tile, opened while the file browser shows notebooks/, gives a shell in the course's folder,
+    where the check command runs the checks."""
+    page.goto(f"{lab}/?reset&token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    listing = page.locator(".jp-DirListing-itemName")
+    listing.filter(has_text="exercises").wait_for()
+    assert {"exercises", "notebooks"} <= set(listing.all_inner_texts())
+    listing.filter(has_text="notebooks").dblclick()
+    page.locator(".jp-BreadCrumbs", has_text="notebooks").wait_for()
+    page.click(".jp-FileBrowser [data-command='launcher:create']")
+    cards = page.locator(".jp-Launcher-section:visible .jp-LauncherCard")
+    cards.filter(has_text="Terminal").wait_for()
+    labels = cards.all_inner_texts()  # a notebook's and a console's kernels, then the others
+    assert labels[:2] == ["Python (tfcourse)"] * 2 and "Python 3 (ipykernel)" not in labels, labels
+    cards.filter(has_text="Terminal").click()
+    page.locator(".jp-Terminal:visible .xterm-accessibility-tree").wait_for(state="attached")
+    page.wait_for_function("() => document.querySelector('.jp-Terminal:not(.lm-mod-hidden) "
+                           ".xterm-accessibility-tree').textContent.includes(\"course's folder\")")
+    page.locator(".jp-Terminal:visible .xterm-screen").click()
+    page.keyboard.type("pytest exercises/test_ex01_attention.py\n")
+    page.wait_for_function("() => /\\d+ (failed|passed)|rror/.test(document.querySelector("
+                           "'.jp-Terminal:not(.lm-mod-hidden) .xterm-accessibility-tree').textContent)",
+                           timeout=120_000)
+    text = terminal_text(page)
+    page.screenshot(path=SCREENSHOTS / "0_launcher_terminal.png")
+    assert "not found" not in text and "No such file" not in text, text[-1500:]
+    assert "test_ex01_attention.py" in text and "Not implemented yet" in text, text[-1500:]
+
+
+@pytest.fixture
+def copy_of_08():
+    """A copy of notebook 08 beside it (removed afterwards, with its checkpoint)."""
+    copy = ROOT / COPY
+    shutil.copyfile(ROOT / TARGET, copy)
+    yield copy
+    copy.unlink(missing_ok=True)
+    (copy.parent / ".ipynb_checkpoints" / f"{copy.stem}-checkpoint.ipynb").unlink(missing_ok=True)
+
+
+def change_explorer(page, action, what):
+    """Do `action` to the explorer; its figure is redrawn, and nothing shows an error."""
+    before = page.evaluate(EXPLORER_IMAGE)
+    action()
+    page.wait_for_function(f"(before) => ({EXPLORER_IMAGE})() !== before", arg=before,
+                           timeout=30_000)
+    assert page.evaluate(ERRORS) == [], f"{what}: an output shows an error"
+
+
+def test_notebook_08_runs_its_explorer_responds_and_saved_it_reopens_clean(lab, page, copy_of_08, capsys):
+    """A copy of notebook 08: Run All shows no error; every control of the explorer redraws
+    its figure (at one height for every layer), its dropdowns show their whole labels and its
+    labels are in line; a typed input with an unknown character says so, and one of 200
+    characters is refused with the limit. Saved, its kernel shut down, and opened again, it
+    shows the progress bar's last line and the explorer's figure, and no widget error."""
+    stored = (ROOT / TARGET).read_bytes()
     start = time.perf_counter()
-    open_stored(page, lab, TARGET, len(json.loads(stored)["cells"]))
+    open_stored(page, lab, COPY, len(json.loads(stored)["cells"]))
     wait_for_kernel(page, lab)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
     page.screenshot(path=SCREENSHOTS / "1_stored.png")
@@ -148,16 +226,63 @@ def test_notebook_08_runs_and_its_widgets_respond(lab, page, capsys):
     page.wait_for_function(DONE, timeout=420_000)
     page.wait_for_selector(".widget-toggle-button")
     assert page.evaluate(ERRORS) == [], "a cell shows an error"
-    before = page.evaluate(EXPLORER_IMAGE)
-    assert before, "the explorer shows no figure"
-    page.locator(".widget-toggle-button", has_text="1").first.click()
-    page.wait_for_function(f"(before) => ({EXPLORER_IMAGE})() !== before", arg=before,
-                           timeout=30_000)
-    assert page.evaluate(ERRORS) == []
-    page.locator(".widget-toggle-button", has_text="1").first.scroll_into_view_if_needed()
-    page.screenshot(path=SCREENSHOTS / "2_head_changed.png")
-    assert notebook.read_bytes() == stored, f"{TARGET} was written by the browser session"
-    with capsys.disabled():
-        print(f"\n  browser test, notebook 08 run: {time.perf_counter() - start:.0f} s, "
-              f"screenshots in {SCREENSHOTS.relative_to(ROOT)}/")
+    assert page.evaluate(EXPLORER_IMAGE), "the explorer shows no figure"
+    run = time.perf_counter() - start
 
+    controls = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    controls.scroll_into_view_if_needed()
+    dropdown = controls.locator(".widget-dropdown select")  # example, layer, token
+    heights = {page.evaluate(EXPLORER_HEIGHT)}
+    change_explorer(page, lambda: controls.locator(".widget-toggle-button", has_text="1").click(), "head 1")
+    for layer in (0, 3):  # the encoder's self-attention, the decoder's masked one
+        change_explorer(page, lambda i=layer: dropdown.nth(1).select_option(index=i), f"layer {layer}")
+        heights.add(page.evaluate(EXPLORER_HEIGHT))
+    assert len(heights) == 1, f"the figure's height changes from layer to layer: {heights}"
+    for value, width, widest in page.evaluate(DROPDOWNS_FIT):
+        assert width >= widest + 16, f"a dropdown cuts off {value!r}: {widest} px of text in {width} px"
+    middles = page.evaluate(LABEL_MIDDLES)
+    assert max(middles.values()) - min(middles.values()) <= 2, f"labels out of line: {middles}"
+    page.screenshot(path=SCREENSHOTS / "2_explorer_layer.png")
+    change_explorer(page, lambda: dropdown.nth(2).select_option(index=2), "token")
+    change_explorer(page, lambda: dropdown.nth(0).select_option(index=1), "example")
+    typed = controls.locator(".widget-text input")
+    change_explorer(page, lambda: (typed.fill("Nov 21, 2026 ★"), typed.press("Enter")), "typed")
+    status = controls.locator(".widget-html")
+    assert "'★' is unknown to the model" in status.inner_text()
+    page.screenshot(path=SCREENSHOTS / "3_explorer_typed.png")
+    typed.fill("1" * 200)
+    typed.press("Enter")
+    page.wait_for_function("(s) => s.textContent.includes('up to')", arg=status.element_handle())
+    assert "200 characters" in status.inner_text()
+
+    page.click(".lm-MenuBar-itemLabel:text-is('File')")
+    page.click(".lm-Menu-itemLabel:text-is('Save Notebook')")
+    page.wait_for_function("() => !document.querySelector('.jp-mod-current .jp-mod-dirty')")
+    deadline = time.monotonic() + 30
+    while copy_of_08.read_bytes() == stored:
+        assert time.monotonic() < deadline, "the notebook was not saved"
+        page.wait_for_timeout(250)
+    for session in json.load(urllib.request.urlopen(f"{lab}/api/sessions?token={TOKEN}")):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{lab}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE"))
+
+    saved = json.loads(copy_of_08.read_bytes())
+    open_stored(page, lab, COPY, len(saved["cells"]))
+    expected = sum(image_outputs(c) for c in saved["cells"])
+    page.wait_for_function(f"() => ({IMAGES})().filter(Boolean).length >= {expected}",
+                           timeout=30_000)
+    page.wait_for_timeout(2000)  # time for a widget to fail to show
+    assert page.evaluate(ERRORS) == [], "the reopened notebook shows an error or a broken widget"
+    text = page.text_content(".jp-Notebook")  # off-screen cells too
+    assert re.search(r"reverse: 100%\|█+\| 120/120", text), "no progress bar's last line"
+    assert "[Attention explorer: choose" in text
+    explorer = page.locator(".jp-CodeCell", has=page.get_by_text("[Attention explorer: choose"))
+    explorer.scroll_into_view_if_needed()
+    page.wait_for_timeout(1000)  # drawn once in view
+    explorer.screenshot(path=SCREENSHOTS / "4_reopened_explorer.png")
+    assert "application/vnd.jupyter.widget-view+json" not in json.dumps(saved)
+    assert "widgets" not in saved["metadata"]
+    assert (ROOT / TARGET).read_bytes() == stored, f"{TARGET} was written by the browser session"
+    with capsys.disabled():
+        print(f"\n  browser test, notebook 08 run: {run:.0f} s, all: {time.perf_counter() - start:.0f} s, "
+              f"screenshots in {SCREENSHOTS.relative_to(ROOT)}/")

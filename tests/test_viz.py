@@ -444,6 +444,31 @@ def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
     assert layer_label("blocks.3.attn", "masked self") == "blocks layer 3 · masked self-attention"
 
 
+def test_explorer_keeps_one_image_size_names_unknown_characters_and_says_its_limit(dates):
+    """The page does not jump from layer to layer; "?" is explained; a 200-character input
+    is refused with the limit, and the choice stays."""
+    import struct
+
+    from tfcourse.viz.explorer import png
+
+    model, vocab = dates
+    explorer = AttentionExplorer.seq2seq(model, vocab, ["November 21, 2026"])
+    sizes = set()
+    for layer in range(len(explorer.maps)):  # self-, masked self- and cross-attention
+        explorer.select(layer=layer)
+        sizes.add(struct.unpack(">II", png(explorer.figure(), tight=False)[16:24]))  # IHDR
+    assert len(sizes) == 1, sizes
+    assert explorer.notice == ""
+    explorer.select(example="Nov 21, 2026 ★€")
+    assert explorer.notice == "'★', '€' are unknown to the model: ?"
+    fig = explorer.figure()
+    assert "'★', '€' are unknown" in fig._suptitle.get_text()
+    plt.close(fig)
+    with pytest.raises(ValueError, match="has 200 characters; the explorer draws inputs of up to 40"):
+        explorer.select(example="1" * 200)
+    assert explorer.example == "Nov 21, 2026 ★€"
+
+
 def test_explorer_controls_redraw_the_figure_in_place_and_report_bad_input(dates, monkeypatch):
     """The widgets as a kernel runs them: display() gives the controls (with a text for
     notebooks opened without a kernel) and an image with a display id, which each change
@@ -496,41 +521,6 @@ def test_explorer_controls_redraw_the_figure_in_place_and_report_bad_input(dates
 
 
 # ----------------------------------------------------------------------------- stored notebooks
-
-
-def load_tool():
-    spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "tools/execute_notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("execute_notebooks", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_make_notebooks_stores_a_progress_bar_as_its_last_line():
-    tool = load_tool()
-    state = {
-        "box": {"state": {"_model_name": "HBoxModel",
-                          "children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]}},
-        "l": {"state": {"_model_name": "HTMLModel", "value": "copy:\u2007100%"}},
-        "p": {"state": {"_model_name": "FloatProgressModel", "value": 400.0, "max": 400.0}},
-        "r": {"state": {"_model_name": "HTMLModel", "value": "\u2007400/400\u2007[00:11&lt;00:00]"}},
-        "other": {"state": {"_model_name": "VBoxModel", "children": []}},
-    }
-    view = "application/vnd.jupyter.widget-view+json"
-    import nbformat
-
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
-    cell = nbformat.v4.new_code_cell("train()")
-    cell.outputs = [
-        nbformat.v4.new_output("display_data", {view: {"model_id": "box"}, "text/plain": "copy: 0%"}),
-        nbformat.v4.new_output("display_data", {view: {"model_id": "other"}, "text/plain": "mine"}),
-    ]
-    nb.cells = [cell]
-    tool.freeze_widgets(nb)
-    assert [o["data"] for o in nb.cells[0].outputs] == [
-        {"text/plain": "copy: 100%|██████████| 400/400 [00:11<00:00]"}, {"text/plain": "mine"}]
-    assert "widgets" not in nb.metadata
 
 
 STORED = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "tests").glob("**/*.ipynb"))

@@ -16,14 +16,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm.auto import tqdm
-
 from tfcourse.checkpoint import read_checkpoint, save_checkpoint
 from tfcourse.config import check_settings, setting
 from tfcourse.device import check_fits, default_device
 from tfcourse.inference import eval_batches
 from tfcourse.interface import BatchLike, ModelLike, TaskLike
 from tfcourse.losses import label_smoothing_loss
+from tfcourse.progress import tqdm
 from tfcourse.schedules import cosine_scheduler, noam_scheduler
 
 

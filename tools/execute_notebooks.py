@@ -10,13 +10,10 @@ Each runs top to bottom in a fresh `tfcourse` kernel, from its own folder, on on
 notebook that fails keeps its stored outputs (and a learner's edits are never lost to a
 failed run).
 
-Widgets are stored as what they showed last (`freeze_widgets`): a widget needs a running
-kernel, JupyterLab cannot draw one from a saved notebook (jupyterlab/jupyterlab#15361), and in
-a notebook it does not trust yet (any notebook it did not save itself) it shows the widget's
-text instead, which for a progress bar was its first state, a frozen "0%| | 0/400".
+Widgets are stored as what they showed last (tfcourse.lab.freeze_widgets): a saved notebook
+cannot show a widget.
 """
 
-import html
 import os
 import sys
 import time
@@ -25,45 +22,14 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from tfcourse.lab import freeze_widgets
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 # One thread, as nbval runs them in `make test` (tests/conftest.py): float sums then come out
 # the same on every machine, whatever its core count, and so do the stored outputs.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def freeze_widgets(notebook):
-    """Replace every widget output by its text, and drop the saved widget state (random ids
-    that nothing can use). A progress bar (tqdm's) becomes its last line, e.g.
-    "copy: 100%|██████████| 400/400 [00:11<00:00, loss=0.515]"; any other widget keeps the
-    text its code gave it (an explorer's figure is an ordinary image output beside it)."""
-    state = notebook.metadata.pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            view = output.get("data", {}).pop(WIDGET_VIEW, None)
-            if view is not None:
-                text = progress_bar_text(state, view.get("model_id"))
-                if text is not None:
-                    output["data"]["text/plain"] = text
-    return notebook
-
-
-def progress_bar_text(state, model_id, width=10):
-    """The text of tqdm's notebook bar (an HBox of HTML, FloatProgress, HTML) from its saved
-    state, or None if `model_id` is not such a bar."""
-    box = state.get(model_id, {}).get("state", {})
-    children = [state.get(c.removeprefix("IPY_MODEL_"), {}).get("state", {})
-                for c in box.get("children", [])]
-    kinds = [c.get("_model_name") for c in children]
-    if kinds != ["HTMLModel", "FloatProgressModel", "HTMLModel"]:
-        return None
-    left, bar, right = children
-    full = round(width * bar["value"] / bar["max"]) if bar.get("max") else 0
-    text = f"{left['value']}|{'█' * full}{' ' * (width - full)}|{right['value']}"
-    return html.unescape(text).replace("\u2007", " ")
 
 
 def execute(path):

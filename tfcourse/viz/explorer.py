@@ -7,6 +7,7 @@ The explorer shows its figure as an ordinary image output that each change redra
 kernel, and nothing is fetched from the network. Only the row of controls is a widget.
 """
 
+import html
 import io
 import re
 from dataclasses import dataclass
@@ -90,23 +91,39 @@ def seq2seq_attention(model, vocab, text, max_len=32):
     return vocab.decode(out), maps
 
 
-def draw_attention(amap, head=None, token=None, *, title=None):
+def attention_figsize(amap: AttentionMap) -> tuple[float, float]:
+    """The size (inches) draw_attention gives `amap`'s figure: links and heatmap side by side
+    (self-attention) or stacked (cross-attention)."""
+    (lw, lh), (hw, hh) = _panel_sizes(amap)
+    return (max(lw, hw), lh + hh) if amap.kind == "cross" else (lw + hw, max(lh, hh))
+
+
+def _panel_sizes(amap):
+    """The links' and the heatmap's (width, height) in inches."""
+    q_len, k_len = amap.weights.shape[1:]
+    return links_figsize(q_len, k_len, amap.kind == "cross"), (0.3 * k_len + 1.8, 0.28 * q_len + 1.2)
+
+
+def draw_attention(amap, head=None, token=None, *, title=None, canvas=None):
     """One attention module for one example: the links (head `head`, or every head overlaid
     when None) and the weights as a heatmap (that head's, or the mean of the heads).
-    token: a query position to highlight. Returns the Figure."""
+    token: a query position to highlight. canvas: a figure size (inches) at least
+    attention_figsize(amap), the drawing at its top, centred (the explorer's figure keeps
+    one size from layer to layer). Returns the Figure."""
     w = as_array(amap.weights, "weights")
     heads = w.shape[0]
     if head is not None and not 0 <= head < heads:
         raise ValueError(f"head must be None (all) or in [0, {heads}), got {head}")
     cross = amap.kind == "cross"
-    q_len, k_len = w.shape[1:]
-    lw, lh = links_figsize(q_len, k_len, cross)
-    hw, hh = 0.3 * k_len + 1.8, 0.28 * q_len + 1.2
+    k_len = w.shape[2]
+    (lw, lh), (hw, hh) = _panel_sizes(amap)
+    width, height = attention_figsize(amap)
+    canvas = canvas or (width, height)
     if cross:
-        fig, (ax_links, ax_map) = plt.subplots(2, 1, figsize=(max(lw, hw), lh + hh),
+        fig, (ax_links, ax_map) = plt.subplots(2, 1, figsize=canvas,
                                                gridspec_kw={"height_ratios": [lh, hh]})
     else:
-        fig, (ax_links, ax_map) = plt.subplots(1, 2, figsize=(lw + hw, max(lh, hh)),
+        fig, (ax_links, ax_map) = plt.subplots(1, 2, figsize=canvas,
                                                gridspec_kw={"width_ratios": [lw, hw]})
     colors = head_colors(heads)
     which = "all heads" if head is None else f"head {head}"
@@ -119,14 +136,16 @@ def draw_attention(amap, head=None, token=None, *, title=None):
     if token is not None:
         ax_map.add_patch(plt.Rectangle((0, token), k_len, 1, fill=False, ec="#d62728", lw=1.5))
     fig.suptitle(title or amap.label, fontsize=11)
-    fig.tight_layout()
+    x, y = width / canvas[0], height / canvas[1]  # the drawing's share of the canvas
+    fig.tight_layout(rect=((1 - x) / 2, 1 - y, (1 + x) / 2, 1))
     return fig
 
 
-def png(fig, dpi=80):
-    """A figure as PNG bytes; the figure is closed (so it is not shown a second time)."""
+def png(fig, dpi=80, tight=True):
+    """A figure as PNG bytes (tight: cropped to what is drawn, else the figure's own size);
+    the figure is closed (so it is not shown a second time)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return buffer.getvalue()
 
@@ -139,39 +158,64 @@ class AttentionExplorer:
         explorer  # the last line of a cell: shows the controls and the figure
 
     attend: a function text -> (the model's output text, [AttentionMap, ...]), e.g.
-    seq2seq_attention with the model given. The figure is an image output that stays in a
-    saved notebook; the controls need a running kernel.
+    seq2seq_attention with the model given; unknown: a function text -> the characters of
+    it the model does not know (their tokens are labelled "?"; the figure's title and the
+    controls say which). The figure is an image output that stays in a saved notebook, the
+    same size for every layer of an example; the controls need a running kernel.
     """
 
-    def __init__(self, attend, examples, *, layer=0, head=None, token=None):
+    MAX_CHARS = 40  # a longer input's links are too close together to read
+
+    def __init__(self, attend, examples, *, layer=0, head=None, token=None, unknown=None):
         if not examples:
             raise ValueError("examples must name at least one input text")
-        self.attend = attend
+        self.attend, self.unknown = attend, unknown
         self.examples = list(examples)
-        self.example, self.layer, self.head, self.token = self.examples[0], layer, head, token
-        self.output, self.maps = attend(self.example)
+        self.layer, self.head, self.token = layer, head, token
+        self._read(self.examples[0])
         self._check(layer, head, token)
         self._handle = self._controls = None
 
     @classmethod
     def seq2seq(cls, model, vocab, examples, max_len=32, **choices):
         """An explorer of an encoder-decoder model that reads texts with `vocab`."""
-        return cls(lambda text: seq2seq_attention(model, vocab, text, max_len), examples, **choices)
+        return cls(lambda text: seq2seq_attention(model, vocab, text, max_len), examples,
+                   unknown=lambda text: [c for c in dict.fromkeys(text) if c not in vocab.stoi],
+                   **choices)
+
+    @property
+    def notice(self) -> str:
+        """What the figure does not show as typed: "" or e.g. "'é' is unknown to the model: ?"."""
+        unknown = self.unknown(self.example) if self.unknown else []
+        if not unknown:
+            return ""
+        verb = "is" if len(unknown) == 1 else "are"
+        return f"{', '.join(map(repr, unknown))} {verb} unknown to the model: ?"
 
     def figure(self):
         """The current choice as a Figure."""
         amap = self.maps[self.layer]
-        return draw_attention(amap, self.head, self.token,
-                              title=f"{self.example!r} → {self.output}:  {amap.label}")
+        title = f"{self.example!r} → {self.output}:  {amap.label}"
+        return draw_attention(amap, self.head, self.token, canvas=self._canvas,
+                              title=f"{title}\n({self.notice})" if self.notice else title)
+
+    def _read(self, example):
+        """The model's output and attention for `example` (raises before anything changes)."""
+        if len(example) > self.MAX_CHARS:
+            raise ValueError(f"example has {len(example)} characters; the explorer draws inputs "
+                             f"of up to {self.MAX_CHARS} (a longer one's links are too close to read)")
+        output, maps = self.attend(example)
+        self.example, self.output, self.maps = example, output, maps
+        sizes = [attention_figsize(m) for m in maps]  # one size for every layer: no page jump
+        self._canvas = (max(w for w, _ in sizes), max(h for _, h in sizes))
 
     def select(self, *, example=None, layer=None, head="keep", token="keep"):
         """Change the choice (as the controls do); a new example keeps the layer and head."""
         if example is not None and example != self.example:
-            output, maps = self.attend(example)  # raises before anything changes
+            self._read(example)
             if example not in self.examples:
                 self.examples.append(example)
-            self.example, self.output, self.maps = example, output, maps
-            self.layer, self.token = min(self.layer, len(maps) - 1), None
+            self.layer, self.token = min(self.layer, len(self.maps) - 1), None
         layer = self.layer if layer is None else layer
         head = self.head if head == "keep" else head
         if token == "keep":  # another layer may have other queries: keep no token there
@@ -195,7 +239,7 @@ class AttentionExplorer:
     def _image(self):
         from IPython.display import Image
 
-        return Image(data=png(self.figure()))
+        return Image(data=png(self.figure(), tight=False))
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -215,15 +259,19 @@ class AttentionExplorer:
         import ipywidgets as w
 
         style = {"description_width": "initial"}
+        fit = w.Layout(width="max-content")
         self._widgets = c = {
             "example": w.Dropdown(description="example", style=style),
             "text": w.Text(placeholder="or type your own and press Enter", continuous_update=False,
                            layout=w.Layout(width="18em")),
-            "layer": w.Dropdown(description="attention", style=style),
-            "head": w.ToggleButtons(description="head", style={"button_width": "3.2em", **style}),
+            # as wide as their longest label, and in line with the others
+            "layer": w.Dropdown(description="attention", style=style, layout=fit),
+            "head": w.ToggleButtons(style={"button_width": "3.2em"}, layout=fit),
             "token": w.Dropdown(description="token", style=style, layout=w.Layout(width="11em")),
             "status": w.HTML(),
         }
+        # a label of its own: ToggleButtons' description sits above the middle of its buttons
+        head_label = w.Label("head", layout=w.Layout(width="auto", margin="0 0 0 1em"))
         self._sync_controls()
 
         def on(name, action):
@@ -231,10 +279,10 @@ class AttentionExplorer:
                 if self._syncing:
                     return
                 try:
-                    action(change["new"])
-                    c["status"].value = ""
+                    action(change["new"])  # select's _sync_controls sets the status
                 except Exception as error:  # a learner's text the model cannot read
-                    c["status"].value = f"<span style='color:#b00'>{type(error).__name__}: {error}</span>"
+                    c["status"].value = (f"<span style='color:#b00'>{type(error).__name__}: "
+                                         f"{html.escape(str(error))}</span>")
             c[name].observe(handler, "value")
 
         on("example", lambda v: self.select(example=v))
@@ -243,7 +291,9 @@ class AttentionExplorer:
         on("head", lambda v: self.select(head=None if v == NONE else v))
         on("token", lambda v: self.select(token=None if v == NONE else v))
         return w.VBox([w.HBox([c["example"], c["text"]]),
-                       w.HBox([c["layer"], c["head"], c["token"]]), c["status"]])
+                       w.HBox([c["layer"], head_label, c["head"], c["token"]],
+                              layout=w.Layout(align_items="center")),
+                       c["status"]])
 
     _syncing = False
 
@@ -262,5 +312,6 @@ class AttentionExplorer:
             c["token"].options = [("none", NONE)] + [
                 (f"{i}: {q}", i) for i, q in enumerate(amap.queries)]
             c["token"].value = NONE if self.token is None else self.token
+            c["status"].value = self.notice and f"<span style='color:#a60'>{html.escape(self.notice)}</span>"
         finally:
             self._syncing = False

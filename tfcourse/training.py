@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
 from tfcourse.checkpoint import read_checkpoint, save_checkpoint
 from tfcourse.config import check_settings, setting
 from tfcourse.device import check_fits, default_device

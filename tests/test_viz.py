@@ -235,7 +235,7 @@ def links_of(ax):
             where[tuple(np.round(a.xy, 6))] = a.get_gid()
     found = {}
     for c in ax.collections:
-        if not isinstance(c, LineCollection):
+        if not isinstance(c, LineCollection) or c.get_gid() == "masked":
             continue
         widths, colors = c.get_linewidths(), c.get_colors()
         for k, seg in enumerate(c.get_segments()):
@@ -267,6 +267,39 @@ def test_no_line_to_a_masked_or_negligible_position():
     assert pairs == {(i, j) for i in range(4) for j in range(i + 1)}
     links = links_of(draw_links(torch.tensor([[0.995, 0.005]]), ["q"], ["a", "b"], threshold=0.01))
     assert [k for _, k, _ in links] == ["key 0"]
+
+
+def test_a_masked_pair_is_drawn_dotted_unlike_a_small_weight_and_the_key_names_both():
+    w = torch.tensor([[1.0, 0.0, 0.0], [0.99, 0.01, 0.0], [0.5, 0.3, 0.2]])
+    ax = draw_links(w, list("abc"), mask=causal_mask(3))
+    where = {tuple(np.round(a.xy, 6)): a.get_gid() for a in ax.texts if isinstance(a, Annotation)}
+    (dotted,) = [c for c in ax.collections if c.get_gid() == "masked"]
+    pairs = {tuple(where[tuple(np.round(p, 6))] for p in seg) for seg in dotted.get_segments()}
+    assert pairs == {("query 0", "key 1"), ("query 0", "key 2"), ("query 1", "key 2")}
+    assert dotted.get_linestyle()[0][1] is not None  # dashes: not a solid weight line
+    assert ("query 1", "key 1", "head 0") not in links_of(ax)  # 0.01 < threshold: no line at all
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"weight 0.1", "weight 0.5", "weight 1", "masked pair", "no line: < 0.02"} <= set(labels)
+
+
+def test_heads_overlaid_only_while_the_sequence_is_short_with_one_key_of_head_colours():
+    short = draw_heads(torch.softmax(torch.randn(2, 5, 5), -1), list("abcde"))
+    assert [a.get_title() for a in short.axes] == ["head 0", "head 1", "all heads"]
+    long = draw_heads(torch.softmax(torch.randn(2, 20, 20), -1), list("abcdefghijklmnopqrst"))
+    assert [a.get_title() for a in long.axes] == ["head 0", "head 1"]
+    (key,) = long.legends
+    assert [t.get_text() for t in key.get_texts()][:2] == ["head 0", "head 1"]
+    assert "masked pair" not in [t.get_text() for t in key.get_texts()]  # no mask, no dots
+
+
+def test_overlaid_heads_draw_heavy_lines_on_top_whatever_their_head():
+    w = torch.tensor([[[0.9, 0.1]], [[0.2, 0.8]]])  # head 0 heavy on key 0, head 1 on key 1
+    ax = draw_links(w, ["q"], ["a", "b"], threshold=0)
+    order = sorted((c.get_zorder(), c.get_gid(), len(c.get_segments())) for c in ax.collections
+                   if c.get_gid() != "masked" and len(c.get_segments()))
+    heavy = [z for z, _, _ in order[-2:]]
+    light = [z for z, _, _ in order[:2]]
+    assert min(heavy) > max(light)
 
 
 def test_a_small_weight_draws_a_faint_visible_line_and_a_zero_or_masked_one_none():

@@ -30,6 +30,8 @@ from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label
 from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
+from tfcourse.viz.embeddings import pca
+from tfcourse.viz.ffn import draw_ffn_weights
 from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS
@@ -370,6 +372,40 @@ def test_drawing_rejects_labels_that_do_not_match_the_weights():
         draw_links(torch.rand(3, 3), list("abc"), token=3)
     with pytest.raises(ValueError, match="weights must have shape"):
         draw_links(torch.rand(2, 2, 3, 3), list("abc"))
+
+
+# ----------------------------------------------------------------------------- FFN weights, embeddings
+
+
+def test_ffn_weights_drawn_as_the_model_uses_them_and_off_units_faded():
+    g = torch.Generator().manual_seed(0)
+    w_1, w_2, x = torch.randn(4, 12, generator=g), torch.randn(12, 4, generator=g), torch.randn(4, generator=g)
+    fig = draw_ffn_weights(w_1, w_2, x)
+    w1_ax, bars_ax, w2_ax = fig.axes[0], fig.axes[2], fig.axes[4]
+    np.testing.assert_allclose(w1_ax.collections[0].get_array().reshape(4, 12), w_1.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w2_ax.collections[0].get_array().reshape(4, 12), w_2.T.numpy(), rtol=1e-6)
+    scores, passed = (np.array([p.get_height() for p in bars_ax.patches[k * 12:(k + 1) * 12]]) for k in (0, 1))
+    np.testing.assert_allclose(scores, (x @ w_1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(passed, torch.relu(x @ w_1).numpy(), rtol=1e-6)
+    faded = sorted(int(p.get_x()) for p in w2_ax.patches)
+    assert faded == torch.nonzero(x @ w_1 <= 0).flatten().tolist()
+    np.testing.assert_allclose(fig.axes[5].collections[0].get_array().ravel(),
+                               (torch.relu(x @ w_1) @ w_2).numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"w_2 must be \(d_ff, d_model\) = \(12, 4\)"):
+        draw_ffn_weights(w_1, w_2.T, x)
+
+
+def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_machine():
+    g = torch.Generator().manual_seed(0)
+    direction = torch.tensor([3.0, 4.0, 0.0]) / 5
+    x = torch.randn(50, 1, generator=g) * 10 * direction + 0.1 * torch.randn(50, 3, generator=g)
+    coords, directions, explained = pca(x)
+    assert abs(float(np.dot(directions[0], direction.numpy()))) > 0.999 and explained[0] > 0.99
+    again, _, _ = pca(-x)  # the mirrored cloud: same picture up to the sign rule
+    assert coords[np.abs(coords[:, 0]).argmax(), 0] > 0 and again[np.abs(again[:, 0]).argmax(), 0] > 0
+    np.testing.assert_allclose(np.abs(coords), np.abs(again), atol=1e-9)
+    with pytest.raises(ValueError, match="x must be"):
+        pca(torch.randn(1, 3))
 
 
 # ----------------------------------------------------------------------------- heatmaps

@@ -26,12 +26,12 @@ from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
+from tfcourse.viz.embeddings import pca
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
-from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
+from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
-from tfcourse.viz.embeddings import pca
-from tfcourse.viz.ffn import draw_ffn_weights
+from tfcourse.viz.journey import draw_journey, follow
 from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS
@@ -379,12 +379,14 @@ def test_drawing_rejects_labels_that_do_not_match_the_weights():
 
 def test_ffn_weights_drawn_as_the_model_uses_them_and_off_units_faded():
     g = torch.Generator().manual_seed(0)
-    w_1, w_2, x = torch.randn(4, 12, generator=g), torch.randn(12, 4, generator=g), torch.randn(4, generator=g)
+    w_1, w_2 = torch.randn(4, 12, generator=g), torch.randn(12, 4, generator=g)
+    x = torch.randn(4, generator=g)
     fig = draw_ffn_weights(w_1, w_2, x)
     w1_ax, bars_ax, w2_ax = fig.axes[0], fig.axes[2], fig.axes[4]
     np.testing.assert_allclose(w1_ax.collections[0].get_array().reshape(4, 12), w_1.numpy(), rtol=1e-6)
     np.testing.assert_allclose(w2_ax.collections[0].get_array().reshape(4, 12), w_2.T.numpy(), rtol=1e-6)
-    scores, passed = (np.array([p.get_height() for p in bars_ax.patches[k * 12:(k + 1) * 12]]) for k in (0, 1))
+    scores, passed = (np.array([p.get_height() for p in bars_ax.patches[k * 12:(k + 1) * 12]])
+                      for k in (0, 1))
     np.testing.assert_allclose(scores, (x @ w_1).numpy(), rtol=1e-6)
     np.testing.assert_allclose(passed, torch.relu(x @ w_1).numpy(), rtol=1e-6)
     faded = sorted(int(p.get_x()) for p in w2_ax.patches)
@@ -406,6 +408,31 @@ def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_
     np.testing.assert_allclose(np.abs(coords), np.abs(again), atol=1e-9)
     with pytest.raises(ValueError, match="x must be"):
         pca(torch.randn(1, 3))
+
+
+def test_a_token_journey_is_the_encoder_s_own_computation(dates):
+    model, vocab = dates
+    text = "Sunday, March 2, 1958"
+    x = model.positional(model.src_embed(torch.tensor([vocab.encode(text)])))
+    position = text.index("M")
+    journey = follow(model.encoder, x, position)
+    with torch.no_grad():
+        out = model.encoder(x)
+    torch.testing.assert_close(journey.streams[-1], out[0, position])
+    torch.testing.assert_close(journey.streams[0], x[0, position])
+    for k, layer in enumerate(model.encoder.layers):  # post-norm: x <- LayerNorm(x + update)
+        for j in range(2):
+            step = 2 * k + j
+            torch.testing.assert_close(
+                layer.sublayers[j].norm(journey.streams[step] + journey.updates[step]),
+                journey.streams[step + 1])
+    assert journey.reads.shape == (2, 4, len(text))
+    torch.testing.assert_close(journey.reads.sum(-1), torch.ones(2, 4))
+    assert all(0 < a < journey.d_ff for a in journey.active)
+    fig = draw_journey(journey, list(text), position)
+    assert fig.axes[0].get_xticklabels()[position].get_text() == "M"
+    with pytest.raises(ValueError, match=r"position must be in \[0, 21\)"):
+        follow(model.encoder, x, 21)
 
 
 # ----------------------------------------------------------------------------- heatmaps

@@ -84,26 +84,30 @@ def draw_ffn_weights(w_1, w_2, x, b_1=None, b_2=None, *, activation="relu", titl
     w_1: (d_model, d_ff) as in x @ w_1 (nn.Linear's weight transposed); w_2: (d_ff, d_model);
     x: (d_model,); activation: "relu" or "gelu". Returns the Figure.
     """
-    w1, w2, xv = (torch.as_tensor(as_array(t, n)).double() for t, n in ((w_1, "w_1"), (w_2, "w_2"), (x, "x")))
+    w1, w2, xv = (torch.as_tensor(as_array(t, n)).double()
+                  for t, n in ((w_1, "w_1"), (w_2, "w_2"), (x, "x")))
     d_model, d_ff = w1.shape
     if w2.shape != (d_ff, d_model) or xv.shape != (d_model,):
         raise ValueError(f"w_2 must be (d_ff, d_model) = ({d_ff}, {d_model}) and x ({d_model},), "
                          f"got {tuple(w2.shape)} and {tuple(xv.shape)}")
     if activation not in ("relu", "gelu"):
         raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
-    b1 = torch.zeros(d_ff, dtype=torch.float64) if b_1 is None else torch.as_tensor(as_array(b_1, "b_1")).double()
-    b2 = torch.zeros(d_model, dtype=torch.float64) if b_2 is None else torch.as_tensor(as_array(b_2, "b_2")).double()
+    b1, b2 = (torch.zeros(n, dtype=torch.float64) if b is None
+              else torch.as_tensor(as_array(b, name)).double()
+              for b, n, name in ((b_1, d_ff, "b_1"), (b_2, d_model, "b_2")))
     act = {"relu": "ReLU", "gelu": "GELU"}[activation]
     z = xv @ w1 + b1                                             # (d_ff,) scores
     a = torch.relu(z) if activation == "relu" else torch.nn.functional.gelu(z)
     y = a @ w2 + b2                                              # (d_model,)
     fig, axes = plt.subplots(3, 2, figsize=(0.22 * d_ff + 2.8, 0.26 * d_model * 2 + 3.6),
                              layout="constrained",
-                             gridspec_kw={"width_ratios": [d_ff, 2.5], "height_ratios": [d_model, 6, d_model]})
+                             gridspec_kw={"width_ratios": [d_ff, 2.5],
+                                          "height_ratios": [d_model, 6, d_model]})
     wmax = float(max(w1.abs().max(), w2.abs().max()))
     features = [str(i) for i in range(d_model)]
-    for row, (m, side, name, side_name) in enumerate(((w1, xv, "W₁: column j = unit j's pattern k_j", "x"),
-                                                       (w2.T, y, "W₂ᵀ: column j = unit j's output vector v_j", "FFN(x)"))):
+    rows = ((w1, xv, "W₁: column j = unit j's pattern k_j", "x"),
+            (w2.T, y, "W₂ᵀ: column j = unit j's output vector v_j", "FFN(x)"))
+    for row, (m, side, name, side_name) in enumerate(rows):
         ax, ax_side = axes[2 * row]
         heatmap(m.numpy(), ax=ax, cmap="RdBu_r", vmin=-wmax, vmax=wmax, center=0, cbar=False,
                 xticklabels=list(range(d_ff)), yticklabels=features)

@@ -2,7 +2,8 @@
 by Playwright (Debian's chromium package; no browser is downloaded). Each stored notebook of
 chapters 01, 02, 04, 05, 06 and 08 shows every figure it holds and no broken widget and no
 error, with nothing fetched from the network; notebook 08 run top to bottom shows no error, and
-changing the attention explorer's head redraws its figure. One JupyterLab and one browser
+changing the attention explorer's head redraws its figure; notebook 04 run top to bottom, and
+each control of its FFN explorer (layer, sequence, token) redraws its figure. One JupyterLab and one browser
 serve every test. Screenshots are kept in build/browser/ (the path is printed; failed.png
 shows the page when a test failed): each links and FFN figure as the stored notebook shows it."""
 
@@ -21,7 +22,8 @@ TARGET = "notebooks/08_decoding.ipynb"
 STORED = ["01_attention", "02_multi_head_attention", "04_feed_forward_and_norm", "05_encoder",
           "06_decoder", "08_decoding"]
 # A cell that draws attention as links or the FFN from the inside.
-VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_units)\(")
+VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_ffn_weights|draw_units|draw_embedding_space|"
+                    r"draw_journey|FFNExplorer)\(")
 SCREENSHOTS = ROOT / "build" / "browser"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Offline: no host but this machine's resolves.
@@ -161,3 +163,39 @@ def test_notebook_08_runs_and_its_widgets_respond(lab, page, capsys):
         print(f"\n  browser test, notebook 08 run: {time.perf_counter() - start:.0f} s, "
               f"screenshots in {SCREENSHOTS.relative_to(ROOT)}/")
 
+
+
+def run_all(page, lab, path):
+    """Open a stored notebook, run every cell, wait until all have run; no error shown."""
+    open_stored(page, lab, path, len(json.loads((ROOT / path).read_bytes())["cells"]))
+    wait_for_kernel(page, lab)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+    page.wait_for_function(RUNNING, timeout=10_000)
+    page.wait_for_function(DONE, timeout=420_000)
+    assert page.evaluate(ERRORS) == [], f"{path}: a cell shows an error"
+
+
+def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
+    """Notebook 04: Run All shows no error; the FFN explorer's layer, sequence and token each
+    redraw its figure, with no error; a screenshot after each change."""
+    path = "notebooks/04_feed_forward_and_norm.ipynb"
+    stored = (ROOT / path).read_bytes()
+    run_all(page, lab, path)
+    page.wait_for_selector(".widget-toggle-button")
+    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    image = cell.locator(".jp-OutputArea-output img")
+    changes = [("layer", lambda: cell.locator(".widget-dropdown select").nth(0).select_option("0")),
+               ("sequence", lambda: cell.locator(".widget-dropdown select").nth(1).select_option("1")),
+               ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())]
+    for name, change in changes:
+        before = image.get_attribute("src")
+        change()
+        page.wait_for_function("([cell, before]) => cell.querySelector('.jp-OutputArea-output img')"
+                               "?.src !== before", arg=[cell.element_handle(), before], timeout=30_000)
+        assert page.evaluate(ERRORS) == [], f"changing the {name} shows an error"
+        assert "Error" not in cell.locator(".widget-html").inner_text(), f"the {name}: an error line"
+        image.scroll_into_view_if_needed()
+        page.screenshot(path=SCREENSHOTS / f"04_ffn_explorer_{name}.png")
+    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"

@@ -23,12 +23,13 @@ from torch.nn import functional as F
 import tfcourse
 from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import greedy_decode
-from tfcourse.encoder import EncoderLayer
+from tfcourse.encoder import Encoder, EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
 from tfcourse.viz.embeddings import pca
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
+from tfcourse.viz.ffn_explorer import FFNExplorer
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.journey import draw_journey, follow
@@ -433,6 +434,28 @@ def test_a_token_journey_is_the_encoder_s_own_computation(dates):
     assert fig.axes[0].get_xticklabels()[position].get_text() == "M"
     with pytest.raises(ValueError, match=r"position must be in \[0, 21\)"):
         follow(model.encoder, x, 21)
+
+
+def test_the_ffn_explorer_draws_the_chosen_token_s_ffn_and_names_a_bad_choice():
+    torch.manual_seed(0)
+    encoder = Encoder(8, 2, 12, 2, dropout=0.0, norm_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 8), encoder).eval()
+    tokens = torch.randint(10, (2, 5), generator=torch.Generator().manual_seed(0))
+    explorer = FFNExplorer(model, tokens, [str(i) for i in range(10)], layer=1)
+    explorer.select(example=1, position=4)
+    assert (explorer.layer, explorer.example, explorer.position) == (1, 1, 4)
+    layer = encoder.layers[1]
+    with torch.no_grad():  # layer 1's FFN input, computed by hand: pre-norm, after attention
+        h = encoder.layers[0](model[0](tokens))
+        h = layer.sublayers[0](h, lambda z: layer.self_attn(z, z, z)[0])
+        expected = layer.feed_forward.linear1(layer.sublayers[1].norm(h))[1, 4]
+    fig = explorer.figure()
+    scores = np.array([p.get_height() for p in fig.axes[2].patches[:12]])
+    np.testing.assert_allclose(scores, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert f"token '{tokens[1, 4].item()}' at position 4" in fig.texts[0].get_text()
+    with pytest.raises(ValueError, match=r"position must be in \[0, 5\), got 5"):
+        explorer.select(position=5)
+    assert explorer.position == 4  # a bad choice changes nothing
 
 
 # ----------------------------------------------------------------------------- heatmaps

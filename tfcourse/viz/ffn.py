@@ -99,10 +99,10 @@ def draw_ffn_weights(w_1, w_2, x, b_1=None, b_2=None, *, activation="relu", titl
     z = xv @ w1 + b1                                             # (d_ff,) scores
     a = torch.relu(z) if activation == "relu" else torch.nn.functional.gelu(z)
     y = a @ w2 + b2                                              # (d_model,)
-    fig, axes = plt.subplots(3, 2, figsize=(0.22 * d_ff + 2.8, 0.26 * d_model * 2 + 3.6),
-                             layout="constrained",
+    size = min(0.22 * d_ff + 2.8, 14.0), min(0.52 * d_model + 3.6, 10.0)
+    fig, axes = plt.subplots(3, 2, figsize=size, layout="constrained",
                              gridspec_kw={"width_ratios": [d_ff, 2.5],
-                                          "height_ratios": [d_model, 6, d_model]})
+                                          "height_ratios": [d_model, max(6, d_model / 3), d_model]})
     wmax = float(max(w1.abs().max(), w2.abs().max()))
     features = [str(i) for i in range(d_model)]
     rows = ((w1, xv, "W₁: column j = unit j's pattern k_j", "x"),

@@ -2,10 +2,12 @@
 by Playwright (Debian's chromium package; no browser is downloaded). Each stored notebook of
 chapters 01, 02, 04, 05, 06 and 08 shows every figure it holds and no broken widget and no
 error, with nothing fetched from the network; notebook 08 run top to bottom shows no error, and
-changing the attention explorer's head redraws its figure; notebook 04 run top to bottom, and
-each control of its FFN explorer (layer, sequence, token) redraws its figure. One JupyterLab and one browser
-serve every test. Screenshots are kept in build/browser/ (the path is printed; failed.png
-shows the page when a test failed): each links and FFN figure as the stored notebook shows it."""
+changing the attention explorer's head redraws its figure; notebooks 04 and 06 run top to
+bottom, and each control of their explorers (04: the FFN's layer, sequence, token; 06: the
+trained model's example, typed date, attention, head, token) redraws its figure. One
+JupyterLab and one browser serve every test. Screenshots are kept in build/browser/ (the
+path is printed; failed.png shows the page when a test failed): each links and FFN figure as
+the stored notebook shows it, and each explorer after each change."""
 
 import json
 import re
@@ -177,18 +179,10 @@ def run_all(page, lab, path):
     assert page.evaluate(ERRORS) == [], f"{path}: a cell shows an error"
 
 
-def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
-    """Notebook 04: Run All shows no error; the FFN explorer's layer, sequence and token each
-    redraw its figure, with no error; a screenshot after each change."""
-    path = "notebooks/04_feed_forward_and_norm.ipynb"
-    stored = (ROOT / path).read_bytes()
-    run_all(page, lab, path)
-    page.wait_for_selector(".widget-toggle-button")
-    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+def drive(page, cell, changes, prefix):
+    """Make each change in turn: the cell's figure is redrawn, no error shows; a screenshot
+    after each."""
     image = cell.locator(".jp-OutputArea-output img")
-    changes = [("layer", lambda: cell.locator(".widget-dropdown select").nth(0).select_option("0")),
-               ("sequence", lambda: cell.locator(".widget-dropdown select").nth(1).select_option("1")),
-               ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())]
     for name, change in changes:
         before = image.get_attribute("src")
         change()
@@ -197,5 +191,43 @@ def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, pag
         assert page.evaluate(ERRORS) == [], f"changing the {name} shows an error"
         assert "Error" not in cell.locator(".widget-html").inner_text(), f"the {name}: an error line"
         image.scroll_into_view_if_needed()
-        page.screenshot(path=SCREENSHOTS / f"04_ffn_explorer_{name}.png")
+        page.screenshot(path=SCREENSHOTS / f"{prefix}_{name}.png")
+
+
+def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
+    """Notebook 04: Run All shows no error; the FFN explorer's layer, sequence and token each
+    redraw its figure, with no error; a screenshot after each change."""
+    path = "notebooks/04_feed_forward_and_norm.ipynb"
+    stored = (ROOT / path).read_bytes()
+    run_all(page, lab, path)
+    page.wait_for_selector(".widget-toggle-button")
+    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    select = cell.locator(".widget-dropdown select")
+    drive(page, cell, [("layer", lambda: select.nth(0).select_option("0")),
+                       ("sequence", lambda: select.nth(1).select_option("1")),
+                       ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())],
+          "04_ffn_explorer")
+    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
+
+
+def test_notebook_06_runs_and_every_control_of_its_attention_explorer_redraws(lab, page):
+    """Notebook 06: Run All shows no error; the trained model's attention explorer redraws
+    for another example, a typed date, each attention (layer), a head and a token."""
+    path = "notebooks/06_decoder.ipynb"
+    stored = (ROOT / path).read_bytes()
+    run_all(page, lab, path)
+    page.wait_for_selector(".widget-toggle-button")
+    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    select = cell.locator(".widget-dropdown select")
+
+    def typed():
+        cell.locator(".widget-text input").fill("Jan 3, 1999")
+        cell.locator(".widget-text input").press("Enter")
+
+    drive(page, cell, [("example", lambda: select.nth(0).select_option(index=1)),
+                       ("typed date", typed),
+                       ("attention", lambda: select.nth(1).select_option(index=3)),
+                       ("head", lambda: cell.locator(".widget-toggle-button").nth(0).click()),
+                       ("token", lambda: select.nth(2).select_option(index=3))],
+          "06_attention_explorer")
     assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"

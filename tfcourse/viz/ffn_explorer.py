@@ -96,7 +96,7 @@ class FFNExplorer:
             "example": w.Dropdown(description="sequence", style=style,
                                   options=[(str(i), i) for i in range(self.tokens.size(0))],
                                   value=self.example),
-            "position": w.ToggleButtons(description="token", style={"button_width": "3.2em", **style}),
+            "position": w.ToggleButtons(description="token", style={"button_width": "4.5em", **style}),
             "status": w.HTML(),
         }
         self._sync_positions()

@@ -179,11 +179,16 @@ def run_all(page, lab, path):
     assert page.evaluate(ERRORS) == [], f"{path}: a cell shows an error"
 
 
-def drive(page, cell, changes, prefix):
-    """Make each change in turn: the cell's figure is redrawn, no error shows; a screenshot
-    after each."""
+def drive_explorer(page, lab, path, changes, prefix):
+    """Run the notebook at `path`, then make each change of changes(cell) in turn in its
+    explorer's cell: the figure is redrawn and no error shows; a screenshot after each. The
+    notebook's file is not written."""
+    stored = (ROOT / path).read_bytes()
+    run_all(page, lab, path)
+    page.wait_for_selector(".widget-toggle-button")
+    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
     image = cell.locator(".jp-OutputArea-output img")
-    for name, change in changes:
+    for name, change in changes(cell):
         before = image.get_attribute("src")
         change()
         page.wait_for_function("([cell, before]) => cell.querySelector('.jp-OutputArea-output img')"
@@ -191,43 +196,31 @@ def drive(page, cell, changes, prefix):
         assert page.evaluate(ERRORS) == [], f"changing the {name} shows an error"
         assert "Error" not in cell.locator(".widget-html").inner_text(), f"the {name}: an error line"
         image.scroll_into_view_if_needed()
-        page.screenshot(path=SCREENSHOTS / f"{prefix}_{name}.png")
+        page.screenshot(path=SCREENSHOTS / f"{prefix}_{name.replace(' ', '_')}.png")
+    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
 
 
 def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
     """Notebook 04: Run All shows no error; the FFN explorer's layer, sequence and token each
-    redraw its figure, with no error; a screenshot after each change."""
-    path = "notebooks/04_feed_forward_and_norm.ipynb"
-    stored = (ROOT / path).read_bytes()
-    run_all(page, lab, path)
-    page.wait_for_selector(".widget-toggle-button")
-    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
-    select = cell.locator(".widget-dropdown select")
-    drive(page, cell, [("layer", lambda: select.nth(0).select_option("0")),
-                       ("sequence", lambda: select.nth(1).select_option("1")),
-                       ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())],
-          "04_ffn_explorer")
-    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
+    redraw its figure."""
+    def changes(cell):
+        select = cell.locator(".widget-dropdown select")
+        return [("layer", lambda: select.nth(0).select_option("0")),
+                ("sequence", lambda: select.nth(1).select_option("1")),
+                ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())]
+
+    drive_explorer(page, lab, "notebooks/04_feed_forward_and_norm.ipynb", changes, "04_ffn_explorer")
 
 
 def test_notebook_06_runs_and_every_control_of_its_attention_explorer_redraws(lab, page):
     """Notebook 06: Run All shows no error; the trained model's attention explorer redraws
     for another example, a typed date, each attention (layer), a head and a token."""
-    path = "notebooks/06_decoder.ipynb"
-    stored = (ROOT / path).read_bytes()
-    run_all(page, lab, path)
-    page.wait_for_selector(".widget-toggle-button")
-    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
-    select = cell.locator(".widget-dropdown select")
+    def changes(cell):
+        select, text = cell.locator(".widget-dropdown select"), cell.locator(".widget-text input")
+        return [("example", lambda: select.nth(0).select_option(index=1)),
+                ("typed date", lambda: (text.fill("Jan 3, 1999"), text.press("Enter"))),
+                ("attention", lambda: select.nth(1).select_option(index=3)),
+                ("head", lambda: cell.locator(".widget-toggle-button").nth(0).click()),
+                ("token", lambda: select.nth(2).select_option(index=3))]
 
-    def typed():
-        cell.locator(".widget-text input").fill("Jan 3, 1999")
-        cell.locator(".widget-text input").press("Enter")
-
-    drive(page, cell, [("example", lambda: select.nth(0).select_option(index=1)),
-                       ("typed date", typed),
-                       ("attention", lambda: select.nth(1).select_option(index=3)),
-                       ("head", lambda: cell.locator(".widget-toggle-button").nth(0).click()),
-                       ("token", lambda: select.nth(2).select_option(index=3))],
-          "06_attention_explorer")
-    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
+    drive_explorer(page, lab, "notebooks/06_decoder.ipynb", changes, "06_attention_explorer")

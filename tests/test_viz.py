@@ -26,7 +26,7 @@ from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import Encoder, EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.viz.embeddings import pca
+from tfcourse.viz.embeddings import draw_embedding_space, draw_positions_added, pca
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.ffn_explorer import FFNExplorer
@@ -409,6 +409,20 @@ def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_
     np.testing.assert_allclose(np.abs(coords), np.abs(again), atol=1e-9)
     with pytest.raises(ValueError, match="x must be"):
         pca(torch.randn(1, 3))
+
+
+def test_embedding_space_draws_each_group_at_its_principal_coordinates():
+    g = torch.Generator().manual_seed(0)
+    vectors = torch.randn(6, 5, generator=g)
+    ax = draw_embedding_space(vectors, list("abcdef"), {"first": ["a", "b"], "rest": ["c", "d", "e"]})
+    coords, _, _ = pca(vectors)
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), coords[[0, 1]], rtol=1e-6)
+    np.testing.assert_allclose(ax.collections[1].get_offsets(), coords[[2, 3, 4]], rtol=1e-6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "rest"]
+    # positions added: every token's path is the same shape, shifted (the same PE added)
+    ax = draw_positions_added(vectors[:2], torch.randn(7, 5, generator=g), ["a", "b"])
+    a, b = (line.get_xydata() for line in ax.lines)
+    np.testing.assert_allclose(a - a[0], b - b[0], atol=1e-5)
 
 
 def test_a_token_journey_is_the_encoder_s_own_computation(dates):

@@ -55,12 +55,7 @@ def draw_embedding_space(vectors: torch.Tensor | np.ndarray, labels: Sequence[st
         for r in rows:
             ax.annotate(show_token(labels[r]), coords[r], xytext=(3, 2), textcoords="offset points",
                         fontsize=8, color=color)
-    ax.set_xlabel(f"principal direction 1 ({explained[0]:.0%} of the spread)")
-    ax.set_ylabel(f"principal direction 2 ({explained[1]:.0%})")
-    ax.legend(fontsize=8, loc="best")
-    if title:
-        ax.set_title(title, fontsize=10)
-    return ax
+    return _finish(ax, explained, title)
 
 
 def draw_positions_added(embedded: torch.Tensor | np.ndarray, encoding: torch.Tensor | np.ndarray,
@@ -85,6 +80,11 @@ def draw_positions_added(embedded: torch.Tensor | np.ndarray, encoding: torch.Te
                 label=f"'{show_token(token)}' at positions 0-{n_pos - 1}")
         ax.annotate(f"{show_token(token)}@0", coords[t, 0], xytext=(4, 4), textcoords="offset points",
                     fontsize=9, fontweight="bold", color=color)
+    return _finish(ax, explained, title)
+
+
+def _finish(ax, explained, title):
+    """Axis labels with each direction's share of the spread, the legend, the title."""
     ax.set_xlabel(f"principal direction 1 ({explained[0]:.0%} of the spread)")
     ax.set_ylabel(f"principal direction 2 ({explained[1]:.0%})")
     ax.legend(fontsize=8, loc="best")

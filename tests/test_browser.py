@@ -6,8 +6,10 @@ command. Each stored notebook of chapters 01, 02, 04, 05, 06 and 08 shows every 
 and no broken widget and no error, with nothing fetched from the network; a copy of notebook 08
 run top to bottom shows no error, every control of its attention explorer redraws the figure
 (at one height for every layer), and saved, closed and reopened after its kernel is gone, it
-shows its progress bar's last line and the explorer's figure, and no widget error. One
-JupyterLab and one browser serve every test. Screenshots are kept in build/browser/ (the path is
+shows its progress bar's last line and the explorer's figure, and no widget error; notebooks 04
+and 06 run top to bottom, and each control of their explorers (04: the FFN's layer, sequence,
+token; 06: the trained model's example, typed date, attention, head, token) redraws its figure.
+One JupyterLab and one browser serve every test. Screenshots are kept in build/browser/ (the path is
 printed; failed.png shows the page when a test failed): each links and FFN figure as the stored
 notebook shows it."""
 
@@ -28,7 +30,8 @@ COPY = "notebooks/browser_test_08_decoding.ipynb"
 STORED = ["01_attention", "02_multi_head_attention", "04_feed_forward_and_norm", "05_encoder",
           "06_decoder", "08_decoding"]
 # A cell that draws attention as links or the FFN from the inside.
-VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_units)\(")
+VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_ffn_weights|draw_units|draw_embedding_space|"
+                    r"draw_journey|FFNExplorer)\(")
 SCREENSHOTS = ROOT / "build" / "browser"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Offline: no host but this machine's resolves.
@@ -286,3 +289,62 @@ def test_notebook_08_runs_its_explorer_responds_and_saved_it_reopens_clean(lab, 
     with capsys.disabled():
         print(f"\n  browser test, notebook 08 run: {run:.0f} s, all: {time.perf_counter() - start:.0f} s, "
               f"screenshots in {SCREENSHOTS.relative_to(ROOT)}/")
+
+
+def run_all(page, lab, path):
+    """Open a stored notebook, run every cell, wait until all have run; no error shown."""
+    open_stored(page, lab, path, len(json.loads((ROOT / path).read_bytes())["cells"]))
+    wait_for_kernel(page, lab)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]")
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+    page.wait_for_function(RUNNING, timeout=10_000)
+    page.wait_for_function(DONE, timeout=420_000)
+    assert page.evaluate(ERRORS) == [], f"{path}: a cell shows an error"
+
+
+def drive_explorer(page, lab, path, changes, prefix):
+    """Run the notebook at `path`, then make each change of changes(cell) in turn in its
+    explorer's cell: the figure is redrawn and no error shows; a screenshot after each. The
+    notebook's file is not written."""
+    stored = (ROOT / path).read_bytes()
+    run_all(page, lab, path)
+    page.wait_for_selector(".widget-toggle-button")
+    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    image = cell.locator(".jp-OutputArea-output img")
+    for name, change in changes(cell):
+        before = image.get_attribute("src")
+        change()
+        page.wait_for_function("([cell, before]) => cell.querySelector('.jp-OutputArea-output img')"
+                               "?.src !== before", arg=[cell.element_handle(), before], timeout=30_000)
+        assert page.evaluate(ERRORS) == [], f"changing the {name} shows an error"
+        assert "Error" not in cell.locator(".widget-html").inner_text(), f"the {name}: an error line"
+        image.scroll_into_view_if_needed()
+        page.screenshot(path=SCREENSHOTS / f"{prefix}_{name.replace(' ', '_')}.png")
+    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
+
+
+def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
+    """Notebook 04: Run All shows no error; the FFN explorer's layer, sequence and token each
+    redraw its figure."""
+    def changes(cell):
+        select = cell.locator(".widget-dropdown select")
+        return [("layer", lambda: select.nth(0).select_option("0")),
+                ("sequence", lambda: select.nth(1).select_option("1")),
+                ("token", lambda: cell.locator(".widget-toggle-button").nth(3).click())]
+
+    drive_explorer(page, lab, "notebooks/04_feed_forward_and_norm.ipynb", changes, "04_ffn_explorer")
+
+
+def test_notebook_06_runs_and_every_control_of_its_attention_explorer_redraws(lab, page):
+    """Notebook 06: Run All shows no error; the trained model's attention explorer redraws
+    for another example, a typed date, each attention (layer), a head and a token."""
+    def changes(cell):
+        select, text = cell.locator(".widget-dropdown select"), cell.locator(".widget-text input")
+        return [("example", lambda: select.nth(0).select_option(index=1)),
+                ("typed date", lambda: (text.fill("Jan 3, 1999"), text.press("Enter"))),
+                ("attention", lambda: select.nth(1).select_option(index=3)),
+                ("head", lambda: cell.locator(".widget-toggle-button").nth(0).click()),
+                ("token", lambda: select.nth(2).select_option(index=3))]
+
+    drive_explorer(page, lab, "notebooks/06_decoder.ipynb", changes, "06_attention_explorer")

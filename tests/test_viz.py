@@ -23,13 +23,16 @@ from torch.nn import functional as F
 import tfcourse
 from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import greedy_decode
-from tfcourse.encoder import EncoderLayer
+from tfcourse.encoder import Encoder, EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
+from tfcourse.viz.embeddings import draw_embedding_space, draw_positions_added, pca
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
-from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
+from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
+from tfcourse.viz.ffn_explorer import FFNExplorer
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
+from tfcourse.viz.journey import draw_journey, follow
 from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS
@@ -235,7 +238,7 @@ def links_of(ax):
             where[tuple(np.round(a.xy, 6))] = a.get_gid()
     found = {}
     for c in ax.collections:
-        if not isinstance(c, LineCollection):
+        if not isinstance(c, LineCollection) or c.get_gid() == "masked":
             continue
         widths, colors = c.get_linewidths(), c.get_colors()
         for k, seg in enumerate(c.get_segments()):
@@ -267,6 +270,39 @@ def test_no_line_to_a_masked_or_negligible_position():
     assert pairs == {(i, j) for i in range(4) for j in range(i + 1)}
     links = links_of(draw_links(torch.tensor([[0.995, 0.005]]), ["q"], ["a", "b"], threshold=0.01))
     assert [k for _, k, _ in links] == ["key 0"]
+
+
+def test_a_masked_pair_is_drawn_dotted_unlike_a_small_weight_and_the_key_names_both():
+    w = torch.tensor([[1.0, 0.0, 0.0], [0.99, 0.01, 0.0], [0.5, 0.3, 0.2]])
+    ax = draw_links(w, list("abc"), mask=causal_mask(3))
+    where = {tuple(np.round(a.xy, 6)): a.get_gid() for a in ax.texts if isinstance(a, Annotation)}
+    (dotted,) = [c for c in ax.collections if c.get_gid() == "masked"]
+    pairs = {tuple(where[tuple(np.round(p, 6))] for p in seg) for seg in dotted.get_segments()}
+    assert pairs == {("query 0", "key 1"), ("query 0", "key 2"), ("query 1", "key 2")}
+    assert dotted.get_linestyle()[0][1] is not None  # dashes: not a solid weight line
+    assert ("query 1", "key 1", "head 0") not in links_of(ax)  # 0.01 < threshold: no line at all
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"weight 0.1", "weight 0.5", "weight 1", "masked pair", "no line: < 0.02"} <= set(labels)
+
+
+def test_heads_overlaid_only_while_the_sequence_is_short_with_one_key_of_head_colours():
+    short = draw_heads(torch.softmax(torch.randn(2, 5, 5), -1), list("abcde"))
+    assert [a.get_title() for a in short.axes] == ["head 0", "head 1", "all heads"]
+    long = draw_heads(torch.softmax(torch.randn(2, 20, 20), -1), list("abcdefghijklmnopqrst"))
+    assert [a.get_title() for a in long.axes] == ["head 0", "head 1"]
+    (key,) = long.legends
+    assert [t.get_text() for t in key.get_texts()][:2] == ["head 0", "head 1"]
+    assert "masked pair" not in [t.get_text() for t in key.get_texts()]  # no mask, no dots
+
+
+def test_overlaid_heads_draw_heavy_lines_on_top_whatever_their_head():
+    w = torch.tensor([[[0.9, 0.1]], [[0.2, 0.8]]])  # head 0 heavy on key 0, head 1 on key 1
+    ax = draw_links(w, ["q"], ["a", "b"], threshold=0)
+    order = sorted((c.get_zorder(), c.get_gid(), len(c.get_segments())) for c in ax.collections
+                   if c.get_gid() != "masked" and len(c.get_segments()))
+    heavy = [z for z, _, _ in order[-2:]]
+    light = [z for z, _, _ in order[:2]]
+    assert min(heavy) > max(light)
 
 
 def test_a_small_weight_draws_a_faint_visible_line_and_a_zero_or_masked_one_none():
@@ -337,6 +373,103 @@ def test_drawing_rejects_labels_that_do_not_match_the_weights():
         draw_links(torch.rand(3, 3), list("abc"), token=3)
     with pytest.raises(ValueError, match="weights must have shape"):
         draw_links(torch.rand(2, 2, 3, 3), list("abc"))
+
+
+# ----------------------------------------------------------------------------- FFN weights, embeddings
+
+
+def test_ffn_weights_drawn_as_the_model_uses_them_and_off_units_faded():
+    g = torch.Generator().manual_seed(0)
+    w_1, w_2 = torch.randn(4, 12, generator=g), torch.randn(12, 4, generator=g)
+    x = torch.randn(4, generator=g)
+    fig = draw_ffn_weights(w_1, w_2, x)
+    w1_ax, bars_ax, w2_ax = fig.axes[0], fig.axes[2], fig.axes[4]
+    np.testing.assert_allclose(w1_ax.collections[0].get_array().reshape(4, 12), w_1.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w2_ax.collections[0].get_array().reshape(4, 12), w_2.T.numpy(), rtol=1e-6)
+    scores, passed = (np.array([p.get_height() for p in bars_ax.patches[k * 12:(k + 1) * 12]])
+                      for k in (0, 1))
+    np.testing.assert_allclose(scores, (x @ w_1).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(passed, torch.relu(x @ w_1).numpy(), rtol=1e-6)
+    faded = sorted(int(p.get_x()) for p in w2_ax.patches)
+    assert faded == torch.nonzero(x @ w_1 <= 0).flatten().tolist()
+    np.testing.assert_allclose(fig.axes[5].collections[0].get_array().ravel(),
+                               (torch.relu(x @ w_1) @ w_2).numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match=r"w_2 must be \(d_ff, d_model\) = \(12, 4\)"):
+        draw_ffn_weights(w_1, w_2.T, x)
+
+
+def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_machine():
+    g = torch.Generator().manual_seed(0)
+    direction = torch.tensor([3.0, 4.0, 0.0]) / 5
+    x = torch.randn(50, 1, generator=g) * 10 * direction + 0.1 * torch.randn(50, 3, generator=g)
+    coords, directions, explained = pca(x)
+    assert abs(float(np.dot(directions[0], direction.numpy()))) > 0.999 and explained[0] > 0.99
+    again, _, _ = pca(-x)  # the mirrored cloud: same picture up to the sign rule
+    assert coords[np.abs(coords[:, 0]).argmax(), 0] > 0 and again[np.abs(again[:, 0]).argmax(), 0] > 0
+    np.testing.assert_allclose(np.abs(coords), np.abs(again), atol=1e-9)
+    with pytest.raises(ValueError, match="x must be"):
+        pca(torch.randn(1, 3))
+
+
+def test_embedding_space_draws_each_group_at_its_principal_coordinates():
+    g = torch.Generator().manual_seed(0)
+    vectors = torch.randn(6, 5, generator=g)
+    ax = draw_embedding_space(vectors, list("abcdef"), {"first": ["a", "b"], "rest": ["c", "d", "e"]})
+    coords, _, _ = pca(vectors)
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), coords[[0, 1]], rtol=1e-6)
+    np.testing.assert_allclose(ax.collections[1].get_offsets(), coords[[2, 3, 4]], rtol=1e-6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["first", "rest"]
+    # positions added: every token's path is the same shape, shifted (the same PE added)
+    ax = draw_positions_added(vectors[:2], torch.randn(7, 5, generator=g), ["a", "b"])
+    a, b = (line.get_xydata() for line in ax.lines)
+    np.testing.assert_allclose(a - a[0], b - b[0], atol=1e-5)
+
+
+def test_a_token_journey_is_the_encoder_s_own_computation(dates):
+    model, vocab = dates
+    text = "Sunday, March 2, 1958"
+    x = model.positional(model.src_embed(torch.tensor([vocab.encode(text)])))
+    position = text.index("M")
+    journey = follow(model.encoder, x, position)
+    with torch.no_grad():
+        out = model.encoder(x)
+    torch.testing.assert_close(journey.streams[-1], out[0, position])
+    torch.testing.assert_close(journey.streams[0], x[0, position])
+    for k, layer in enumerate(model.encoder.layers):  # post-norm: x <- LayerNorm(x + update)
+        for j in range(2):
+            step = 2 * k + j
+            torch.testing.assert_close(
+                layer.sublayers[j].norm(journey.streams[step] + journey.updates[step]),
+                journey.streams[step + 1])
+    assert journey.reads.shape == (2, 4, len(text))
+    torch.testing.assert_close(journey.reads.sum(-1), torch.ones(2, 4))
+    assert all(0 < a < journey.d_ff for a in journey.active)
+    fig = draw_journey(journey, list(text), position)
+    assert fig.axes[0].get_xticklabels()[position].get_text() == "M"
+    with pytest.raises(ValueError, match=r"position must be in \[0, 21\)"):
+        follow(model.encoder, x, 21)
+
+
+def test_the_ffn_explorer_draws_the_chosen_token_s_ffn_and_names_a_bad_choice():
+    torch.manual_seed(0)
+    encoder = Encoder(8, 2, 12, 2, dropout=0.0, norm_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 8), encoder).eval()
+    tokens = torch.randint(10, (2, 5), generator=torch.Generator().manual_seed(0))
+    explorer = FFNExplorer(model, tokens, [str(i) for i in range(10)], layer=1)
+    explorer.select(example=1, position=4)
+    assert (explorer.layer, explorer.example, explorer.position) == (1, 1, 4)
+    layer = encoder.layers[1]
+    with torch.no_grad():  # layer 1's FFN input, computed by hand: pre-norm, after attention
+        h = encoder.layers[0](model[0](tokens))
+        h = layer.sublayers[0](h, lambda z: layer.self_attn(z, z, z)[0])
+        expected = layer.feed_forward.linear1(layer.sublayers[1].norm(h))[1, 4]
+    fig = explorer.figure()
+    scores = np.array([p.get_height() for p in fig.axes[2].patches[:12]])
+    np.testing.assert_allclose(scores, expected.numpy(), rtol=1e-5, atol=1e-6)
+    assert f"token '{tokens[1, 4].item()}' at position 4" in fig.texts[0].get_text()
+    with pytest.raises(ValueError, match=r"position must be in \[0, 5\), got 5"):
+        explorer.select(position=5)
+    assert explorer.position == 4  # a bad choice changes nothing
 
 
 # ----------------------------------------------------------------------------- heatmaps

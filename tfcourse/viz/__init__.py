@@ -4,7 +4,9 @@
   network's hidden activations (reference classes or a learner's, alike);
 - draw_links / draw_heads: attention as lines between tokens, one colour per head;
 - draw_heatmap / draw_heatmaps: weights as heatmaps, compared panels on one colour scale;
-- draw_ffn / unit_means / draw_units: the feed-forward network from the inside;
+- draw_ffn / draw_ffn_weights / unit_means / draw_units: the feed-forward network from the
+  inside, its weights W_1 and W_2 included;
+- draw_embedding_space / draw_positions_added: learned embeddings in two dimensions (PCA);
 - draw_transformer / you_are_here: the paper's figure 1, labelled by chapter;
 - AttentionExplorer / seq2seq_attention / draw_attention: a whole model's attention, one
   layer and head at a time, with ipywidgets controls when a kernel runs.
@@ -12,15 +14,17 @@
 Functions that draw make pyplot figures: end the cell with plt.show().
 """
 
+from tfcourse.viz.embeddings import draw_embedding_space, draw_positions_added, pca
 from tfcourse.viz.explorer import AttentionExplorer, AttentionMap, draw_attention, seq2seq_attention
-from tfcourse.viz.ffn import draw_ffn, draw_units, selective_units, unit_means
+from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.figure1 import draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmap, draw_heatmaps
 from tfcourse.viz.links import draw_heads, draw_links
 from tfcourse.viz.record import record
 
 __all__ = [
-    "AttentionExplorer", "AttentionMap", "draw_attention", "draw_ffn", "draw_heads", "draw_heatmap",
-    "draw_heatmaps", "draw_links", "draw_transformer", "draw_units", "record", "selective_units",
+    "AttentionExplorer", "AttentionMap", "draw_attention", "draw_embedding_space", "draw_ffn",
+    "draw_ffn_weights", "draw_heads", "draw_heatmap", "draw_heatmaps", "draw_links",
+    "draw_positions_added", "pca", "draw_transformer", "draw_units", "record", "selective_units",
     "seq2seq_attention", "unit_means", "you_are_here",
 ]

@@ -44,7 +44,7 @@ def draw_ffn(call, tokens, *, example=0, title=None):
         heatmap(m, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, center=0 if cmap == "RdBu_r" else None,
                     cbar=False, xticklabels=False, yticklabels=labels)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("unit", fontsize=8)
+        ax.set_xlabel("hidden unit" if m is h else "feature", fontsize=8)
         ax.tick_params(length=0, labelsize=8)
     axes[0].set_yticklabels(labels, rotation=0)
     inactive = (h <= 0).mean(axis=1)
@@ -69,6 +69,78 @@ def draw_ffn(call, tokens, *, example=0, title=None):
                  f"{inactive_mean:.0%} of hidden activations ≤ 0, "
                  f"‖FFN(x)‖ / ‖residual‖ = {float((norms[0] / norms[1]).mean()):.2f} on average",
                  fontsize=10)
+    return fig
+
+
+def draw_ffn_weights(w_1, w_2, x, b_1=None, b_2=None, *, activation="relu", title=None):
+    """The FFN's weights and what one position does with them, on one shared axis of hidden
+    units (column j is unit j everywhere):
+
+    - W_1 (d_model x d_ff) with x beside it: column j is unit j's pattern k_j;
+    - the scores z = x W_1 + b_1 (grey bars) and act(z) (coloured): what the activation keeps;
+    - W_2 transposed (d_model x d_ff): column j is unit j's output vector v_j, faded where
+      act(z_j) = 0 (the unit adds nothing), with FFN(x) = sum_j act(z_j) v_j + b_2 beside it.
+
+    w_1: (d_model, d_ff) as in x @ w_1 (nn.Linear's weight transposed); w_2: (d_ff, d_model);
+    x: (d_model,); activation: "relu" or "gelu". Returns the Figure.
+    """
+    w1, w2, xv = (torch.as_tensor(as_array(t, n)).double()
+                  for t, n in ((w_1, "w_1"), (w_2, "w_2"), (x, "x")))
+    d_model, d_ff = w1.shape
+    if w2.shape != (d_ff, d_model) or xv.shape != (d_model,):
+        raise ValueError(f"w_2 must be (d_ff, d_model) = ({d_ff}, {d_model}) and x ({d_model},), "
+                         f"got {tuple(w2.shape)} and {tuple(xv.shape)}")
+    if activation not in ("relu", "gelu"):
+        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+    b1, b2 = (torch.zeros(n, dtype=torch.float64) if b is None
+              else torch.as_tensor(as_array(b, name)).double()
+              for b, n, name in ((b_1, d_ff, "b_1"), (b_2, d_model, "b_2")))
+    act = {"relu": "ReLU", "gelu": "GELU"}[activation]
+    z = xv @ w1 + b1                                             # (d_ff,) scores
+    a = torch.relu(z) if activation == "relu" else torch.nn.functional.gelu(z)
+    y = a @ w2 + b2                                              # (d_model,)
+    size = min(0.22 * d_ff + 2.8, 14.0), min(0.52 * d_model + 3.6, 10.0)
+    fig, axes = plt.subplots(3, 2, figsize=size, layout="constrained",
+                             gridspec_kw={"width_ratios": [d_ff, 2.5],
+                                          "height_ratios": [d_model, max(6, d_model / 3), d_model]})
+    wmax = float(max(w1.abs().max(), w2.abs().max()))
+    features = [str(i) for i in range(d_model)]
+    rows = ((w1, xv, "W₁: column j = unit j's pattern k_j", "x"),
+            (w2.T, y, "W₂ᵀ: column j = unit j's output vector v_j", "FFN(x)"))
+    for row, (m, side, name, side_name) in enumerate(rows):
+        ax, ax_side = axes[2 * row]
+        heatmap(m.numpy(), ax=ax, cmap="RdBu_r", vmin=-wmax, vmax=wmax, center=0, cbar=False,
+                xticklabels=list(range(d_ff)), yticklabels=features)
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("feature", fontsize=8)
+        smax = float(side.abs().max())
+        heatmap(side[:, None].numpy(), ax=ax_side, cmap="RdBu_r", vmin=-smax, vmax=smax, center=0,
+                cbar=False, xticklabels=[side_name], yticklabels=False, annot=d_model <= 16,
+                fmt=".1f", annot_kws={"fontsize": 7})
+        ax_side.set_title(side_name, fontsize=9)
+        for a_ in (ax, ax_side):
+            a_.tick_params(length=0, labelsize=7)
+    off = (a == 0).numpy() if activation == "relu" else (a.abs() < 1e-3 * a.abs().max()).numpy()
+    for j in np.flatnonzero(off):
+        axes[2, 0].add_patch(plt.Rectangle((j, 0), 1, d_model, color="white", alpha=0.8, lw=0))
+    ax = axes[1, 0]
+    units = np.arange(d_ff) + 0.5
+    ax.bar(units, z.numpy(), width=0.8, color="0.8", label="score z = x W₁ + b₁")
+    ax.bar(units, a.numpy(), width=0.45, color="C4", label=f"{act}(z): what unit j passes on")
+    ax.axhline(0, color="0.3", lw=0.8)
+    ax.set_xlim(0, d_ff)
+    ax.set_xticks([])
+    ax.set_ylabel("value", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    ax.set_title(f"the activation: {int((~off).sum())} of {d_ff} units pass something on; "
+                 "the faded columns of W₂ᵀ add nothing" if off.any() else
+                 f"the activation: {act} passes every unit on, negative scores made small",
+                 fontsize=9)
+    axes[1, 1].axis("off")
+    axes[2, 0].set_xlabel("hidden unit j", fontsize=8)
+    fig.suptitle(title or f"FFN(x) = Σ_j {act}(x·k_j + b₁ⱼ) v_j + b₂, d_model = {d_model}, "
+                 f"d_ff = {d_ff}  (red: positive, blue: negative)", fontsize=10)
     return fig
 
 

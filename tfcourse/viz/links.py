@@ -3,16 +3,21 @@ width and opacity grow with the attention weight.
 
 Self-attention puts the queries in a column on the left and the keys in a column on the
 right; cross-attention puts the keys (the source) in a row above the queries (the target).
-A masked pair (a future or padded key) is never drawn, and neither is a weight of exactly 0
-or one below `threshold`: the picture shows where the weight goes, not a haze of near-zero
-lines. Every line that is drawn can be seen: a small weight still gets MIN_WIDTH and
-MIN_ALPHA, a faint thin line.
+A weight of exactly 0 or one below `threshold` gets no line: the picture shows where the
+weight goes, not a haze of near-zero lines. A masked pair (a future or padded key) is a
+different thing, a pair the query may not read: it gets a faint dotted grey line, so a
+masked pair never looks like a small weight. Every weight line that is drawn can be seen: a
+small weight still gets MIN_WIDTH and MIN_ALPHA, a faint thin line. A key under the picture
+names the heads' colours, the widths of weights 0.1, 0.5 and 1, and both kinds of absence.
+With several heads in one panel the lines are drawn lightest first, whatever their head, so
+a heavy line of head 0 is not buried under the haze of head 3.
 """
 
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
+from matplotlib.lines import Line2D
 
 from tfcourse.viz.common import as_array, head_colors, show_token
 
@@ -20,10 +25,14 @@ MAX_WIDTH = 6.0  # points, for a weight of 1
 MIN_WIDTH = 0.6  # points, for a weight just above 0: thin, but visible
 MIN_ALPHA = 0.25  # opacity for a weight just above 0
 GREY = (0.62, 0.62, 0.62)
+MASKED_STYLE = dict(colors=[(0.55, 0.55, 0.55, 0.45)], linewidths=0.7, linestyles=(0, (1, 2.5)))
+KEY_WEIGHTS = (0.1, 0.5, 1.0)  # the widths the key shows
+LONG = 12  # tokens: from here on, heads overlaid in one panel tangle; draw_heads drops the overlay
+BANDS = 4  # weight bands drawn in order, lightest first, when several heads share a panel
 
 
 def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None, mask=None,
-               threshold=0.02, colors=None, max_width=MAX_WIDTH, title=None):
+               threshold=0.02, colors=None, max_width=MAX_WIDTH, title=None, key=True):
     """Draw attention weights as links between tokens.
 
     weights: (q_len, k_len) for one head, or (heads, q_len, k_len): the heads overlaid, one
@@ -31,10 +40,12 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
     queries: q_len token labels; keys: k_len labels (default: the queries, self-attention).
     cross:   keys (the source) in a row above the queries (the target), instead of columns.
     token:   index of a query whose links stand out, in colour; the others turn grey.
-    mask:    bool, broadcastable to (q_len, k_len), True = may attend: a masked pair gets
-             no line whatever its weight. Pairs whose weight is 0 or below `threshold` get
-             none (threshold=0 draws every pair of nonzero weight).
+    mask:    bool, broadcastable to (q_len, k_len), True = may attend: a masked pair gets a
+             faint dotted grey line (gid "masked") whatever its weight. Pairs whose weight is 0
+             or below `threshold` get none (threshold=0 draws every pair of nonzero weight).
     colors:  one colour per head (default: head_colors).
+    key:     a key under the panel: the heads' colours (several heads), line widths, the
+             masked pairs' dots and the threshold.
 
     A line's width is MIN_WIDTH + (max_width - MIN_WIDTH) * weight (points), its opacity
     MIN_ALPHA + (1 - MIN_ALPHA) * weight: both grow with the weight from a visible minimum.
@@ -64,39 +75,67 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
         _, ax = plt.subplots(figsize=links_figsize(q_len, k_len, cross))
 
     q_pos, k_pos = _positions(q_len, k_len, cross)
-    highlighted = []
+    masked = [(i, j) for i in range(q_len) for j in range(k_len) if not allowed[i, j]]
+    if masked:
+        ax.add_collection(LineCollection([(q_pos[i], k_pos[j]) for i, j in masked], gid="masked",
+                                         zorder=0.5, **MASKED_STYLE))
+    band = np.minimum((w * BANDS).astype(int), BANDS - 1) if heads > 1 else np.zeros(w.shape, int)
     for h in range(heads):
         for part in ("others", "highlighted"):
             rows = [i for i in range(q_len) if (i == token) == (part == "highlighted")]
-            pairs = [(i, j) for i in rows for j in range(k_len)
-                     if allowed[i, j] and w[h, i, j] > 0 and w[h, i, j] >= threshold]
             grey = token is not None and part == "others"
-            lines = LineCollection(
-                [(q_pos[i], k_pos[j]) for i, j in pairs],
-                linewidths=[link_width(w[h, i, j], max_width) for i, j in pairs],
-                colors=[(*(GREY if grey else to_rgb(colors[h])),
-                          link_alpha(w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
-                capstyle="round", gid=f"head {h}" + (" highlighted" if part == "highlighted" else ""),
-            )
-            if part == "highlighted":
-                highlighted.append(lines)
-            else:
-                ax.add_collection(lines)
-    for lines in highlighted:  # on top of every head's other lines
-        ax.add_collection(lines)
+            for b in np.unique(band[h]):
+                pairs = [(i, j) for i in rows for j in range(k_len) if allowed[i, j]
+                         and w[h, i, j] > 0 and w[h, i, j] >= threshold and band[h, i, j] == b]
+                ax.add_collection(LineCollection(
+                    [(q_pos[i], k_pos[j]) for i, j in pairs],
+                    linewidths=[link_width(w[h, i, j], max_width) for i, j in pairs],
+                    colors=[(*(GREY if grey else to_rgb(colors[h])),
+                              link_alpha(w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
+                    capstyle="round", zorder=1 + b + (BANDS if part == "highlighted" else 0),
+                    gid=f"head {h}" + (" highlighted" if part == "highlighted" else ""),
+                ))
 
     _label(ax, queries, q_pos, "query", cross, token)
     _label(ax, keys, k_pos, "key", cross, None)
     _frame(ax, q_pos, k_pos, cross)
     if title:
         ax.set_title(title, fontsize=10)
+    if key:
+        columns = link_key(colors[:heads] if heads > 1 else None, threshold, bool(masked),
+                           colors[0] if heads == 1 else "0.3", max_width, columns=True)
+        rows = max(len(c) for c in columns)
+        blank = Line2D([], [], color="none", label=" ")
+        ax.legend(handles=[h for c in columns for h in c + [blank] * (rows - len(c))],
+                  loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(columns), fontsize=7,
+                  frameon=False, handlelength=2.2, columnspacing=1.0)
     return ax
 
 
+def link_key(head_colors_=None, threshold=0.02, masked=True, color="0.3", max_width=MAX_WIDTH,
+             columns=False):
+    """Legend handles: one per head colour (when given), the width of weights 0.1, 0.5 and 1,
+    the masked pairs' dotted line (when any), and what a missing line means. columns=True:
+    those three groups as three lists (the non-empty ones), else one list."""
+    heads = [Line2D([], [], color=c, lw=4, label=f"head {h}") for h, c in enumerate(head_colors_ or [])]
+    widths = [Line2D([], [], color=color, alpha=link_alpha(v), lw=link_width(v, max_width),
+                     solid_capstyle="round", label=f"weight {v:g}") for v in KEY_WEIGHTS]
+    absent = []
+    if masked:
+        absent.append(Line2D([], [], color=MASKED_STYLE["colors"][0], lw=1.2, ls=(0, (1, 2)),
+                             label="masked pair"))
+    if threshold > 0:
+        absent.append(Line2D([], [], color="none", label=f"no line: < {threshold:g}"))
+    groups = [g for g in (heads, widths, absent) if g]
+    return groups if columns else [h for g in groups for h in g]
+
+
 def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=None,
-               threshold=0.02, title=None, overlay=True):
+               threshold=0.02, title=None, overlay=None):
     """One panel of links per head, side by side (stacked for cross-attention), each in its
-    colour, and (overlay=True) an "all heads" panel with every head at once.
+    colour, and (overlay=True) an "all heads" panel with every head at once. By default
+    (overlay=None) the overlay is drawn for sequences shorter than LONG tokens only: on longer
+    ones the heads' lines tangle into one haze. One key for the figure, under the panels.
 
     weights: (heads, q_len, k_len). Other arguments as in draw_links. Returns the Figure.
     """
@@ -104,6 +143,8 @@ def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=Non
     if w.ndim != 3:
         raise ValueError(f"weights must have shape (heads, q_len, k_len), got {w.shape}")
     heads, q_len, k_len = w.shape
+    if overlay is None:
+        overlay = max(q_len, k_len) < LONG
     panels = heads + (1 if overlay and heads > 1 else 0)
     width, height = links_figsize(q_len, k_len, cross)
     if cross:
@@ -113,14 +154,18 @@ def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=Non
     colors = head_colors(heads)
     for h, ax in enumerate(axes.flat[:heads]):
         draw_links(w[h], queries, keys, ax=ax, cross=cross, token=token, mask=mask,
-                   threshold=threshold, colors=[colors[h]], title=f"head {h}")
+                   threshold=threshold, colors=[colors[h]], title=f"head {h}", key=False)
         ax.title.set_color(colors[h])
     if panels > heads:
         draw_links(w, queries, keys, ax=axes.flat[-1], cross=cross, token=token, mask=mask,
-                   threshold=threshold, colors=colors, title="all heads")
+                   threshold=threshold, colors=colors, title="all heads", key=False)
+    masked = mask is not None and not np.broadcast_to(as_array(mask, "mask"), (q_len, k_len)).all()
+    handles = link_key(colors, threshold, masked)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=len(handles), fontsize=8, frameon=False, handlelength=2.2)
     return fig
 
 

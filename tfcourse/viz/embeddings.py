@@ -1,0 +1,93 @@
+"""The embedding space drawn in two dimensions: each token's learned vector projected on the
+two directions along which the vectors differ most (principal component analysis), and
+what adding the positional encoding does to them.
+
+PCA: centre the rows X (n, d) on their mean, take the singular value decomposition
+X - mean = U S V^T; the first k rows of V^T are the directions, (X - mean) V_k the
+coordinates, and S_i^2 / sum S^2 the share of the spread that direction i explains.
+"""
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from tfcourse.viz.common import as_array, head_colors, show_token
+
+
+def pca(x: torch.Tensor | np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of x (n, d) on their first k principal directions, in float64.
+
+    Returns (coords (n, k), directions (k, d), explained (k,) share of the variance). A
+    direction's sign is arbitrary in the SVD (it can differ between machines); here each one
+    is turned so that the row with the largest coordinate along it is positive, so the
+    picture is the same everywhere.
+    """
+    x = as_array(x, "x").astype(np.float64)
+    if x.ndim != 2 or x.shape[0] < 2 or not 1 <= k <= min(x.shape):
+        raise ValueError(f"x must be (n, d) with n >= 2 and k in [1, {min(x.shape)}], "
+                         f"got shape {x.shape} and k={k}")
+    centred = x - x.mean(0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)
+    directions = vt[:k]
+    coords = centred @ directions.T                              # (n, k)
+    flip = np.sign(coords[np.abs(coords).argmax(0), np.arange(k)])
+    return coords * flip, directions * flip[:, None], (s[:k] ** 2) / (s ** 2).sum()
+
+
+def draw_embedding_space(vectors: torch.Tensor | np.ndarray, labels: Sequence[str],
+                         groups: dict[str, Sequence[str]], *, ax=None, title: str | None = None):
+    """Tokens as points at their first two principal coordinates, each labelled with its
+    token and coloured by its group (tokens in no group are not drawn but still shape the
+    directions). vectors: (n, d), one row per label. Returns the Axes."""
+    v = as_array(vectors, "vectors")
+    if v.ndim != 2 or v.shape[0] != len(labels):
+        raise ValueError(f"vectors must be (len(labels), d) = ({len(labels)}, d), got {v.shape}")
+    coords, _, explained = pca(v)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 5))
+    colors = plt.get_cmap("tab10").colors
+    where = {label: i for i, label in enumerate(labels)}
+    for (name, members), color in zip(groups.items(), colors):
+        rows = [where[m] for m in members if m in where]
+        ax.scatter(coords[rows, 0], coords[rows, 1], s=14, color=color, label=name, alpha=0.8)
+        for r in rows:
+            ax.annotate(show_token(labels[r]), coords[r], xytext=(3, 2), textcoords="offset points",
+                        fontsize=8, color=color)
+    return _finish(ax, explained, title)
+
+
+def draw_positions_added(embedded: torch.Tensor | np.ndarray, encoding: torch.Tensor | np.ndarray,
+                         tokens: Sequence[str], *, ax=None, title: str | None = None):
+    """Each token's input at every position, embedded[t] + encoding[p], projected on the
+    principal directions of all those sums: one colour per token, a line through its
+    positions in order, its position 0 marked with the token.
+
+    embedded: (tokens, d) the scaled embeddings; encoding: (positions, d). Returns the Axes."""
+    e, pe = as_array(embedded, "embedded"), as_array(encoding, "encoding")
+    if e.ndim != 2 or pe.ndim != 2 or e.shape[1] != pe.shape[1] or len(tokens) != e.shape[0]:
+        raise ValueError(f"embedded must be (len(tokens), d) and encoding (positions, d), got "
+                         f"{e.shape} and {pe.shape} for {len(tokens)} tokens")
+    n_pos = pe.shape[0]
+    sums = (e[:, None, :] + pe[None, :, :]).reshape(-1, e.shape[1])  # (tokens * positions, d)
+    coords, _, explained = pca(sums)
+    coords = coords.reshape(len(tokens), n_pos, 2)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 5))
+    for t, (token, color) in enumerate(zip(tokens, head_colors(len(tokens)))):
+        ax.plot(coords[t, :, 0], coords[t, :, 1], "-o", ms=3, lw=0.8, color=color, alpha=0.8,
+                label=f"'{show_token(token)}' at positions 0-{n_pos - 1}")
+        ax.annotate(f"{show_token(token)}@0", coords[t, 0], xytext=(4, 4), textcoords="offset points",
+                    fontsize=9, fontweight="bold", color=color)
+    return _finish(ax, explained, title)
+
+
+def _finish(ax, explained, title):
+    """Axis labels with each direction's share of the spread, the legend, the title."""
+    ax.set_xlabel(f"principal direction 1 ({explained[0]:.0%} of the spread)")
+    ax.set_ylabel(f"principal direction 2 ({explained[1]:.0%})")
+    ax.legend(fontsize=8, loc="best")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from tfcourse.vocab import Vocab
 
-
 # ------------------------------------------------------------------------- language model
 
 def unigram_nats(train: Sequence[int], test: Sequence[int], vocab_size: int) -> float:

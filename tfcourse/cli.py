@@ -52,6 +52,7 @@ CHECKPOINTS = os.path.join(os.path.dirname(__file__), "checkpoints")
 DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
 CLASSIFY_CHECKPOINT = os.path.join(CHECKPOINTS, "classify.pt")
 LM_CHECKPOINT = os.path.join(CHECKPOINTS, "lm.pt")
+MLM_CHECKPOINT = os.path.join(CHECKPOINTS, "mlm.pt")  # the encoder pre-trained by masked LM
 # The settings of `tfcourse train`: every TrainConfig field, and every field of a recipe's
 # model config except those its task sets (vocabulary sizes, classes, padding).
 TRAIN_SETTINGS = {f.name: f for f in fields(TrainConfig)}
@@ -201,7 +202,8 @@ def build_parser():
         description="Continue --prompt with a language-model checkpoint (default: the shipped "
         "model of Python source), drawing each character from softmax(logits / temperature) "
         "within the --top-k most probable and/or the --top-p nucleus, with the key/value "
-        "cache; print the prompt and its continuation. A prompt with characters the model "
+        "cache (beyond the model's positions, a sliding window of the last ones); print the "
+        "prompt and its continuation. A prompt with characters the model "
         "has never seen is refused.",
     )
     sa.add_argument("--checkpoint", default=LM_CHECKPOINT,
@@ -395,7 +397,7 @@ def _sample(args):
     set_threads(args.threads)
     model, vocab, _ = _load(args, device, DecoderLM, "a language model")
     c = model.config
-    positions = len(args.prompt) + args.max_new
+    positions = min(len(args.prompt) + args.max_new, c.max_len)  # a sliding window beyond
     cache = 2 * c.n_layers * positions * c.d_model * 4  # keys and values, float32
     check_fits(args.samples * (cache + 2 * c.vocab_size * 4), f"--samples {args.samples}",
                device, "draw fewer samples at a time")

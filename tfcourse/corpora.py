@@ -206,10 +206,10 @@ def mlm_task(seed=0, extra_languages=MLM_EXTRA_LANGUAGES, **options):
     """BERT's pre-training texts, unlabelled and about three times language_id_task(seed)'s
     training set: its training texts, the names it leaves out as ambiguous ("Angola") and
     the names in ``extra_languages``, all of its *training* items only (a held-out item is
-    held out of pre-training too, in every language, and so is every held-out text). Texts with a character outside
-    language_id_task's vocabulary are left out, so that a model pre-trained here, then
-    trained on language_id_task(seed), reads the same characters with the same ids. The
-    validation and test texts are language_id_task's."""
+    held out of pre-training too, in every language, and so is every held-out text). Texts
+    with a character outside language_id_task's vocabulary are left out, so that a model
+    pre-trained here, then trained on language_id_task(seed), reads the same characters
+    with the same ids. The validation and test texts are language_id_task's."""
     task = language_id_task(seed, **options)
     languages = options.get("languages", LANGUAGES)
     split_of = _item_splits(_names(languages), seed, options.get("held_out", 0.1))
@@ -320,6 +320,21 @@ class LMTask:
             total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
                                      ignore_index=PAD, reduction="sum").item()
             count += batch.n_targets
+        return total / count
+
+    @torch.no_grad()
+    def loss_by_position(self, model, examples, batch_size=100):
+        """The held-out loss (nats/char) at each position of the windows, (block_size,):
+        position t predicts the window's character t + 1 from the t + 1 before it."""
+        total = torch.zeros(self.train.block_size)
+        count = torch.zeros(self.train.block_size)
+        for device, chunk in eval_batches(model, examples, batch_size):
+            batch = lm_batch(chunk).to(device)
+            logits, targets = batch.loss_inputs(model)  # (batch, T, vocab), (batch, T)
+            loss = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=PAD,
+                                   reduction="none")  # (batch, T)
+            total += loss.sum(0).cpu()
+            count += (targets != PAD).sum(0).cpu()
         return total / count
 
     def show(self, model, examples, prompt_chars=40, new_chars=60):

@@ -31,9 +31,10 @@
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
-ratios, and their lowest and highest (the spread over seeds). Around each pair the CPU time that other programs used is measured (/proc/stat);
-a pair during which they kept busy a core this run needed is marked, and a row with
-marked pairs says so. A row is a Benchmark in BENCHMARKS: adding one is adding an entry.
+ratios, and their lowest and highest (the spread over seeds). Around each pair the CPU
+time that other programs used is measured (/proc/stat); a pair during which they kept busy
+a core this run needed is marked, and a row with marked pairs says so. A row is a
+Benchmark in BENCHMARKS: adding one is adding an entry.
 """
 
 import os

@@ -58,9 +58,10 @@ def output_confidence(model: nn.Module, pairs: Sequence[tuple[str, str]], vocab:
 
     Not the product of the tokens' probabilities: a model trained with label smoothing
     (eps = 0.1) gives the right token about 0.9 at best, so the product over a date's 11
-    tokens is about 0.3 whether the output is right or not. The weakest token is what
-    tells a guess from an answer: one digit it hesitated on is where a wrong date goes
-    wrong. On the dates task it separates right from wrong outputs of held-out and
+    tokens is about 0.3 for a right output, a number that cannot be read as "sure" (ranked,
+    the product separates right from wrong outputs as well). The weakest token is on the
+    scale of one character's probability: one digit it hesitated on is where a wrong date
+    goes wrong. On the dates task it separates right from wrong outputs of held-out and
     unfamiliar inputs with an AUROC of about 0.99 (README, benchmarks/run.py confidence)."""
     scores = []
     for device, chunk in eval_batches(model, pairs, batch_size):

@@ -1,6 +1,7 @@
 """Benchmarks: tfcourse against torch.nn, and the key/value cache, each row a ratio.
 
-    python benchmarks/run.py            # every row, about 7 minutes on a 2-core CPU
+    python benchmarks/run.py            # every row, about 7 minutes on a 2-core CPU,
+                                        # and about 30 more for chapter 09's (7.)
     python benchmarks/run.py --quick    # fewer seeds and repeats, a rough look
     python benchmarks/run.py --only throughput --only cache --seeds 5 --threads 1
 
@@ -23,12 +24,17 @@
 6. tying: held-out loss of the LM with its output layer tied to the input embeddings vs
    untied (its own vocab x d_model matrix), after the same number of steps: what tying
    costs or gains on top of the parameters it saves.
+7. chapter 09's payoff: pre-training (the classifier fine-tuned from the masked-LM encoder
+   vs from scratch, same budget) and the shipped models against simple baselines on the
+   same splits (naive Bayes for language ID, a 6-gram for the LM, a month-table rule for
+   dates), and the AUROC of `tfcourse decode`'s confidence.
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
-ratios. Around each pair the CPU time that other programs used is measured (/proc/stat);
-a pair during which they kept busy a core this run needed is marked, and a row with
-marked pairs says so. A row is a Benchmark in BENCHMARKS: adding one is adding an entry.
+ratios, and their lowest and highest (the spread over seeds). Around each pair the CPU
+time that other programs used is measured (/proc/stat); a pair during which they kept busy
+a core this run needed is marked, and a row with marked pairs says so. A row is a
+Benchmark in BENCHMARKS: adding one is adding an entry.
 """
 
 import os
@@ -47,15 +53,21 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from tfcourse.corpora import lm_task  # noqa: E402
-from tfcourse.data import copy_task  # noqa: E402
+from tfcourse.baselines import DateRule, NaiveBayes, NGramLM  # noqa: E402
+from tfcourse.batches import make_batch  # noqa: E402
+from tfcourse.checkpoint import load_checkpoint  # noqa: E402
+from tfcourse.cli import DATES_CHECKPOINT  # noqa: E402
+from tfcourse.corpora import lm_task, stdlib_corpus  # noqa: E402
+from tfcourse.data import copy_task, dates_task, unfamiliar_dates  # noqa: E402
 from tfcourse.decoding import greedy_decode  # noqa: E402
 from tfcourse.device import free_cpu_cores  # noqa: E402
 from tfcourse.encoder import Embeddings  # noqa: E402
+from tfcourse.inference import auroc, exact_match, output_confidence, predict  # noqa: E402
 from tfcourse.masks import causal_mask, padding_mask, target_mask  # noqa: E402
 from tfcourse.model import Transformer, TransformerConfig  # noqa: E402
 from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding  # noqa: E402
 from tfcourse.recipes import RECIPES  # noqa: E402
+from tfcourse.recipes import build as build_recipe  # noqa: E402
 from tfcourse.training import train, train_step  # noqa: E402
 from tfcourse.variants import DecoderLM  # noqa: E402
 from tfcourse.vocab import BOS, PAD  # noqa: E402
@@ -287,8 +299,11 @@ def _lm_task():
 
 
 def _lm_setup(**model):
+    """The lm recipe's model and settings on windows of 128 characters (the rows measured
+    since before the recipe's windows became 64: as many positions as the windows)."""
     recipe, task = RECIPES["lm"], _lm_task()
-    return task, recipe.config(task, **{**recipe.model, **model}), recipe.train_config(0)
+    model = {**recipe.model, "max_len": task.train.block_size, **model}
+    return task, recipe.config(task, **model), recipe.train_config(0)
 
 
 def _train_lm(model, task, config, seed, seconds=None, steps=None):
@@ -350,6 +365,88 @@ def tying_pair(seed, steps=200):
     return results
 
 
+# ------------------------------------------- chapter 09: pre-training, and simple baselines
+
+
+def pretrain_pair(seed):
+    """Held-out test accuracy of language identification after the classify recipe's
+    fine-tuning budget (300 steps): the encoder pre-trained first by the mlm recipe (2,000
+    steps of masked characters on 2.2x the texts, unlabelled: `tfcourse train --task mlm`),
+    then from scratch. The same split, model and settings; only the starting weights
+    differ."""
+    results = []
+    mlm, pre, pre_config = build_recipe("mlm", seed, train=dict(eval_every=0))
+    train(pre, mlm, pre_config, device="cpu", progress=False)
+    for start in ("pre-trained", "scratch"):
+        task, model, config = build_recipe("classify", seed)
+        if start == "pre-trained":
+            model.load_state_dict(pre.state_dict())
+        train(model, task, config, device="cpu", progress=False)
+        results.append(task.evaluate(model, task.test))
+        print(f"    {start}: {results[-1]:.1%}", flush=True)
+    return results
+
+
+def classify_baseline_pair(seed):
+    """Held-out test accuracy of language identification: the classify recipe (trained with
+    `seed`, on language_id_task(seed)'s split) vs character n-gram naive Bayes on the
+    same split."""
+    task, model, config = build_recipe("classify", seed)
+    train(model, task, config, device="cpu", progress=False)
+    ours, bayes = task.evaluate(model, task.test), NaiveBayes(task.train, order=5).accuracy(task.test)
+    print(f"    transformer {ours:.1%}, naive Bayes {bayes:.1%}", flush=True)
+    return ours, bayes
+
+
+def lm_baseline_pair(seed):
+    """Held-out test loss (nats/char) of the lm recipe trained with `seed` vs the best
+    character n-gram (6-gram, interpolated Kneser-Ney) read in the same windows."""
+    task, model, config = build_recipe("lm", seed)
+    train(model, task, config, device="cpu", progress=False)
+    ngram = _ngram_nats(task.train.block_size)
+    ours = task.evaluate(model, task.test)
+    print(f"    transformer {ours:.3f}, 6-gram {ngram:.3f}", flush=True)
+    return ours, ngram
+
+
+@functools.cache
+def _ngram_nats(block_size):
+    corpus = stdlib_corpus()
+    train_ids = corpus.vocab.encode(corpus.train)
+    return NGramLM(train_ids, len(corpus.vocab), 6).nats(corpus.vocab.encode(corpus.test), block_size)
+
+
+def dates_baseline_pair(seed):
+    """Held-out exact match on the dates task: the shipped dates model vs a rule that reads
+    the numbers and a month table learned from the training pairs (baselines.DateRule)."""
+    task = dates_task(seed=0)
+    model, vocab, _ = load_checkpoint(DATES_CHECKPOINT)
+    return exact_match(model, task.test, vocab), DateRule(task.train).accuracy(task.test)
+
+
+def confidence_pair(seed):
+    """AUROC of `tfcourse decode`'s confidence (the weakest character's probability) vs
+    the product of the characters' probabilities, as tests of a right output: the shipped
+    dates model on the 2,000 held-out test dates plus data.unfamiliar_dates() (dates in
+    other languages and formats, nonsense)."""
+    task = dates_task(seed=0)
+    model, vocab, _ = load_checkpoint(DATES_CHECKPOINT)
+    pairs = task.test + unfamiliar_dates(seed=seed + 1)
+    outputs = predict(model, [s for s, _ in pairs], vocab)
+    right = [o == t for o, (_, t) in zip(outputs, pairs, strict=True)]
+    decoded = list(zip([s for s, _ in pairs], outputs, strict=True))
+    weakest = output_confidence(model, decoded, vocab)
+    product = []
+    with torch.no_grad():
+        for i in range(0, len(decoded), 500):
+            batch = make_batch(decoded[i: i + 500], vocab)
+            logits, targets = batch.loss_inputs(model)
+            log_p = logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]
+            product += log_p.masked_fill(targets == PAD, 0.0).sum(-1).exp().tolist()
+    print(f"    {len(right) - sum(right)} wrong of {len(right)}", flush=True)
+    return auroc(weakest, right), auroc(product, right)
+
+
 BENCHMARKS = [
     Benchmark("copy", "copy task: seconds to 100% exact match", ("tfcourse", "torch.nn"),
               copy_pair, lambda r: f"{r[0]:.1f} s ({r[1]:.0f} steps)",
@@ -365,6 +462,25 @@ BENCHMARKS = [
               lm_throughput_pair, lambda t: f"{t:,.0f}", lambda a, b: a / b, ">= 0.9"),
     Benchmark("tying", "LM held-out nats/char after 200 steps (tfcourse)", ("tied", "untied"),
               tying_pair, lambda x: f"{x:.3f}", lambda a, b: a / b, "<= 1.0", quick=2),
+]
+
+BENCHMARKS += [
+    Benchmark("pretrain", "language ID: held-out accuracy, 300 steps after MLM pre-training vs "
+              "from scratch", ("pre-trained", "scratch"), pretrain_pair,
+              lambda a: f"{a:.1%}", lambda a, b: a / b, "> 1.0", seeds=3),
+    Benchmark("classify_baseline", "language ID: held-out accuracy, the classify recipe vs "
+              "character n-gram naive Bayes", ("transformer", "naive Bayes"),
+              classify_baseline_pair, lambda a: f"{a:.1%}", lambda a, b: a / b, ">= 1.0",
+              seeds=3),
+    Benchmark("lm_baseline", "LM: held-out nats/char, the lm recipe vs a 6-gram (Kneser-Ney)",
+              ("transformer", "6-gram"), lm_baseline_pair, lambda x: f"{x:.3f}",
+              lambda a, b: a / b, "<= 1.0", seeds=3),
+    Benchmark("dates_baseline", "dates: held-out exact match, the shipped model vs a month-table "
+              "rule", ("transformer", "rule"), dates_baseline_pair, lambda a: f"{a:.2%}",
+              lambda a, b: a / b, ">= 1.0", seeds=1),
+    Benchmark("confidence", "decode: AUROC of the confidence, held-out + unfamiliar inputs",
+              ("weakest character", "product"), confidence_pair, lambda a: f"{a:.3f}",
+              lambda a, b: a / b, "AUROC >= 0.9", seeds=1),
 ]
 
 # Chapter 10's rows; their measuring functions are in benchmarks/efficiency.py.
@@ -434,8 +550,10 @@ def run_row(bench, seeds, spare_cores):
     if not pairs:
         raise RuntimeError(f"{bench.name}: no seed gave a result")
     a, b = (_median([p[i] for p in pairs]) for i in (0, 1))
+    ratios = [p[2] for p in pairs]
+    spread = f" ({min(ratios):.2f} to {max(ratios):.2f})" if len(ratios) > 1 else ""
     cells = (f"{bench.title} (median of {len(pairs)} pairs)", bench.show(a), bench.show(b),
-             statistics.median(p[2] for p in pairs), bench.goal)
+             statistics.median(ratios), bench.goal, spread)
     return cells, marked, seeds
 
 
@@ -489,7 +607,7 @@ def main(argv=None):
 
     print(f"load average after: {os.getloadavg()[0]:.1f}\n")
     table = [("benchmark", "tfcourse / first", "torch.nn / second", "ratio", "goal")]
-    table += [(*row[:3], f"{row[3]:.2f}", row[4]) for row in rows]
+    table += [(*row[:3], f"{row[3]:.2f}{row[5]}", row[4]) for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     for i, row in enumerate(table):
         print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")

@@ -17,3 +17,23 @@ def short_time_limit(monkeypatch):
     from tfcourse.checking import sandbox
 
     monkeypatch.setattr(sandbox, "TIME_LIMIT", 2.0)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (minutes each: e.g. retraining the "
+                     "pre-trained encoder tfcourse/checkpoints/mlm.pt)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes long; run only with --slow "
+                            "(make test ARGS=--slow)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --slow (make test ARGS=--slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

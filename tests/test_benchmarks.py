@@ -64,7 +64,8 @@ def test_a_row_is_the_median_of_per_seed_ratios_and_names_busy_pairs(monkeypatch
                           lambda a, b: a / b, "<= 1.0")
     monkeypatch.setattr(run, "others_busy", lambda fn, seed: (fn(seed), busy[seed]))
     cells, marked, n = run.run_row(bench, 4, spare_cores=1)
-    assert cells == ("fake row (median of 3 pairs)", "3.0", "2.0", 0.75, "<= 1.0")
+    # ratios 0.5, 5.0, 0.75: the median, and the spread over seeds
+    assert cells == ("fake row (median of 3 pairs)", "3.0", "2.0", 0.75, "<= 1.0", " (0.50 to 5.00)")
     assert (marked, n) == (1, 4)
     printed = capsys.readouterr().out
     assert "DISTURBED" in printed and "no result for this seed" in printed

@@ -228,6 +228,12 @@ def test_lm_task_is_judged_by_held_out_nats_per_character(corpus):
     assert not model.training  # evaluated in eval mode
     line, = task.show(model, task.test[:1])
     assert line.startswith(repr(corpus.test[:40]) + " -> '")
+    # the loss at each position, (128,): position t scored against every window's t + 1
+    by_position = task.loss_by_position(model, task.val[:20])
+    per_target = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.targets,
+                                                   reduction="none")  # (20, 128)
+    torch.testing.assert_close(by_position, per_target.mean(0).detach(), rtol=1e-5, atol=1e-5)
+    assert by_position.mean().item() == pytest.approx(loss, rel=1e-5)  # full windows: equal weights
 
 
 def test_complete_greedy_and_seeded_draws(corpus):

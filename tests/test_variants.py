@@ -379,6 +379,21 @@ def test_lm_errors():
         model(torch.ones(3, 1, dtype=torch.long), cache=cache)
 
 
+def test_generation_beyond_the_positions_slides_a_window():
+    """Past max_len, each next token comes from the last max_len tokens (positions
+    0 ... max_len - 1, the trained ones), cache or no cache."""
+    from tfcourse.decoding import greedy, lm_generate
+    model = lm(max_len=8)
+    prompt = torch.randint(1, VOCAB, (2, 5))
+    out = lm_generate(model, prompt, 12, greedy)
+    assert out.shape == (2, 17)
+    torch.testing.assert_close(out, lm_generate(model, prompt, 12, greedy, use_cache=False))
+    with torch.no_grad():
+        for t in range(5, 17):  # token t from the (at most 8) tokens before it
+            window = out[:, max(0, t - 8): t]
+            assert torch.equal(model(window)[:, -1].argmax(-1), out[:, t])
+
+
 # ------------------------------------------------------------------- kinds and their sizes
 
 

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from tfcourse.checkpoint import load_checkpoint  # noqa: E402
 from tfcourse.config import check_value  # noqa: E402
 from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E402
-from tfcourse.inference import classify, complete, output_probabilities, predict  # noqa: E402
+from tfcourse.inference import NOT_SURE, classify, complete, output_confidence, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
 from tfcourse.recipes import RECIPES, recipe  # noqa: E402
 from tfcourse.training import Interrupted, TrainConfig, train  # noqa: E402
@@ -41,6 +41,7 @@ CHECKPOINTS = os.path.join(os.path.dirname(__file__), "checkpoints")
 DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
 CLASSIFY_CHECKPOINT = os.path.join(CHECKPOINTS, "classify.pt")
 LM_CHECKPOINT = os.path.join(CHECKPOINTS, "lm.pt")
+MLM_CHECKPOINT = os.path.join(CHECKPOINTS, "mlm.pt")  # the encoder pre-trained by masked LM
 # The settings of `tfcourse train`: every TrainConfig field, and every field of a recipe's
 # model config except those its task sets (vocabulary sizes, classes, padding).
 TRAIN_SETTINGS = {f.name: f for f in fields(TrainConfig)}
@@ -169,10 +170,11 @@ def build_parser():
     de = commands.add_parser(
         "decode", help="turn inputs into outputs with a trained checkpoint",
         description="Decode each TEXT (or each line of standard input when no TEXT is "
-        "given) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT (p = ...)' per "
-        "line, p being the model's probability of its whole output. Characters the model "
-        "has never seen, and outputs that cannot be right, are pointed out; an empty or "
-        "over-long input is refused (exit status 1) and the others are decoded.",
+        "given) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT (confidence ...)' "
+        "per line, the confidence being the smallest probability the model gives one of the "
+        f"output's characters ('not sure' below {NOT_SURE['seq2seq']}). Characters the "
+        "model has never seen, and outputs that cannot be right, are pointed out; an empty "
+        "or over-long input is refused (exit status 1) and the others are decoded.",
     )
     de.add_argument("text", nargs="*", metavar="TEXT", help="inputs, e.g. 'May 3, 1999'")
     de.add_argument("--checkpoint", default=DATES_CHECKPOINT,
@@ -189,7 +191,8 @@ def build_parser():
         description="Continue --prompt with a language-model checkpoint (default: the shipped "
         "model of Python source), drawing each character from softmax(logits / temperature) "
         "within the --top-k most probable and/or the --top-p nucleus, with the key/value "
-        "cache; print the prompt and its continuation. A prompt with characters the model "
+        "cache (beyond the model's positions, a sliding window of the last ones); print the "
+        "prompt and its continuation. A prompt with characters the model "
         "has never seen is refused.",
     )
     sa.add_argument("--checkpoint", default=LM_CHECKPOINT,
@@ -214,7 +217,8 @@ def build_parser():
         "classify", help="say which language a text is in, with a trained classifier",
         description="Classify each TEXT (or each line of standard input when no TEXT is "
         "given) with a classifier checkpoint (default: the shipped language identifier); "
-        "print 'TEXT -> CLASS (p = ...)' per line, p being the model's probability of it. "
+        "print 'TEXT -> CLASS (p = ...)' per line, p being the model's probability of it "
+        f"('not sure' below {NOT_SURE['classifier']}). "
         "Characters the model has never seen are pointed out; an empty or over-long input "
         "is refused (exit status 1) and the others are classified.",
     )
@@ -349,14 +353,14 @@ def _decode(args):
                           "the model reads")
     accepted = [t for i, t in enumerate(texts) if i not in refused]
     outputs = predict(model, accepted, vocab, max_len=args.max_len, beam=args.beam)
-    probabilities = output_probabilities(model, list(zip(accepted, outputs)), vocab)
-    results = iter(zip(outputs, probabilities))
+    confidences = output_confidence(model, list(zip(accepted, outputs)), vocab)
+    results = iter(zip(outputs, confidences))
     for i, text in enumerate(texts):
         if i in refused:
             print(f"tfcourse decode: input {i + 1} refused: {refused[i]}", file=sys.stderr)
             continue
         output, p = next(results)
-        notes = [f"p = {p:.2f}"]
+        notes = [f"confidence {p:.2f}" + (": not sure" if p < NOT_SURE["seq2seq"] else "")]
         unknown = sorted({c for c in text if c not in vocab.stoi})
         if unknown:
             shown = "".join(unknown[:10])
@@ -382,7 +386,7 @@ def _sample(args):
     set_threads(args.threads)
     model, vocab, _ = _load(args, device, DecoderLM, "a language model")
     c = model.config
-    positions = len(args.prompt) + args.max_new
+    positions = min(len(args.prompt) + args.max_new, c.max_len)  # a sliding window beyond
     cache = 2 * c.n_layers * positions * c.d_model * 4  # keys and values, float32
     check_fits(args.samples * (cache + 2 * c.vocab_size * 4), f"--samples {args.samples}",
                device, "draw fewer samples at a time")
@@ -429,7 +433,7 @@ def _classify(args):
             print(f"tfcourse classify: input {i + 1} refused: {refused[i]}", file=sys.stderr)
             continue
         guess, p = next(results)
-        notes = [f"p = {p:.2f}"]
+        notes = [f"p = {p:.2f}" + (": not sure" if p < NOT_SURE["classifier"] else "")]
         unknown = sorted({c for c in text if c not in vocab.stoi})
         if unknown:
             shown = "".join(unknown[:10])

@@ -146,6 +146,26 @@ def _clean(text):
     return re.sub(r"\s+", " ", text).strip()
 
 
+def _names(languages):
+    """{(language, casefolded name): (item, name)}: each language's names, the first of each."""
+    names = {}
+    for language in languages:
+        for item, name in cldr_names(language):
+            name = _clean(name)
+            if len(name) > 1:
+                names.setdefault((language, name.casefold()), (item, name))
+    return names
+
+
+def _item_splits(names, seed, held_out):
+    """item -> "train", "val" or "test": the items shuffled with ``seed`` and cut."""
+    items = sorted({item for item, _ in names.values()})
+    random.Random(seed).shuffle(items)
+    n = round(held_out * len(items))
+    return {item: split for split, part in (("val", items[:n]), ("test", items[n:2 * n]),
+                                            ("train", items[2 * n:])) for item in part}
+
+
 def language_id_task(seed=0, languages=LANGUAGES, held_out=0.1):
     """Which language a short text is in, among ``languages``: pairs (text, language).
 
@@ -160,18 +180,9 @@ def language_id_task(seed=0, languages=LANGUAGES, held_out=0.1):
         raise ValueError(f"languages must be two or more distinct codes, got {languages!r}")
     if not 0 < held_out < 0.5:
         raise ValueError(f"held_out must be in (0, 0.5), got {held_out}")
-    names = {}  # (language, casefolded name) -> (item, name): the first of each
-    for language in languages:
-        for item, name in cldr_names(language):
-            name = _clean(name)
-            if len(name) > 1:
-                names.setdefault((language, name.casefold()), (item, name))
+    names = _names(languages)
     speakers = Counter(folded for _, folded in names)  # how many languages have each name
-    items = sorted({item for item, _ in names.values()})
-    random.Random(seed).shuffle(items)
-    n = round(held_out * len(items))
-    split_of = {item: split for split, part in (("val", items[:n]), ("test", items[n:2 * n]),
-                                                ("train", items[2 * n:])) for item in part}
+    split_of = _item_splits(names, seed, held_out)
     pairs = {"train": [], "val": [], "test": []}
     for (language, folded), (item, name) in sorted(names.items()):
         if speakers[folded] == 1:  # so each text is in the data once, with one language
@@ -185,12 +196,32 @@ def language_id_task(seed=0, languages=LANGUAGES, held_out=0.1):
                               classes=tuple(languages))
 
 
-def mlm_task(seed=0, **options):
-    """language_id_task's texts and vocabulary (the same split: the held-out texts stay held
-    out) for the masked-LM objective: a model pre-trained on it, then trained on
-    language_id_task(seed), reads the same characters with the same ids."""
+# Unlabelled text for pre-training: CLDR's names in 14 more languages written in the Latin
+# alphabet (none of them a class of language_id_task).
+MLM_EXTRA_LANGUAGES = ("da", "nb", "ca", "ro", "cs", "fi", "hu", "id", "af", "gl", "sk", "sl",
+                       "hr", "et")
+
+
+def mlm_task(seed=0, extra_languages=MLM_EXTRA_LANGUAGES, **options):
+    """BERT's pre-training texts, unlabelled, about 2.2 times language_id_task(seed)'s
+    training set (30,267 texts for seed 0): its training texts, the names it leaves out as
+    ambiguous ("Angola") and the names in ``extra_languages``, all of its *training* items only (a held-out item is
+    held out of pre-training too, in every language, and so is every held-out text). Texts
+    with a character outside language_id_task's vocabulary are left out, so that a model
+    pre-trained here, then trained on language_id_task(seed), reads the same characters
+    with the same ids. The validation and test texts are language_id_task's."""
     task = language_id_task(seed, **options)
-    return MaskedLMTask("mlm", task.vocab, task.train, task.val, task.test)
+    languages = options.get("languages", LANGUAGES)
+    split_of = _item_splits(_names(languages), seed, options.get("held_out", 0.1))
+    known = set(task.vocab.symbols)
+    held = {text.casefold() for text, _ in (*task.val, *task.test)}  # another item's name too
+    texts = {text for text, _ in task.train}
+    for (_, folded), (item, name) in sorted(_names((*languages, *extra_languages)).items()):
+        if split_of.get(item) == "train" and set(name) <= known and folded not in held:
+            texts.add(name)
+    train = sorted(texts)
+    random.Random(seed + 2).shuffle(train)
+    return MaskedLMTask("mlm", task.vocab, [(text, None) for text in train], task.val, task.test)
 
 
 # ---------------------------------------------------------------- the Python source corpus
@@ -289,6 +320,21 @@ class LMTask:
             total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
                                      ignore_index=PAD, reduction="sum").item()
             count += batch.n_targets
+        return total / count
+
+    @torch.no_grad()
+    def loss_by_position(self, model, examples, batch_size=100):
+        """The held-out loss (nats/char) at each position of the windows, (block_size,):
+        position t predicts the window's character t + 1 from the t + 1 before it."""
+        total = torch.zeros(self.train.block_size)
+        count = torch.zeros(self.train.block_size)
+        for device, chunk in eval_batches(model, examples, batch_size):
+            batch = lm_batch(chunk).to(device)
+            logits, targets = batch.loss_inputs(model)  # (batch, T, vocab), (batch, T)
+            loss = F.cross_entropy(logits.transpose(1, 2).float(), targets, ignore_index=PAD,
+                                   reduction="none")  # (batch, T)
+            total += loss.sum(0).cpu()
+            count += (targets != PAD).sum(0).cpu()
         return total / count
 
     def show(self, model, examples, prompt_chars=40, new_chars=60):

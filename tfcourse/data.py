@@ -151,3 +151,31 @@ def dates_task(seed=0, n_train=100_000, n_val=500, n_test=2000, first_year=1900,
     texts = [t for d in year for t in format_dates(d, locales, styles).values()]
     vocab = Vocab.from_texts([*texts, "0123456789-"])
     return Task("dates", vocab, train, val, test)
+
+
+# What a user may type that dates_task never shows: nonsense, and words that are not dates.
+NOT_DATES = ("hello world", "asdf", "yesterday", "tomorrow at noon", "12345", "def f(x):",
+             "Mitteleuropäische Sommerzeit", "???", "lorem ipsum dolor", "2026", "May",
+             "Montag", "32 de diciembre de 2020", "February 30, 2021", "31 avril 2019",
+             "nothing", "ab", "xyz 99", "1 2 3 4", "the third of May")
+OTHER_LOCALES = ("de_DE", "nl_NL", "sv_SE", "en_GB", "fr_CA", "ro_RO", "cs_CZ", "da_DK",
+                 "es_MX", "it_CH")
+
+
+def unfamiliar_dates(n=200, seed=1):
+    """Inputs a user may type that dates_task's training never shows, as (text, ISO date or
+    None when there is none) pairs: ``n`` dates written out in other locales (German,
+    Dutch, Swedish, ...: "21. März 1948"), ``n`` in numeric or abbreviated formats
+    ("22.04.1903", "1982/02/04", "01-27-2075", "26 Apr 42") and NOT_DATES, nonsense and
+    impossible dates. Some the model gets right (a Spanish-like date in es_MX), most not:
+    what its confidence must tell apart."""
+    rng = random.Random(seed)
+    start = datetime.date(1900, 1, 1)
+    pairs = []
+    for i in range(n):
+        date = start + datetime.timedelta(days=rng.randrange(200 * 365))
+        locale = OTHER_LOCALES[i % len(OTHER_LOCALES)]
+        pairs.append((format_date(date, ("long", "full")[i % 2], locale=locale), date.isoformat()))
+        numeric = ("%d.%m.%Y", "%Y/%m/%d", "%m-%d-%Y", "%d %b %y")[i % 4]
+        pairs.append((date.strftime(numeric), date.isoformat()))
+    return pairs + [(text, None) for text in NOT_DATES]

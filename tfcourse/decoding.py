@@ -107,18 +107,23 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
     next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
     through the model once, then only the newest token at each step. eos_id: a token that
     ends a sequence (None: none does, e.g. a character model of running text). Returns
-    (batch, t + n), n <= max_new_tokens: the prompt, then the new tokens."""
+    (batch, t + n), n <= max_new_tokens: the prompt, then the new tokens.
+
+    The model reads at most its model.config.max_len positions (the length it was trained
+    on, for the course's recipe): a longer text is read through a sliding window, the last
+    max_len tokens, recomputed at each step without the cache, so that no prediction ever
+    comes from a position the model never trained."""
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.size(1) == 0:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be token ids of shape (batch, t) with t >= 1, got {got}")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if prompt.size(1) + max_new_tokens > model.config.max_len:
-        raise ValueError(f"a prompt of {prompt.size(1)} tokens and {max_new_tokens} new ones "
-                         f"make more than the {model.config.max_len} positions the model has")
+    window = model.config.max_len
     cache = model.init_cache() if use_cache else None
 
     def step(tokens):
+        if tokens.size(1) > window:  # (batch, window): the last positions only, no cache
+            return F.log_softmax(model(tokens[:, -window:])[:, -1].float(), dim=-1)
         new = tokens if cache is None else tokens[:, len(cache):]  # (batch, t) or (batch, 1)
         return F.log_softmax(model(new, cache=cache)[:, -1].float(), dim=-1)  # (batch, vocab)
 

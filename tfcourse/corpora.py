@@ -205,8 +205,9 @@ MLM_EXTRA_LANGUAGES = ("da", "nb", "ca", "ro", "cs", "fi", "hu", "id", "af", "gl
 def mlm_task(seed=0, extra_languages=MLM_EXTRA_LANGUAGES, **options):
     """BERT's pre-training texts, unlabelled, about 2.2 times language_id_task(seed)'s
     training set (30,267 texts for seed 0): its training texts, the names it leaves out as
-    ambiguous ("Angola") and the names in ``extra_languages``, all of its *training* items only (a held-out item is
-    held out of pre-training too, in every language, and so is every held-out text). Texts
+    ambiguous ("Angola") and the names in ``extra_languages``, all of its *training* items
+    only (a held-out item is held out of pre-training too, in every language, and so is
+    every held-out text). Texts
     with a character outside language_id_task's vocabulary are left out, so that a model
     pre-trained here, then trained on language_id_task(seed), reads the same characters
     with the same ids. The validation and test texts are language_id_task's."""

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention as reference
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item
 
 EXERCISE = "ex01_attention"
@@ -118,6 +118,32 @@ def _additive(q, k, v, m=None):
     if m is not None:
         scores = scores + (~m).to(scores.dtype) * -1e9
     weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _added_fill(fill):
+    """An additive mask with a finite value, scores + (~mask) * fill (BERT's extended
+    attention mask): fully masked rows zeroed, as in the reference."""
+
+    def compute(q, k, v, m=None):
+        scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+        if m is None:
+            return _attend(q, k, v)
+        weights = torch.softmax(scores + (~m).to(scores.dtype) * fill, dim=-1)
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+        return weights @ v, weights
+
+    return compute
+
+
+def _max_over_masked(q, k, v, m=None):
+    """A hand-written softmax, exp(s - max s) * mask / sum, whose max includes the masked
+    scores (a sum of 0, a fully masked row, gives weights 0)."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    if m is not None:
+        e = e * m
+    weights = e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)
     return weights @ v, weights
 
 
@@ -271,7 +297,16 @@ MISTAKES = (
         "a masked key must lose against every allowed key, however large the scores: on scores "
         "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
         "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
-        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4))
+        + tuple(_added_fill(fill) for fill in (-1e4, -1e3, -1e5, -65504.0)),
+    ),
+    Mistake(
+        "max_over_masked", "Softmax's maximum taken over the masked scores too",
+        "a softmax written by hand, exp(s - max) with the masked keys zeroed afterwards, takes "
+        "its max over every score: when a masked key has the largest score (scores of the "
+        "order of 10^6 here), every allowed key's exp underflows to 0. Mask the scores first "
+        "(-inf), then subtract the max of what is left, or use torch.softmax.",
+        (_max_over_masked,),
     ),
     Mistake(
         "mask_ignored", "Mask ignored",
@@ -344,9 +379,7 @@ _LADDER = {
                      "make a mask whose first row is all False and print weights[..., 0, :]: "
                      "what does softmax give on a row of -inf?"),
 }
-MISTAKES = tuple(
-    dataclasses.replace(m, section=_LADDER[m.key][0], more=_LADDER[m.key][1]) if m.key in _LADDER
-    else m for m in MISTAKES)
+MISTAKES = laddered(MISTAKES, _LADDER)
 
 
 def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):

@@ -244,9 +244,12 @@ FFN_MISTAKES = (
     ),
     Mistake(
         "activation_ignored", "`activation` ignored",
-        "with activation='gelu' the hidden layer goes through GELU: use self.activation, which "
-        "__init__ set from the argument, not a fixed ReLU.",
-        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu)),
+        "with activation='gelu' the hidden layer goes through GELU, with 'relu' through ReLU: "
+        "use self.activation, which __init__ set from the argument, not a fixed function (a "
+        "ReLU, or GELU, or its tanh approximation, whatever the layer was built with).",
+        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu),
+         _ffn_with(activation=lambda h: F.gelu(h, approximate="tanh")),
+         _ffn_with(activation=lambda h: h * torch.sigmoid(1.702 * h))),
     ),
     Mistake(
         "gelu_approximated", "GELU approximated",

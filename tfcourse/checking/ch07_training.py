@@ -62,7 +62,24 @@ def _batch_with(**bug):
     return lambda pairs, vocab: _batch(pairs, vocab, **bug)
 
 
+def _sliced_from_padded(pairs, vocab):
+    """BOS y EOS padded into one batch, then tgt_in = [:, :-1], tgt_out = [:, 1:] (the
+    Annotated Transformer's Batch): a short row keeps its EOS in tgt_in."""
+    right = _batch(pairs, vocab)
+    full = pad_sequences([[BOS, *vocab.encode(t), EOS] for _, t in pairs])
+    tgt_in, tgt_out = full[:, :-1], full[:, 1:]
+    return Batch(right.src, tgt_in, tgt_out, right.src_mask, target_mask(tgt_in, PAD))
+
+
 BATCH_MISTAKES = (
+    Mistake(
+        "sliced_from_padded", "Decoder input sliced from a padded batch: short targets keep their EOS",
+        "full[:, :-1] cuts the last COLUMN of the padded batch: in the longest target that is "
+        "its EOS, but in a shorter one it is padding, so that row's EOS stays in tgt_in (and "
+        "the decoder reads it). Build tgt_in and tgt_out from each target's ids before padding "
+        "(BOS + y, y + EOS), or slice before you pad.",
+        (_sliced_from_padded,),
+    ),
     Mistake(
         "not_shifted", "Decoder targets not shifted",
         "at every position the decoder would be asked for the token it was just given: it learns "
@@ -501,9 +518,11 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False, swapped=False, halved=()):
-    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay")."""
+          grouped=False, swapped=False, halved=(), width=None):
+    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"); width:
+    what stands for d_model in the scale ("warmup")."""
     step += shift
+    d_model = {None: d_model, "warmup": warmup}[width]
     scale = d_model**-1 / 2 if "d" in halved else d_model**d
     fall = step**-1 / 2 if "decay" in halved else step**decay
     warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
@@ -558,6 +577,12 @@ NOAM_MISTAKES = (
         "d_model_factor", "d_model factor wrong",
         "the whole schedule is scaled by d_model^-0.5: wider models take smaller steps.",
         tuple(_all(d=e) for e in (0.0, 0.5, -1.0, -1.5)),
+    ),
+    Mistake(
+        "scaled_by_warmup", "Schedule scaled by warmup^-0.5 instead of d_model^-0.5",
+        "the factor in front of the min is the model's width, d_model^-0.5: warmup appears only "
+        "inside, in step * warmup^-1.5.",
+        (_all(width="warmup"),),
     ),
     Mistake(
         "d_model_one_branch", "d_model factor on one branch only",

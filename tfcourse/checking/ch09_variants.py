@@ -17,7 +17,6 @@ its facts are the reference's, and is a catalogued mistake when they are that mi
 [MASK] / random / kept are told apart by at least 5 standard deviations.
 """
 
-import dataclasses
 import math
 from dataclasses import astuple, dataclass
 from itertools import product
@@ -33,7 +32,7 @@ from ..variants import mean_pool as reference_pool
 from ..vocab import PAD
 from .ch07_training import _same_gradient, _same_loss
 from .comparison import clone, close, describe, same
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item, fail_on_error
 from .sandbox import call
 
@@ -207,9 +206,7 @@ _LM_LADDER = {
     "log_of_softmax": (_SHIFT, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
                        "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
 }
-LM_MISTAKES = tuple(
-    dataclasses.replace(m, section=_LM_LADDER[m.key][0], more=_LM_LADDER[m.key][1])
-    if m.key in _LM_LADDER else m for m in LM_MISTAKES)
+LM_MISTAKES = laddered(LM_MISTAKES, _LM_LADDER)
 
 
 def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32, scale=2.0):
@@ -289,6 +286,12 @@ def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
     elif choose == "batch":  # round(rate * N) of the batch's N tokens, wherever they are
         total = int((rate * n.sum()).round())
         chosen = (scores.flatten().argsort().argsort() < total).view(tokens.shape)
+    elif choose == "replacement":  # k positions drawn with replacement: a duplicate is lost
+        chosen = torch.zeros_like(may)
+        for b in range(tokens.size(0)):
+            where = may[b].nonzero()[:, 0]
+            if len(where):
+                chosen[b, where[torch.randint(len(where), (int(k[b]),))]] = True
     else:  # "independent": each token with probability rate
         chosen = may & (torch.rand(tokens.shape) < rate)
     draw = torch.rand(tokens.shape)
@@ -400,6 +403,9 @@ def _counts(chosen, may, rate, tokens, pad_id):
     for rule, want in rules.items():
         if torch.equal(k, want):
             return rule
+    right = rules[_RIGHT.counts]
+    if bool((k <= right).all()) and bool((k[n > 0] >= 1).all()):
+        return "at most round(rate * n) in each text, fewer in some: a position drawn twice"
     mean, sd = rate * n.sum().item(), math.sqrt(n.sum().item() * rate * (1 - rate))
     if int(k.sum()) == round(rate * n.sum().item()):
         return "round(rate * N) of the whole batch's N tokens"
@@ -570,6 +576,14 @@ MASKING_MISTAKES = (
         (_masking_with(choose="batch"),),
     ),
     Mistake(
+        "with_replacement", "Positions drawn with replacement: some texts get fewer than round(rate * n)",
+        "torch.randint (or torch.multinomial(..., replacement=True)) can draw one position "
+        "twice, and a position drawn twice is one chosen token: draw the k positions without "
+        "replacement (torch.randperm, multinomial(..., replacement=False), or the ranks of "
+        "random scores, scores.argsort(1).argsort(1) < k[:, None]).",
+        (_masking_with(choose="replacement"),),
+    ),
+    Mistake(
         "independent", "Each token chosen independently: a random number per text",
         "BERT chooses exactly round(rate * n) tokens of each text (at least 1), at random "
         "positions: e.g. the ranks of random scores, scores.argsort(1).argsort(1) < k[:, None].",
@@ -628,7 +642,8 @@ def _pool(h, keep, over="keep", divide="count", empty="zero"):
     total = (h * k).sum(1)  # (batch, d_model)
     if divide == "sum":
         return total
-    count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1))}[divide]
+    count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1)),
+             "count+1": k.sum(1) + 1}[divide]
     return total / (count if empty == "nan" else count.clamp(min=1.0))
 
 
@@ -660,6 +675,13 @@ POOL_MISTAKES = (
         "the padding is out of the sum, but the divisor still counts it: divide by the number "
         "of True in each row of keep, keep.sum(1).",
         (_pool_with(divide="length"),),
+    ),
+    Mistake(
+        "count_plus_one", "Divided by one position too many (count + 1)",
+        "a guard against 0 / 0 must not change the other rows: count + 1 divides every text by "
+        "one position more than it has. Clamp the count instead, count.clamp(min=1): it "
+        "changes only the empty rows.",
+        (_pool_with(divide="count+1"),),
     ),
     Mistake(
         "keep_inverted", "keep used the wrong way round",

@@ -34,7 +34,7 @@ def _sqrt_d_k(q, k, v):
 def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
            running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
            blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
-           keepdim=True, axes=(-2, -1), start="zeros"):
+           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF):
     """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
     mistakes make (the defaults give the reference):
 
@@ -60,13 +60,14 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
     axes         the key's axes that are swapped
     start        the running output starts as zeros (..., q_len, d_v), or like the "query"
+    first_max    what the running maximum starts at (a finite number: only "very negative")
     """
     k_len = k.size(-2)
     if m is not None:
         m = m.expand(*m.shape[:-1], k_len)
     stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
             "last": k_len - block_size}[blocks]
-    run_max = torch.full_like(q[..., :1], -INF)  # (..., q_len, 1)
+    run_max = torch.full_like(q[..., :1], first_max)  # (..., q_len, 1)
     denom = torch.zeros_like(run_max)
     numer = q.new_zeros(*q.shape[:-1], v.size(-1)) if start == "zeros" else torch.zeros_like(q)
     n_blocks = 0
@@ -279,7 +280,15 @@ MISTAKES = (
         "m' = max(m, rowmax(S)): with the block's own max, e^(m - m') grows past 1 when a block "
         "has smaller scores than before (it overflows when they are far smaller, and a fully "
         "masked block sets m to -inf). Keep the larger of the running max and the block's.",
-        (_with(running=False),),
+        (_with(running=False), _with(running=False, rescale_sum=0, rescale_out=0)),
+    ),
+    Mistake(
+        "finite_start", "Running maximum started at a finite number instead of -inf",
+        "m starts at -inf: a finite start (0, -1e4, ...) is only 'very negative'. When every "
+        "score of a query is below it (here all below -10^5), m' stays at your start, every "
+        "e^(s - m') underflows to 0, and the query's output comes out 0. Start at -inf, and "
+        "subtract 0 where m' is still -inf (hint 3).",
+        tuple(_with(first_max=f) for f in (0.0, -1e4, -1e3, -1e5, -65504.0, -1e2)),
     ),
     Mistake(
         "masked_max", "Block maximum taken over masked keys",
@@ -330,6 +339,23 @@ def _large_scores(seed, masked):
     return _case((q, k, v, mask), 4, seed, " (the masked keys have the largest scores)")
 
 
+def _very_negative_scores(seed, masked):
+    """Every key along the queries' opposite direction: every score below -10^5. `masked`:
+    the first block of keys masked too (a query's first block fully masked, its later
+    scores very negative)."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    q = -40 * u + 0.5 * torch.randn(2, 4, 8, generator=g)
+    k = 10000 * u + 20 * torch.randn(2, 10, 8, generator=g)
+    v = torch.randn(2, 10, 5, generator=g)
+    if not masked:
+        return _case((q, k, v), 4, seed, " (every score below -10^5)")
+    mask = torch.ones(1, 10, dtype=torch.bool)
+    mask[:, :4] = False
+    return _case((q, k, v, mask), 4, seed,
+                 " (every score below -10^5, the first block of keys masked)")
+
+
 def _lengths_mask(lengths, k_len, left=False):
     """(batch, 1, k_len): padding after (or before, `left`) each sequence's tokens."""
     positions = torch.arange(k_len)
@@ -366,6 +392,10 @@ CASES = [
     _random(8, (2,), 5, 9, 8, 6, 4, mask=torch.ones(5, 9, dtype=torch.bool).tril(2),
             dtype=torch.float64),
     GRADIENT,
+    # every score below -10^5: a running maximum started (or a mask filled) at a finite
+    # "very negative" number is then above every real score
+    _very_negative_scores(12, masked=False),
+    _very_negative_scores(13, masked=True),
 ]
 
 # After every case passes: a long sequence. Its q_len x k_len scores take 64 KiB; tiled
@@ -415,15 +445,18 @@ ITEM = Item(
 # sliding_window_mask(size, window, causal=False): local attention's mask (notebook 10, section 8)
 
 
-def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True):
+def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
+          one_side=None):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
     band are `combine`d ("and", "or", "causal": the band dropped); `polarity` False: True =
-    blocked."""
+    blocked; `one_side` ("past", "future"): the band on that side only, causal or not."""
     i = torch.arange(size)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
+    if one_side is not None:
+        band = band & (offset >= 0 if one_side == "past" else offset <= 0)
     if causal and side != "both":
         past = offset >= 0 if side == "past" else offset <= 0
         band = {"and": band & past, "or": band | past, "causal": past}[combine]
@@ -464,6 +497,13 @@ WINDOW_MISTAKES = (
         "rows are queries, columns keys; a causal query i sees itself and the `window` keys "
         "BEFORE it, i - window <= j <= i: the band's lower half.",
         (_window(side="future"),),
+    ),
+    Mistake(
+        "one_sided", "Window on one side only",
+        "without causal, query i sees `window` keys on EACH side, i - window <= j <= i + "
+        "window: tril(.., window) keeps j <= i + window and triu(.., -window) keeps j >= "
+        "i - window; both offsets, with opposite signs, make the band.",
+        (_window(one_side="future"), _window(one_side="past")),
     ),
     Mistake(
         "causal_or_window", "Causal mask and window combined with OR",

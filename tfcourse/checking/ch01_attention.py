@@ -7,7 +7,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention as reference
 from .mistakes import Mistake, laddered
-from .pipeline import Case, Item
+from .pipeline import NO_GRADIENT_MORE, Case, Item
 
 EXERCISE = "ex01_attention"
 NAME = "scaled_dot_product_attention"
@@ -157,6 +157,7 @@ NO_GRADIENT = Mistake(
     "no_gradient", "No gradient flows back to the inputs",
     "training needs gradients through attention: stay in torch (no .detach(), .item(), "
     ".numpy(), torch.no_grad() or new tensors built from values).",
+    more=NO_GRADIENT_MORE,
 )
 MISTAKES = (
     BUILTIN,
@@ -375,6 +376,32 @@ _LADDER = {
                             "value: the fill must lose against every score there is."),
     "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
                      "differ wherever the mask is False."),
+    "builtin": (None, "write the four steps yourself: scores, scale, softmax, weighted sum "
+                "of the values, with @ and torch.softmax."),
+    "wrong_order": (None, "print the shapes of the two things you return: the output "
+                    "(..., q_len, d_v) comes first."),
+    "no_softmax": (None, "print weights.sum(-1): every row must sum to 1, and no weight may "
+                   "be negative."),
+    "log_softmax": (None, "print weights.min(): weights are probabilities, never negative."),
+    "values_times_scores": (None, "print the tensor you multiply V by, .sum(-1): all ones."),
+    "torch_sqrt_of_int": (_SCALING, "print type(query.size(-1)): what does torch.sqrt "
+                          "accept?"),
+    "keys_combined": (None, "print the shape of your output with d_v != d_k: its last axis "
+                      "comes from value."),
+    "float32": (None, "print your output's dtype for float64 inputs: float64."),
+    "dropout": (None, "call your function twice on the same inputs: the outputs must be "
+                "equal."),
+    "mask_axis_added": (_MASKING, "print mask.shape and the scores' shape, aligned from the "
+                        "right: every axis must be equal or 1."),
+    "max_over_masked": (_MASKING, "on the case above print the largest score of a row and "
+                        "the largest allowed score of that row: which one does your softmax "
+                        "subtract?"),
+    "query_key_swapped": (None, "with q_len != k_len print your scores' shape: (..., q_len, "
+                          "k_len)."),
+    "wrong_axes": (None, "on a 4-D key (batch, heads, k_len, d_k), print the shape after your "
+                   "transpose: only the last two axes may move."),
+    "three_d_only": (None, "call your function on 4-D inputs (2, 3, 5, 8): which call "
+                     "refuses them?"),
     "fully_masked": (("01_attention", "A query that may see nothing"),
                      "make a mask whose first row is all False and print weights[..., 0, :]: "
                      "what does softmax give on a row of -inf?"),

@@ -18,7 +18,7 @@ from ..long_attention import sliding_window_mask
 from .ch06_decoder import _draw
 from .comparison import same
 from .explanation import difference, structure_problem
-from .mistakes import NO_MATCH, Mistake
+from .mistakes import NO_MATCH, Mistake, laddered
 from .pipeline import Case, Item, fail_on_error, gradient_case
 from .sandbox import call
 
@@ -432,8 +432,81 @@ def _check_memory(item, target):
                       difference=difference(outcome.value, expected))
 
 
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
+_TILED_LADDER = {
+    "builtin": (None, "write the loop over blocks of keys yourself: scores, running max, "
+                "running sum, running output."),
+    "no_scaling": (None, "print one block's scores next to chapter 01's scaled scores for "
+                   "the same keys."),
+    "wrong_scale": (None, "print the number your scores are divided by, next to "
+                    "math.sqrt(query.size(-1))."),
+    "keepdim": (None, "print the shape of your block's row maximum: (..., q_len, 1)."),
+    "key_axes": (None, "on 4-D inputs print the shape of your transposed key block: only "
+                 "the last two axes may move."),
+    "output_like_query": (None, "with d_v != d_k print the shape you start o with: (..., "
+                          "q_len, d_v)."),
+    "block_slice_end": (None, "print the start and the end of each block you slice: every "
+                        "block ends at start + block_size."),
+    "nan_from_start": (None, "print m, m' and e^(m - m') after the first block: which "
+                       "subtraction gives NaN?"),
+    "old_max_in_exp": (None, "print max(e^(S - m)) of each block: never above 1 when you "
+                       "subtract the NEW maximum."),
+    "value_block": (None, "print the rows of value each block uses next to the keys it "
+                    "uses: the same rows."),
+    "last_block_dropped": (None, "with k_len = 11 and block_size = 4, print the blocks you "
+                           "visit: the last has 3 keys."),
+    "no_rescale": (None, "make the second block's scores larger than the first's: print l "
+                   "before and after; the old part must shrink by e^(m - m')."),
+    "rescaled_twice": (None, "count how many times l and o are multiplied by e^(m - m') per "
+                       "block: once."),
+    "max_not_updated": (None, "print m after each block: it must never fall, and must "
+                        "follow the largest score seen."),
+    "normalised_per_block": (None, "print l after each block: it keeps growing; divide only "
+                             "once, at the end."),
+    "not_divided": (None, "print your output's rows next to chapter 01's: each is l times "
+                    "too large."),
+    "mask_inverted": (None, "print a block's masked scores next to the mask: -inf where the "
+                      "mask is False."),
+    "mask_ignored": (None, "print a block's scores after masking: the False keys must be "
+                     "-inf."),
+    "masked_to_zero": (None, "print e^(S - m') for a masked key: it must be 0."),
+    "masked_in_sum": (None, "print l for a query with masked keys next to the sum over its "
+                      "allowed keys only."),
+    "fully_masked_block_nan": (None, "mask the whole first block for one query and print m, "
+                               "m' and S - m' there: -inf - (-inf)."),
+    "empty_row": (None, "give one query a mask with no True: print its l and its output."),
+    "max_not_subtracted": (None, "print torch.exp(torch.tensor(200.)) in float32."),
+    "block_max_only": (None, "print m after each block for one query: with a block of "
+                       "smaller scores after a larger one, m must stay."),
+    "finite_start": (None, "give a query only scores below -10^5 and print m' after the "
+                     "first block, and e^(S - m')."),
+    "masked_max": (None, "on the case above print the block's max with and without the "
+                   "masked keys."),
+    "whole_matrix": (None, "print the shape of the largest scores tensor you make: (..., "
+                     "q_len, block_size) at most."),
+}
+_WINDOW_LADDER = {
+    "window_too_narrow": (None, "print sliding_window_mask(5, 1): each row has 3 True inside "
+                          "the band (fewer at the edges)."),
+    "window_too_wide": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "mask_polarity": (None, "print sliding_window_mask(5, 1)[0, 0]: a query may see itself."),
+    "causal_ignored": (None, "print sliding_window_mask(5, 1, causal=True): nothing above the "
+                       "diagonal."),
+    "wrong_side": (None, "print sliding_window_mask(5, 1, causal=True): row 0 is [1, 0, 0, 0, "
+                   "0]."),
+    "one_sided": (None, "print sliding_window_mask(5, 1): row 2 is [0, 1, 1, 1, 0]."),
+    "causal_or_window": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees "
+                         "keys 4 and 5 only."),
+    "window_dropped": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees keys "
+                       "4 and 5 only."),
+    "not_bool": (None, "print sliding_window_mask(3, 1).dtype."),
+}
+WHOLE_MATRIX = laddered((WHOLE_MATRIX,), _TILED_LADDER)[0]  # reported by `after`
+
+
 ITEM = Item(
-    EXERCISE, NAME, reference, CASES, MISTAKES + (WHOLE_MATRIX,), what="output",
+    EXERCISE, NAME, reference, CASES, laddered(MISTAKES, _TILED_LADDER) + (WHOLE_MATRIX,),
+    what="output",
     formula="Compare each step with m' = max(m, rowmax(S)), l' = e^(m - m') l + rowsum(e^(S - "
             "m')), o' = e^(m - m') o + e^(S - m') V_B, and o / l at the end.",
     after=(_check_memory,),
@@ -536,7 +609,7 @@ WINDOW = Item(
     EXERCISE, "sliding_window_mask", sliding_window_mask,
     [_window_case(*args) for args in ((7, 2, False), (7, 2, True), (6, 0, False), (6, 0, True),
                                       (4, 9, True), (1, 3, False))],
-    WINDOW_MISTAKES, what="mask", prep="for",
+    laddered(WINDOW_MISTAKES, _WINDOW_LADDER), what="mask", prep="for",
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
     twins=(_window(),),

@@ -546,13 +546,18 @@ def _detached_backward(*args, **kwargs):
     torch.zeros(1).sum().backward()
 
 
+NO_GRADIENT_MORE = ("print .requires_grad of what you return, for inputs made with "
+                    "requires_grad=True: it must be True; then find the line after which it "
+                    "turns False.")
+
+
 def no_gradient(inputs: str) -> Mistake:
     """The mistake of an output that no gradient flows back from, to `inputs`."""
     return Mistake(
         "no_gradient", f"No gradient flows back to {inputs}",
         "training needs gradients through this code: stay in torch, in a graph (no "
         "torch.no_grad(), .detach(), .item(), .numpy() or new tensors built from values).",
-        (_detached_backward, lambda *args, **kwargs: None))
+        (_detached_backward, lambda *args, **kwargs: None), more=NO_GRADIENT_MORE)
 
 
 def gradient_case(case: Case, name: str) -> Case:

@@ -71,8 +71,8 @@ TABLE_MISTAKES = (
     Mistake(
         "exponent_doubled", "Exponent uses 2 * 2i (2i counted twice)",
         "a loop `for i in range(0, d_model, 2)` already steps i through 0, 2, 4, ...: that i "
-        "IS the paper's 2i, so 10000^(2 * i / d_model) doubles it and the frequencies fall to "
-        "10000^-2 instead of 10000^-1. With i stepping by 2, the exponent is i / d_model.",
+        "IS the paper's 2i, so 10000^(2 * i / d_model) doubles it: the exponents run up to "
+        "almost 2 instead of almost 1, and the slow wavelengths are far too long.",
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: 2 * two_i / d),),
     ),
     Mistake(

@@ -1,7 +1,9 @@
 """What the checks say when no catalogued mistake matches: what the learner's result is, told
 by the expected one (a constant factor or offset with its value, an elementwise function,
-its values in another order, a monotone function), a float where integers are expected
-with the likely `/`, and what is new in the first case that fails."""
+its values in another order, a monotone function: then the first line names that, not "no
+common mistake matches"), a float where integers are expected with the likely `/` (in a
+result, or as a size or index that torch refuses), a mask with an axis too many, and what
+is new in the first case that fails (a feature, or two features seen apart, together)."""
 
 import math
 
@@ -34,6 +36,7 @@ def test_a_constant_factor_is_told_with_its_value():
 
     line = first_line(entry.item("ex07_training.noam_lr"), noam_lr)
     assert "your rates are 44.7 times the expected at every entry" in line, line
+    assert line.startswith("Wrong rates on ") and "no common mistake matches" not in line, line
 
 
 def test_a_constant_offset_is_told_with_its_value():
@@ -96,3 +99,47 @@ def test_large_scores_with_a_finite_fill_are_a_named_mistake():
 
     assert first_line(attention, fill_minus_five_thousand).startswith(
         "Masked scores filled with a number real scores can go below:")
+
+
+def test_a_float_used_as_a_size_names_true_division():
+    def split_heads(x, n_heads):  # the paper's d_k = d_model / h, written literally
+        b, s, d = x.shape
+        return x.reshape(b, s, n_heads, d / n_heads).transpose(1, 2)
+
+    line = first_line(entry.item("ex02_multi_head_attention.split_heads"), split_heads)
+    assert line.startswith("Raised TypeError"), line
+    assert "a float where a whole number is wanted" in line and "use `//`" in line, line
+
+
+def test_a_mask_with_an_axis_too_many_is_told():
+    given = entry.load_exercise(entry.exercises_dir() / "ex05_encoder.py")
+
+    class MaskUnsqueezed(given.EncoderLayer):  # the Annotated Transformer's mask.unsqueeze(1)
+        def forward(self, x, mask=None):
+            mask = None if mask is None else mask.unsqueeze(1)
+            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+            return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+    line = first_line(entry.item("ex05_encoder.EncoderLayer"), MaskUnsqueezed)
+    assert "the mask has 5 axes and the scores 4: an axis too many" in line, line
+
+
+def test_the_first_case_with_two_features_together_is_told():
+    def mask(*shape):  # every row mixes True and False
+        return (torch.arange(shape[-1]) % 2 == 0).expand(*shape)
+
+    item = Item("ex99_test", "double", lambda x, m: 2 * x,
+                [Case((torch.randn(3, 4), mask(3, 4)), names=("x", "m")),
+                 Case((torch.randn(2, 3, 4, 5), torch.ones(2, 3, 4, 5, dtype=torch.bool)),
+                      names=("x", "m")),
+                 Case((torch.randn(2, 3, 4, 5), mask(2, 3, 4, 5)), names=("x", "m"))])
+
+    def double(x, m):  # right unless the input is 4-D and masked
+        if x.dim() == 4 and not m.all():
+            raise RuntimeError("The size of tensor a (4) must match the size of tensor b (11) at "
+                               "non-singleton dimension 3")
+        return 2 * x
+
+    line = first_line(item, double)
+    assert ("Your code is right on the 2 cases before this one, and this is the first with "
+            "4-D inputs and a mask together") in line, line

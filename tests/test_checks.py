@@ -6,8 +6,8 @@ notebook, hostile code (exits, endless loops, huge prints, a broken file), and p
 the exercises as a learner runs it in an 80-column terminal (three runs in all). Meta-tests
 of the catalogues: every mistake shows on a case by a clear margin, the knobbed copies of the
 references are right with default knobs, the cases reach the regimes where bugs hide, every
-mistake points to a section of its notebook; and the checker's modules import only those
-above them."""
+mistake points to a section of its notebook and has its own second hint; and the checker's
+modules import only those above them."""
 
 import ast
 import importlib
@@ -575,6 +575,15 @@ def _headings(notebook):
 def test_every_mistake_points_to_a_section_of_its_notebook(item):
     for section in {item.section, *(m.section for m in item.catalogue.values() if m.section)}:
         assert section is not None and section[1] in _headings(section[0]), section
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=lambda i: i.key)
+def test_every_catalogued_mistake_has_its_own_second_hint(item):
+    """Its own (not the item's formula, nor its first hint again), and never the answer: no
+    assignment to one of the module's attributes in it."""
+    assert [k for k, m in item.catalogue.items() if not m.more] == []
+    for key, mistake in item.catalogue.items():
+        assert mistake.more != mistake.hint and " = self." not in mistake.more, key
 
 
 def test_a_second_hint_names_the_section_that_teaches_the_step(capsys):

@@ -383,3 +383,22 @@ def fill_minus_ten_thousand(query, key, value, mask=None):
     if mask is not None:
         weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.fill_not_low_enough")
+def additive_mask_minus_ten_thousand(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (~mask).to(scores.dtype) * -1e4  # BERT's extended attention mask
+    return _finish(torch.softmax(scores, -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.max_over_masked")
+def softmax_by_hand_max_over_every_key(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    e = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+    if mask is not None:
+        e = torch.where(mask, e, torch.zeros_like(e))
+    total = e.sum(-1, keepdim=True)
+    weights = torch.where(total > 0, e / total, torch.zeros_like(e))
+    return weights @ value, weights

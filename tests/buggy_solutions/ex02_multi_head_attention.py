@@ -219,7 +219,7 @@ class MaskUnsqueezedUnlessFourDimensional(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
-@wrong("MultiHeadAttention.mask_heads")
+@wrong("MultiHeadAttention.mask_repeated")
 class MaskRepeatedForBatchTimesHeads(_Buggy):
     """Heads folded into the batch, as torch.nn.MultiheadAttention does, but the mask repeated
     heads-major while the tensors are batch-major."""
@@ -515,3 +515,45 @@ class FloatMask(_Buggy):
             scores = scores.masked_fill(mask.float() == 0, float("-inf")).masked_fill(mask.float(), 0.0)
         weights = torch.softmax(scores, -1).nan_to_num(0.0)
         return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.mask_repeated")
+class MaskTiledWithRepeatOnAThreeDimensionalMask(_Buggy):
+    """The (batch, q_len, k_len) masks tiled with repeat(h, 1, 1) and viewed back as
+    (batch, heads, ...): sequence b's head i gets the mask of sequence (b * h + i) % batch."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        b, h, q_len, _ = q.shape
+        if mask is not None:
+            per_sequence = mask.expand(b, 1, q_len, k.size(2)).reshape(b, q_len, -1)
+            mask = per_sequence.repeat(h, 1, 1).reshape(b, h, q_len, -1)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.fill_not_low_enough")
+class AdditiveMinusTenThousand(_Buggy):
+    """BERT's extended attention mask: scores + (1 - mask) * -10000."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)
+        if mask is not None:
+            scores = scores + (1.0 - mask.float()) * -10000.0
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights * mask.any(-1, keepdim=True)
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.output_projection_on_values")
+class OutputProjectionOnTheValues(_Buggy):
+    """W^O mistaken for a second value projection: applied before the attention."""
+
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        h = self.n_heads
+        q, k = split_heads(self.w_q(query), h), split_heads(self.w_k(key), h)
+        v = split_heads(self.w_o(self.w_v(value)), h)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return merge_heads(out), weights if need_weights else None

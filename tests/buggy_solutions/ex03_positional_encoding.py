@@ -370,3 +370,36 @@ class SeqFirstBroadcast(PositionalEncoding):
 class SlicedByTheBatchSize(PositionalEncoding):
     def forward(self, x, start=0):
         return self.dropout(x + self.pe[start : start + x.size(0)])
+
+
+@wrong("sinusoidal_encoding.exponent_doubled")
+def book_loop_doubled_exponent(max_len, d_model):
+    """i already steps by 2 (it is the paper's 2i), and the formula's 2 * i doubles it."""
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (2 * i / d_model))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (2 * i / d_model))
+    return pe
+
+
+@wrong("PositionalEncoding.one_row")
+class OneRowForEveryPosition(PositionalEncoding):
+    """pe[start], the encoding of one position, added to every position."""
+
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start])
+
+
+@wrong("PositionalEncoding.one_row")
+class LastRowIndexed(PositionalEncoding):
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[start + x.size(1) - 1])
+
+
+@wrong("PositionalEncoding.added_twice")
+class EncodingAddedTwice(PositionalEncoding):
+    def forward(self, x, start=0):
+        pe = self.pe[start : start + x.size(1)]
+        x = x + pe
+        return self.dropout(x + pe)

@@ -441,3 +441,13 @@ class FreshLayerNorm(SublayerConnection):
         if self.norm_first:
             return x + self.dropout(sublayer(norm(x)))
         return norm(x + self.dropout(sublayer(x)))
+
+
+@wrong("PositionWiseFeedForward.activation_ignored")
+class AlwaysGeluTanh(PositionWiseFeedForward):
+    """GPT-2's tanh GELU written in, whatever activation the layer was built with."""
+
+    def forward(self, x):
+        h = self.linear1(x)
+        h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+        return self.linear2(self.dropout(h))

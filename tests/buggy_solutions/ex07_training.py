@@ -734,3 +734,20 @@ def logits_not_flattened(model, batches, optimizer, label_smoothing=0.1, clip=1.
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
     optimizer.step()
     return total / len(batches)
+
+
+@wrong("make_batch.sliced_from_padded")
+def sliced_after_padding(pairs, vocab):
+    """The Annotated Transformer's Batch: BOS y EOS padded together, then sliced by column."""
+    xs, ys = _ids(pairs, vocab)
+    src = pad_sequences(xs)
+    tgt = pad_sequences([[BOS, *y, EOS] for y in ys])
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("noam_lr.scaled_by_warmup")
+def warmup_in_front(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return warmup**-0.5 * min(step**-0.5, step * warmup**-1.5)

@@ -880,3 +880,31 @@ RIGHT = {"lm_loss": (lm_loss_log_softmax, lm_loss_padded_targets),
          "mask_tokens": (mask_tokens_loop, mask_tokens_multinomial),
          "mean_pool": (mean_pool_einsum, mean_pool_loop),
          "DecoderLM": (DecoderLMSublayers, DecoderLMCausalMask)}
+
+
+
+@wrong("mask_tokens.with_replacement")
+def positions_with_replacement(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                               pad_id=PAD):
+    """k = round(rate * n) positions drawn with torch.randint: a position can come twice."""
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[list(special_ids) + [pad_id, mask_id]] = False
+    ids = ordinary.nonzero().squeeze(1)
+    inputs, targets = tokens.clone(), torch.full_like(tokens, pad_id)
+    for row in range(tokens.size(0)):
+        where = ordinary[tokens[row]].nonzero().squeeze(1)
+        if len(where) == 0:
+            continue
+        k = max(1, round(rate * len(where)))
+        picked = where[torch.randint(len(where), (k,), generator=generator)]
+        targets[row, picked] = tokens[row, picked]
+        u = torch.rand(k, generator=generator)
+        swap = ids[torch.randint(len(ids), (k,), generator=generator)]
+        inputs[row, picked] = torch.where(u < 0.8, mask_id, torch.where(u < 0.9, swap, tokens[row, picked]))
+    return inputs, targets
+
+
+@wrong("mean_pool.count_plus_one")
+def count_plus_one(h, keep):
+    k = keep.unsqueeze(-1).to(h.dtype)
+    return (h * k).sum(1) / (k.sum(1) + 1)

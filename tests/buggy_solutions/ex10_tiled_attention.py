@@ -51,11 +51,11 @@ def every_block_kept(query, key, value, mask=None, block_size=128):
 
 
 def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, total, o: (r * total, r * o),
-          fill=-math.inf, stop=None):
+          fill=-math.inf, stop=None, running=True, start=-math.inf):
     """A learner's loop with one knob per mistake below (right where not given)."""
     d_k = query.size(-1)
     scale = math.sqrt(d_k) if scale is None else scale
-    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    m = torch.full(query.shape[:-1] + (1,), start, dtype=query.dtype)
     total = torch.zeros_like(m)
     o = torch.zeros(query.shape[:-1] + (value.size(-1),), dtype=query.dtype)
     n = key.size(-2)
@@ -63,7 +63,8 @@ def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, tot
         s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
         if mask is not None:
             s = s.masked_fill(~mask[..., j:j + block_size], fill)
-        m_new = torch.maximum(m, s.max(dim=-1, keepdim=True).values)
+        m_new = s.max(dim=-1, keepdim=True).values
+        m_new = torch.maximum(m, m_new) if running else m_new
         safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp(s - safe)
         r = torch.exp(m - safe)
@@ -542,3 +543,45 @@ def float_band(size, window, causal=False):
     distance = i[:, None] - i[None, :]
     ok = (distance.abs() <= window).float()
     return ok * (distance >= 0).float() if causal else ok
+
+
+@wrong("tiled_attention.block_max_only")
+def each_block_its_own_max_no_rescale(query, key, value, mask=None, block_size=128):
+    """Each block's exps relative to its own max, summed as they are: a block-local statistic
+    where the running maximum is meant."""
+    return _loop(query, key, value, mask, block_size, rescale=lambda r, total, o: (total, o),
+                 running=False)
+
+
+@wrong("tiled_attention.finite_start")
+def running_max_from_zero(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, start=0.0)
+
+
+@wrong("tiled_attention.finite_start")
+def sentinel_minus_ten_thousand(query, key, value, mask=None, block_size=128):
+    """FlashAttention-style finite sentinel: m starts at -1e4 (and masked scores get -1e4,
+    their exps zeroed by the mask)."""
+    scale = math.sqrt(query.size(-1))
+    m = torch.full(query.shape[:-1] + (1,), -1e4, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    o = torch.zeros(query.shape[:-1] + (value.size(-1),), dtype=query.dtype)
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -1e4)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        if mask is not None:
+            p = p * mask[..., j:j + block_size]
+        r = torch.exp(m - m_new)
+        total, o = r * total + p.sum(-1, keepdim=True), r * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.clamp(min=1e-30)
+
+
+@wrong("sliding_window_mask.one_sided")
+def band_on_one_side(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    band = ones.tril(window) & ones.triu(0)  # the sign of one offset lost
+    return ones.tril() & ones.triu(-window) if causal else band

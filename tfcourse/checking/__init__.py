@@ -37,7 +37,8 @@ CONTRIBUTING: adding a mistake is one entry and one buggy solution
    that matches is named, so a specific mistake goes before a general one). Write the
    computation the way the learner's code computes, whatever it looks like: the same
    mistake written in ten ways must give one result. Make it exact on every case, including
-   the ones where the mistake does not show (then it must equal the reference).
+   the ones where the mistake does not show (then it must equal the reference). Give it
+   its second hint in the chapter's ladder table (below).
 2. Add one buggy solution, written as a learner would, to tests/buggy_solutions/exNN_topic.py,
    tagged with the mistake's key:
 
@@ -49,10 +50,12 @@ CONTRIBUTING: adding a mistake is one entry and one buggy solution
    also fails while any catalogued mistake has no buggy solution. If no case makes the
    mistake show, add a case (at the end, so that stored notebook outputs keep their case).
 
-The hint ladder: a mistake may have `more` (a second, more concrete hint, still not the
-answer) and `section` ((notebook, heading) that teaches the step); without them, level 2
-(check(..., hint=2), pytest --hint=2) shows the item's formula and its `section`. A
-meta-test checks that every section is a heading of its notebook.
+The hint ladder: every mistake has `more` (a second, more concrete hint, still not the
+answer: what to print or try to see the mistake) and may have `section` ((notebook, heading)
+that teaches the step, else the item's); level 2 (check(..., hint=2), pytest --hint=2) shows
+both. Each chapter gives them in a table, key -> (section or None, second hint), applied
+with mistakes.laddered(). Meta-tests check that every mistake has its own second hint and
+every section is a heading of its notebook.
 
 Adding an exercise (chapter 09, 10, ...)
 ---------------------------------------

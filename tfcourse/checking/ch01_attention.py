@@ -6,8 +6,8 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention as reference
-from .mistakes import Mistake
-from .pipeline import Case, Item
+from .mistakes import Mistake, laddered
+from .pipeline import NO_GRADIENT_MORE, Case, Item
 
 EXERCISE = "ex01_attention"
 NAME = "scaled_dot_product_attention"
@@ -121,6 +121,32 @@ def _additive(q, k, v, m=None):
     return weights @ v, weights
 
 
+def _added_fill(fill):
+    """An additive mask with a finite value, scores + (~mask) * fill (BERT's extended
+    attention mask): fully masked rows zeroed, as in the reference."""
+
+    def compute(q, k, v, m=None):
+        scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+        if m is None:
+            return _attend(q, k, v)
+        weights = torch.softmax(scores + (~m).to(scores.dtype) * fill, dim=-1)
+        weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+        return weights @ v, weights
+
+    return compute
+
+
+def _max_over_masked(q, k, v, m=None):
+    """A hand-written softmax, exp(s - max s) * mask / sum, whose max includes the masked
+    scores (a sum of 0, a fully masked row, gives weights 0)."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    e = torch.exp(scores - scores.amax(-1, keepdim=True))
+    if m is not None:
+        e = e * m
+    weights = e / e.sum(-1, keepdim=True).clamp(min=torch.finfo(e.dtype).tiny)
+    return weights @ v, weights
+
+
 FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
@@ -131,6 +157,7 @@ NO_GRADIENT = Mistake(
     "no_gradient", "No gradient flows back to the inputs",
     "training needs gradients through attention: stay in torch (no .detach(), .item(), "
     ".numpy(), torch.no_grad() or new tensors built from values).",
+    more=NO_GRADIENT_MORE,
 )
 MISTAKES = (
     BUILTIN,
@@ -271,7 +298,16 @@ MISTAKES = (
         "a masked key must lose against every allowed key, however large the scores: on scores "
         "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
         "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
-        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+        tuple(_with(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4))
+        + tuple(_added_fill(fill) for fill in (-1e4, -1e3, -1e5, -65504.0)),
+    ),
+    Mistake(
+        "max_over_masked", "Softmax's maximum taken over the masked scores too",
+        "a softmax written by hand, exp(s - max) with the masked keys zeroed afterwards, takes "
+        "its max over every score: when a masked key has the largest score (scores of the "
+        "order of 10^6 here), every allowed key's exp underflows to 0. Mask the scores first "
+        "(-inf), then subtract the max of what is left, or use torch.softmax.",
+        (_max_over_masked,),
     ),
     Mistake(
         "mask_ignored", "Mask ignored",
@@ -340,13 +376,37 @@ _LADDER = {
                             "value: the fill must lose against every score there is."),
     "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
                      "differ wherever the mask is False."),
+    "builtin": (None, "write the four steps yourself: scores, scale, softmax, weighted sum "
+                "of the values, with @ and torch.softmax."),
+    "wrong_order": (None, "print the shapes of the two things you return: the output "
+                    "(..., q_len, d_v) comes first."),
+    "no_softmax": (None, "print weights.sum(-1): every row must sum to 1, and no weight may "
+                   "be negative."),
+    "log_softmax": (None, "print weights.min(): weights are probabilities, never negative."),
+    "values_times_scores": (None, "print the tensor you multiply V by, .sum(-1): all ones."),
+    "torch_sqrt_of_int": (_SCALING, "print type(query.size(-1)): what does torch.sqrt "
+                          "accept?"),
+    "keys_combined": (None, "print the shape of your output with d_v != d_k: its last axis "
+                      "comes from value."),
+    "float32": (None, "print your output's dtype for float64 inputs: float64."),
+    "dropout": (None, "call your function twice on the same inputs: the outputs must be "
+                "equal."),
+    "mask_axis_added": (_MASKING, "print mask.shape and the scores' shape, aligned from the "
+                        "right: every axis must be equal or 1."),
+    "max_over_masked": (_MASKING, "on the case above print the largest score of a row and "
+                        "the largest allowed score of that row: which one does your softmax "
+                        "subtract?"),
+    "query_key_swapped": (None, "with q_len != k_len print your scores' shape: (..., q_len, "
+                          "k_len)."),
+    "wrong_axes": (None, "on a 4-D key (batch, heads, k_len, d_k), print the shape after your "
+                   "transpose: only the last two axes may move."),
+    "three_d_only": (None, "call your function on 4-D inputs (2, 3, 5, 8): which call "
+                     "refuses them?"),
     "fully_masked": (("01_attention", "A query that may see nothing"),
                      "make a mask whose first row is all False and print weights[..., 0, :]: "
                      "what does softmax give on a row of -inf?"),
 }
-MISTAKES = tuple(
-    dataclasses.replace(m, section=_LADDER[m.key][0], more=_LADDER[m.key][1]) if m.key in _LADDER
-    else m for m in MISTAKES)
+MISTAKES = laddered(MISTAKES, _LADDER)
 
 
 def _inputs(seed, batch, q_len, k_len, d_k, d_v, dtype=torch.float32):

@@ -13,7 +13,7 @@ from ..multi_head import MultiHeadAttention, merge_heads, split_heads
 from .ch01_attention import FULLY_MASKED
 from .comparison import describe
 from .explanation import shape_error
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item
 
 EXERCISE = "ex02_multi_head_attention"
@@ -156,26 +156,34 @@ def _linear(layer, x, how):
 def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=split_heads,
              merge=merge_heads, roles="qkv", out_role="o", inputs=None, scale=None,
              adapt_mask=None, fill=None, empty_rows=True, project=True, average=False,
-             linear="layer", heads=None, weights_when=None, dim=-1, drop=0.0):
+             linear="layer", heads=None, weights_when=None, dim=-1, drop=0.0, added=False,
+             o_on_values=False):
     """The reference's forward, with the variations that mistakes make.
 
     roles: which projection (w_q, w_k or w_v) is applied to the query, key and value;
     inputs: which tensors ("q", "k", "v") go in as query, key and value; scale: d -> what the
-    scores are divided by (d_head by default); heads: the number of heads split into."""
+    scores are divided by (d_head by default); heads: the number of heads split into; added:
+    the mask added as (~mask) * fill; o_on_values: w_o applied to the projected values (and
+    not after the merge)."""
     projection = {"q": mha.w_q, "k": mha.w_k, "v": mha.w_v, "o": mha.w_o}
     given = {"q": query, "k": key, "v": value}
     xs = (query, key, value) if inputs is None else tuple(given[i] for i in inputs)
     n_heads = mha.n_heads if heads is None else heads
     d_head = query.size(-1) // n_heads
-    q, k, v = (split(_linear(projection[r], x, linear), n_heads) for r, x in zip(roles, xs))
+    q, k, v = (_linear(projection[r], x, linear) for r, x in zip(roles, xs))
+    if o_on_values:
+        v, project = projection["o"](v), False
+    q, k, v = (split(x, n_heads) for x in (q, k, v))
     if mask is not None and adapt_mask is not None:
         mask = adapt_mask(mask, q)
-    if scale is None and fill is None and empty_rows and dim == -1 and not drop:
+    if scale is None and fill is None and empty_rows and dim == -1 and not drop and not added:
         out, weights = attend(q, k, v, mask)
     else:
         d = scale(d_head, mha) if scale is not None else d_head
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (batch, heads, q_len, k_len)
-        if mask is not None:
+        if mask is not None and added:
+            scores = scores + (~mask).to(scores.dtype) * fill
+        elif mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
         weights = torch.softmax(scores, dim=dim)
         if mask is not None and empty_rows:
@@ -252,13 +260,22 @@ def _equal_lengths(case, error):
     return dataclasses.replace(case, args=(query, key[:, :q_len], value[:, :q_len], None))
 
 
+MASK_REPEATED = Mistake(
+    "mask_repeated", "Mask repeated over the heads in the wrong order",
+    "scores flattened to (batch * heads, ...) are batch-major: row b * heads + h is sequence "
+    "b, head h. mask.repeat(heads, 1, 1) tiles the masks head-major (m0, m1, m0, m1, ...), so "
+    "heads get another sequence's padding; each sequence's mask must come heads times in a "
+    "row (m0, m0, m1, m1: repeat_interleave), or no copy at all: the (batch, 1, 1, k_len) "
+    "mask broadcasts over the heads axis as it is.",
+    tuple(_variant(adapt_mask=_mask_repeated, fill=fill) for fill in (None, float("-inf"), -1e9)),
+)
 MASK_HEADS = Mistake(
     "mask_heads", "Mask not broadcast over heads",
     "the mask, e.g. (batch, 1, 1, k_len) or (q_len, k_len), already broadcasts to the scores' "
     "(batch, heads, q_len, k_len); the heads axis is axis 1. Inserting an axis elsewhere, or "
     "repeating the mask for (batch * heads), pairs masks with the wrong heads or sequences.",
     tuple(_variant(adapt_mask=adapt, fill=fill)
-          for adapt in (_mask_repeated, lambda m, q: m.unsqueeze(1),
+          for adapt in (lambda m, q: m.unsqueeze(1),
                         lambda m, q: m.unsqueeze(1) if m.dim() < 4 else m,
                         lambda m, q: m.unsqueeze(1) if m.dim() < 3 else m)
           for fill in (None, float("-inf"), -1e9)),
@@ -289,6 +306,12 @@ MISTAKES = (
         "MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O: after merging the heads, apply "
         "self.w_o, which mixes what the heads found.",
         (_variant(project=False),),
+    ),
+    Mistake(
+        "output_projection_on_values", "Output projection applied to the values",
+        "W^O comes last: it mixes the heads' merged outputs, Concat(head_1, ..., head_h) W^O. "
+        "The values get W^V only; apply self.w_o once, after merge_heads.",
+        (_variant(o_on_values=True),),
     ),
     Mistake(
         "projection_reused", "One projection used for two roles",
@@ -361,6 +384,7 @@ MISTAKES = (
         "your output is the same as with no mask: pass `mask` on to the attention.",
         (lambda mha, q, k, v, m=None, need_weights=True: _forward(mha, q, k, v, None, need_weights),),
     ),
+    MASK_REPEATED,
     MASK_HEADS,
     Mistake(
         "dropout_in_eval", "Dropout applied in eval mode",
@@ -392,7 +416,8 @@ MISTAKES = (
         "a masked key must lose against every allowed key, however large the scores: on scores "
         "of the order of 10^6 your fill value is no longer the lowest, and masked keys take "
         "the weight. Fill with float('-inf') (or torch.finfo(scores.dtype).min).",
-        tuple(_variant(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4)),
+        tuple(_variant(fill=fill) for fill in (-1e4, -1e3, -1e2, -1e5, -65504.0, -3e4, -5e4))
+        + tuple(_variant(fill=fill, added=True) for fill in (-1e4, -1e3, -1e5, -65504.0)),
     ),
 )
 
@@ -462,20 +487,94 @@ MERGE_CASES = [Case((x,), names=("x",), seed=seed) for seed, x in (
     (20, _randn(20, 2, 3, 5, 4)), (21, _randn(21, 1, 4, 7, 2)),
     (22, _randn(22, 3, 2, 4, 3, dtype=torch.float64)))]
 
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_NB = "02_multi_head_attention"
+_SPLIT = (_NB, "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`")
+_ATTEND = (_NB, "Attend in every head at once")
+_MERGE = (_NB, "Merge, then project")
+_MASKS = (_NB, "Masks, and their polarity")
+_ROLES = (_NB, "4. Self-attention and cross-attention")
+_LADDER = {
+    "split_without_transpose": (_SPLIT, "run split_heads on torch.arange(12.).view(1, 3, 4) with 2 "
+                                "heads and print head 0: it should hold the first two features "
+                                "of each of the 3 positions, nothing else."),
+    "split_strided": (_SPLIT, "on torch.arange(8.).view(1, 1, 8) with 2 heads, head 0 should be "
+                      "[0, 1, 2, 3]: print yours."),
+    "split_axes": (_SPLIT, "print the shape after each step: (batch, seq, heads, d_head), then "
+                   "(batch, heads, seq, d_head). Which two axes trade places, and only those?"),
+    "split_folded": (_SPLIT, "print your result's shape: it must have 4 axes, batch first, "
+                     "heads second."),
+    "split_count_width_swapped": (_SPLIT, "with d_model=12 and 3 heads, each head has 4 "
+                                  "features: print the size of your axis 1 and your last axis."),
+    "transpose_before_view": (_SPLIT, "print x.transpose(1, 2).shape for a (1, 3, 4) x: the "
+                              "positions are no longer next to their features, so a view "
+                              "after it cuts the wrong numbers."),
+    "merge_order": (_MERGE, "run merge_heads(split_heads(x, 2)) on torch.arange(12.).view(1, 3, "
+                    "4) and compare with x: the round trip must give x back."),
+    "view_after_transpose": (_MERGE, "print t.is_contiguous() after the transpose: view needs "
+                             "True; reshape copies when it must."),
+    "no_output_projection": (_MERGE, "count the nn.Linear layers your forward calls: __init__ "
+                             "made four."),
+    "output_projection_on_values": (_MERGE, "list the layers in the order your forward calls "
+                                    "them: which one comes after merge_heads?"),
+    "projection_reused": (None, "print which of self.w_q, self.w_k, self.w_v, self.w_o each line "
+                          "of your forward calls: each must appear exactly once."),
+    "qkv_mixed_up": (_ROLES, "run a cross-attention case (key longer than query) and print the "
+                     "shapes of q, k and v after the projections: k and v must have key's "
+                     "length."),
+    "weight_untransposed": (None, "print self.w_q.weight.shape: (out_features, in_features). "
+                            "What does the layer itself compute with it?"),
+    "bias_dropped": (None, "print self.w_q.bias: your projections must use it too."),
+    "softmax_wrong_axis": (_ATTEND, "print weights.sum(-1): every (batch, head, query) row must "
+                           "sum to 1."),
+    "scaled_by_d_model": (_ATTEND, "print the number you take the square root of, next to "
+                          "self.d_head: the dot products of one head sum over d_head features."),
+    "scaled_by_d_head": (_ATTEND, "count how many times your scores get divided: your own "
+                         "division, and the attention function's."),
+    "no_scaling": (_ATTEND, "print scores.std() in one head: chapter 01's scale brings it "
+                   "back to about 1."),
+    "heads_not_split": (_SPLIT, "print the shape of the weights you return: a head axis of "
+                        "size n_heads must be there."),
+    "mask_inverted": (_MASKS, "print mask[0] and weights[0, 0]: the weights must be 0 where the "
+                      "mask is False."),
+    "mask_ignored": (_MASKS, "print your weights for a padded sequence: the padding keys must "
+                     "get weight 0."),
+    "mask_repeated": (_MASKS, "make a batch of 2 whose masks differ, run your mask code on it, "
+                      "and print which sequence's mask each (sequence, head) gets."),
+    "mask_heads": (_MASKS, "print mask.shape next to scores.shape (batch, heads, q_len, k_len), "
+                   "aligned from the right: every axis must be equal or 1."),
+    "dropout_in_eval": ((_NB, "Dropout on the attention weights: in the code, not in the paper"),
+                        "call your module twice in eval mode on the same input: the outputs "
+                        "must be equal."),
+    "weights_averaged": (None, "print the shape of the weights you return: the heads axis "
+                         "must still be there."),
+    "weights_not_returned": (None, "print what your forward returns with need_weights=True: a "
+                             "pair, whose second part is a tensor."),
+    "weights_not_asked": (None, "print what your forward returns with need_weights=False."),
+    "fully_masked": (_MASKS, "give one sequence a mask with no True and print its output: "
+                     "NaN, or the average of the values, where 0 is wanted?"),
+    "key_length": (_ROLES, "print the shapes of k and v after your split on a case where key "
+                   "is longer than query: whose length did you use?"),
+    "fill_not_low_enough": (_MASKS, "on the case above print scores.min() and your fill value: "
+                            "the fill must lose against every score there is."),
+}
+
+
 SPLIT = Item(
     EXERCISE, "split_heads", split_heads, SPLIT_CASES,
-    (SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
-     SPLIT_TRANSPOSE_FIRST),
+    laddered((SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
+              SPLIT_TRANSPOSE_FIRST), _LADDER),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
     section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
 )
 MERGE = Item(
-    EXERCISE, "merge_heads", merge_heads, MERGE_CASES, (MERGE_ORDER, MERGE_BY_VIEW),
+    EXERCISE, "merge_heads", merge_heads, MERGE_CASES, laddered((MERGE_ORDER, MERGE_BY_VIEW), _LADDER),
     formula="merge_heads(split_heads(x, n)) must give x back.",
     section=("02_multi_head_attention", "Merge, then project"),
 )
 MHA = Item(
-    EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, MISTAKES, what="the result",
+    EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, laddered(MISTAKES, _LADDER),
+    what="the result",
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
     twins=(_variant(),),
     section=("02_multi_head_attention", "3. Build it, one step at a time"),

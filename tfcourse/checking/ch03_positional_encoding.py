@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from ..positional import PositionalEncoding, sinusoidal_encoding
 from .comparison import close, describe
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex03_positional_encoding"
@@ -67,6 +67,13 @@ TABLE_MISTAKES = (
         "the wavelength of pair i is 10000^(2i / d_model): with i alone the frequencies only "
         "fall to 10000^(-1/2) instead of spanning the whole range.",
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i / 2 / d),),
+    ),
+    Mistake(
+        "exponent_doubled", "Exponent uses 2 * 2i (2i counted twice)",
+        "a loop `for i in range(0, d_model, 2)` already steps i through 0, 2, 4, ...: that i "
+        "IS the paper's 2i, so 10000^(2 * i / d_model) doubles it: the exponents run up to "
+        "almost 2 instead of almost 1, and the slow wavelengths are far too long.",
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: 2 * two_i / d),),
     ),
     Mistake(
         "cos_exponent_2i_plus_1", "Cosine features use exponent 2i+1",
@@ -138,11 +145,81 @@ def _roughly(actual, predicted):
         and torch.allclose(actual.double(), predicted.double(), atol=0.05))
 
 
+# The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
+_NB = "03_positional_encoding"
+_WAVES = (_NB, "Wavelengths")
+_MODULE = (_NB, "7. The module: adding the encoding to the embeddings")
+_LADDER = {
+    "sin_cos_swapped": (None, "print your row 0: position 0 has angle 0 everywhere, and "
+                        "sin(0), cos(0) is 0, 1."),
+    "halves_concatenated": (None, "print your row 1 for d_model = 4: it should read sin, cos of "
+                            "one angle, then sin, cos of the next."),
+    "exponent_i": (_WAVES, "print your frequencies for d_model = 8: the last should be "
+                   "10000^(-6/8), about 0.001."),
+    "exponent_doubled": (_WAVES, "print the values your exponent takes for d_model = 8: they "
+                         "must be 0, 2/8, 4/8, 6/8, never above 1."),
+    "cos_exponent_2i_plus_1": (None, "print the frequency of feature 2 and of feature 3: a "
+                               "sin/cos pair shares one."),
+    "frequencies_inverted": (_WAVES, "print your angles at pos = 1: they must fall from 1 "
+                             "towards 0.0001 across the pairs, not grow."),
+    "exponent_parentheses": (None, "print 10000 ** 2 / 8 and 10000 ** (2 / 8) in Python: ** "
+                             "binds before /."),
+    "exponent_not_divided": (_WAVES, "print your exponents: every one must lie between 0 and "
+                             "1."),
+    "integer_division": (None, "print torch.arange(0, 8, 2) // 8 and torch.arange(0, 8, 2) / "
+                         "8."),
+    "wrong_base": (_WAVES, "print your slowest frequency for d_model = 2: it is 1 / 10000^0 = 1 "
+                   "for the first pair; for a large d_model the last nears 1 / 10000."),
+    "one_function": (None, "print row 1 of your table: even and odd features must differ."),
+    "positions_not_integers": (None, "print your positions: 0, 1, 2, ... one step apart."),
+    "positions_from_1": (None, "print your row 0: it should be [0, 1, 0, 1, ...]."),
+    "multiplied": (_MODULE, "print x + pe and x * pe for a row of x that is all zeros: which "
+                   "one keeps the position?"),
+    "seq_first_broadcast": (_MODULE, "print x.shape and the shape of the rows of pe you take: "
+                            "x.size(1), not x.size(0), is the number of positions."),
+    "input_left_out": (_MODULE, "your output does not depend on x: print it for two different "
+                       "x."),
+    "start_ignored": (_MODULE, "call your module with start=3 and compare its first row with "
+                      "pe[3]."),
+    "slice_end": (_MODULE, "with start=7 and 4 positions print the rows you take: 7, 8, 9 and "
+                  "10, four of them."),
+    "wrong_axis_sliced": (_MODULE, "print self.pe.shape and the shape of what you slice: the "
+                          "positions are the rows."),
+    "one_row": (_MODULE, "print the shape of what you add to x: (seq, d_model), one row per "
+                "position, not (d_model,)."),
+    "added_twice": (_MODULE, "count the lines where pe is added to x: once."),
+    "whole_table": (_MODULE, "print the shape of what you add: seq rows, not max_len."),
+    "start_off_by_one": (_MODULE, "with start=0 your first row must be pe[0], exactly."),
+    "scaled_here": (_MODULE, "this module gets x already scaled: print x + pe and your output "
+                    "for one position and compare."),
+    "dropout_missing": (_MODULE, "in training mode with dropout=0.5 about half your outputs "
+                        "should be 0: count them."),
+    "dropout_misplaced": (_MODULE, "write the output as one expression: where does "
+                          "self.dropout wrap it?"),
+    "dropout_in_eval": (_MODULE, "call module.eval() and run it twice on the same x: the "
+                        "outputs must be equal."),
+    "no_gradient": (_MODULE, "print out.requires_grad for an x with requires_grad=True: it "
+                    "must be True."),
+    "not_scaled": (None, "print embedding(tokens).std() and the encoding's std: which must be "
+                   "made larger, and by how much?"),
+    "scaled_with_encoding": (None, "write your result as a formula: is the encoding inside "
+                             "the product?"),
+    "encoding_scaled": (None, "which of the two terms does your sqrt(d_model) multiply?"),
+    "scaled_by_d_model": (None, "print your factor for d_model = 16: it should be 4."),
+    "divided": (None, "print your factor for d_model = 16: 4, not 0.25."),
+    "precedence_half": (None, "print 16 ** 1/2 in Python."),
+    "wrong_size": (None, "print the number you take the square root of, next to "
+                   "embedding.embedding_dim."),
+    "encoding_twice": (None, "positional_encoding(x) returns x + PE: print it next to your "
+                       "result."),
+}
+
+
 TABLE = Item(
     EXERCISE, "sinusoidal_encoding", sinusoidal_encoding,
     [Case((n, d), label=f"max_len={n}, d_model={d}", seed=0)
      for n, d in [(50, 16), (7, 6), (20, 10), (1, 4)]],
-    TABLE_MISTAKES, match=_roughly, what="table",
+    laddered(TABLE_MISTAKES, _LADDER), match=_roughly, what="table",
     formula="Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).",
     twins=(_table,),
     section=("03_positional_encoding", "3. Build it, one step at a time"),
@@ -226,6 +303,21 @@ POSITIONAL_MISTAKES = (
         (lambda m, x, start=0: m.dropout(x + m.pe[:, start : start + x.size(1)]),),
     ),
     Mistake(
+        "one_row", "One row of the table added to every position",
+        "an index, self.pe[k], is one position's encoding: added to x it gives every position "
+        "the same encoding, so the positions are still indistinguishable. A slice keeps one row "
+        "per position: the rows start, start + 1, ..., start + seq - 1.",
+        tuple((lambda m, x, start=0, row=row: m.dropout(x + m.pe[row(start, x.size(1))]))
+              for row in (lambda s, n: s, lambda s, n: s + n - 1, lambda s, n: s + n,
+                          lambda s, n: n - 1, lambda s, n: n)),
+    ),
+    Mistake(
+        "added_twice", "Encoding added twice",
+        "x + PE adds the encoding once; your output holds x + 2 PE (an encoding added in two "
+        "places, e.g. here and in the caller, or a `+ pe` on two lines).",
+        (_pe(lambda x, pe, m: m.dropout(x + 2 * pe)),),
+    ),
+    Mistake(
         "whole_table", "Whole table added",
         "self.pe holds max_len positions; x has seq of them: add only its rows, "
         "PE[start : start + seq] (broadcast over the batch).",
@@ -287,7 +379,7 @@ POSITIONAL = Item(
         _positional_case(4, 2, 4, 8, 2, dropout=0.5),
         gradient_case(_positional_case(5, 2, 3, 8, 1), "x"),
     ],
-    POSITIONAL_MISTAKES, build=_construct,
+    laddered(POSITIONAL_MISTAKES, _LADDER), build=_construct,
     formula="The output is dropout(x + PE[start : start + seq]).",
     twins=(_pe(lambda x, pe, m: m.dropout(x + pe)),),
     section=("03_positional_encoding", "7. The module: adding the encoding to the embeddings"),
@@ -381,7 +473,7 @@ def _embedding_case(seed, vocab, d_model, batch, seq):
 EMBED = Item(
     EXERCISE, "embed_and_encode", embed_and_encode,
     [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9)],
-    SCALE_MISTAKES,
+    laddered(SCALE_MISTAKES, _LADDER),
     formula="Look up the embeddings, scale them, then apply positional_encoding.",
     twins=_embedded(lambda e, pe, s, t, emb, penc: s * e + pe),
     section=("03_positional_encoding", "Why the embeddings are multiplied by $\\sqrt{d_{model}}$"),

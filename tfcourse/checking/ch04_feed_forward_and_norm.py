@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from ..feed_forward import PositionWiseFeedForward
 from ..normalization import LayerNorm, SublayerConnection
 from .comparison import describe
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex04_feed_forward_and_norm"
@@ -172,6 +172,77 @@ def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None):
                 state=state, dtype=dtype, seed=seed)
 
 
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
+_EVAL = "call module.eval() and run it twice on the same x: the outputs must be equal."
+_NORM_LADDER = {
+    "builtin": (None, "write the mean, the variance and the division yourself, with "
+                "x.mean(...) and torch operations."),
+    "no_keepdim": (None, "print x.mean(-1).shape next to x.shape: can they be subtracted "
+                   "position by position?"),
+    "unbiased": (None, "compare x.var(-1) with ((x - mean) ** 2).mean(-1) for one row: which "
+                 "one is torch.nn.LayerNorm's?"),
+    "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
+                    "square root?"),
+    "no_eps": (None, "run your norm on a row of equal numbers: what does 0 / 0 give?"),
+    "eps_ignored": (None, "build the module with eps=0.5 and print self.eps: is that the eps "
+                    "your forward uses?"),
+    "wrong_axis": (None, "on a (batch, seq, d_model) x, print your mean's shape: it must be "
+                   "(batch, seq, 1), one mean per position."),
+    "no_square_root": (None, "print the std of one normalized row before the gain: it must be "
+                       "about 1."),
+    "not_centered": (None, "print the mean of one normalized row before the gain: it must be "
+                     "about 0."),
+    "variance_not_centered": (None, "for the row [1., 2., 3.] the variance is 2/3: print "
+                              "yours."),
+    "l2_normalized": (None, "print the mean and std of one normalized row before the gain: 0 "
+                      "and 1, not a norm of 1."),
+    "gain_bias_swapped": (None, "set self.weight to 2 and self.bias to 0 and print one output "
+                          "row: it should be twice the normalized row."),
+    "bias_before_gain": (None, "set self.weight to 2 and self.bias to 1: the output should be "
+                         "2 * x_hat + 1; print yours."),
+    "no_affine": (None, "set self.weight to 2 and print one output row: does it change?"),
+}
+_FFN_LADDER = {
+    "activation_last": (None, "feed an x that makes linear2's output negative: your output "
+                        "should be able to show it."),
+    "no_activation": (None, "print (linear1(x) < 0).sum(): after the activation, what "
+                      "becomes of those entries?"),
+    "activation_ignored": (None, "print self.activation: the layer was built with it; does "
+                           "your forward call it?"),
+    "gelu_approximated": (None, "print F.gelu(torch.tensor(1.0)) and your activation of 1.0: "
+                          "equal to 7 digits?"),
+    "bias_dropped": (None, "print self.linear1.bias: your forward must use it too."),
+    "layers_misapplied": (None, "print self.linear1 and self.linear2: which maps d_model to "
+                          "d_ff, and which comes first?"),
+    "python_max": (None, "print max(0, torch.tensor([-1., 2.])): Python compares whole "
+                   "objects, not entries."),
+    "residual_inside": (None, "feed x = 0 with zero biases: the FFN alone must give 0."),
+    "dropout_missing": (None, "in training mode with dropout=0.5, print how many hidden units "
+                        "are 0 before linear2."),
+    "dropout_misplaced": (None, "write your forward as one expression: which function does "
+                          "self.dropout wrap?"),
+    "dropout_in_eval": (None, _EVAL),
+}
+_SUBLAYER_LADDER = {
+    "no_residual": (None, "pass a sublayer that returns zeros: the output must still depend "
+                    "on x."),
+    "norm_misplaced": (None, "write both branches as formulas, and for each one mark where "
+                       "self.norm is applied: once, and on which side of the sum?"),
+    "residual_normalized": (None, "in pre-norm, pass a sublayer that returns zeros: the output "
+                            "must be x itself."),
+    "no_norm": (None, "in post-norm, print the mean and std of one output row: 0 and 1 "
+                "(before the norm's gain and bias)."),
+    "norm_parameters_unused": (None, "set self.norm.weight to 2: does your output change?"),
+    "dropout_on_sum": (None, "in training mode with a sublayer that returns zeros, the output "
+                       "must be x exactly."),
+    "dropout_missing": (None, "in training mode with dropout=0.5, run twice: the outputs "
+                        "should differ."),
+    "dropout_on_input": (None, "which tensor does self.dropout wrap in your forward: what goes "
+                         "into the sublayer, or what comes out?"),
+    "dropout_in_eval": (None, _EVAL),
+}
+
+
 NORM = Item(
     EXERCISE, "LayerNorm", _WrittenOut,
     [
@@ -182,7 +253,7 @@ NORM = Item(
         _norm_case(4, (2, 3, 6), 0.03, eps=1e-3),  # eps of its own: self.eps matters
         gradient_case(_norm_case(5, (2, 3, 6), 1.0), "x"),
     ],
-    NORM_MISTAKES,
+    laddered(NORM_MISTAKES, _NORM_LADDER),
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",
     twins=(_norm_with(),),
     section=("04_feed_forward_and_norm", "2. Layer normalization"),
@@ -244,9 +315,12 @@ FFN_MISTAKES = (
     ),
     Mistake(
         "activation_ignored", "`activation` ignored",
-        "with activation='gelu' the hidden layer goes through GELU: use self.activation, which "
-        "__init__ set from the argument, not a fixed ReLU.",
-        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu)),
+        "with activation='gelu' the hidden layer goes through GELU, with 'relu' through ReLU: "
+        "use self.activation, which __init__ set from the argument, not a fixed function (a "
+        "ReLU, or GELU, or its tanh approximation, whatever the layer was built with).",
+        (_ffn_with(activation=F.relu), _ffn_with(activation=F.gelu),
+         _ffn_with(activation=lambda h: F.gelu(h, approximate="tanh")),
+         _ffn_with(activation=lambda h: h * torch.sigmoid(1.702 * h))),
     ),
     Mistake(
         "gelu_approximated", "GELU approximated",
@@ -328,7 +402,7 @@ FFN = Item(
         # float64: GELU's approximations differ from it by 10,000 times the tolerance
         _ffn_case(6, (2, 3, 6), 10, "gelu", dtype=torch.float64),
     ],
-    FFN_MISTAKES,
+    laddered(FFN_MISTAKES, _FFN_LADDER),
     formula="Compare with linear2(dropout(activation(linear1(x)))).",
     twins=(_ffn_with(),),
     section=("04_feed_forward_and_norm", "1. The position-wise feed-forward network"),
@@ -478,7 +552,7 @@ SUBLAYER = Item(
         _sublayer_case(3, (2, 3, 6), True, dropout=0.5, train=True),
         _sublayer_case(4, (2, 3, 6), True, dropout=0.5),
     ],
-    SUBLAYER_MISTAKES,
+    laddered(SUBLAYER_MISTAKES, _SUBLAYER_LADDER),
     formula="Compare with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
     twins=(_sub_with(),),

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from .. import encoder as reference
 from ..masks import padding_mask
 from .comparison import describe
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item
 
 EXERCISE = "ex05_encoder"
@@ -87,10 +87,83 @@ def _embedding_case(vocab_size, d_model, tokens, seed):
 
 
 # vocab_size, d_model, tokens: seq, batch, vocab and d_model all differ.
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's,
+# unless given).
+_EVAL = "call module.eval() and run it twice on the same x: the outputs must be equal."
+_PADDING = ("05_encoder", "6. The padding mask in action")
+_EMBEDDING_LADDER = {
+    "not_scaled": (None, "print self.embedding(tokens).std() and your output's std: their "
+                   "ratio should be sqrt(d_model)."),
+    "scaled_by_d_model": (None, "print your output's std over the lookup's std, next to "
+                          "math.sqrt(d_model)."),
+    "divided": (None, "print your output's std over the lookup's std: above 1, or below?"),
+    "scale_added": (None, "print your output minus the lookup: a constant means a sum, not a "
+                    "product."),
+    "precedence_half": (None, "print 16 ** 1/2 in Python."),
+    "wrong_size": (None, "print the number you take the square root of, next to "
+                   "self.embedding.embedding_dim."),
+}
+_LAYER_LADDER = {
+    "mask_on_queries": (_PADDING, "print mask.shape and the scores' (batch, heads, q_len, "
+                        "k_len): which axis of the scores does the mask's last axis meet?"),
+    "mask_ignored": (_PADDING, "change a padding token of the input: the outputs at the real "
+                     "positions must not move."),
+    "pre_post_mixed": (None, "write the two branches as formulas and mark where each norm is "
+                       "applied: before the sublayer, or after the sum?"),
+    "residual_normalized": (None, "keep two names: x, the input, and h = the norm of x. Which "
+                            "one does the residual sum add?"),
+    "no_residual": (None, "print the output for x and for x + 1 with attention and FFN "
+                    "outputs of zero: a residual lets x through."),
+    "one_norm": (None, "list the modules your forward calls, in order: norm1 and norm2 each "
+                 "once."),
+    "norms_swapped": (None, "list the modules your forward calls, in order: which norm sits "
+                      "with self.self_attn?"),
+    "order": (None, "list the modules your forward calls, in order: attention before the "
+              "feed-forward network."),
+    "kv_unnormalized": (None, "in pre-norm, print which tensor you give self.self_attn as "
+                        "query, as key and as value: one and the same."),
+    "not_chained": (None, "after the first sublayer, which tensor does the second residual "
+                    "sum add: the layer's input, or the first sublayer's output?"),
+    "ffn_reads_input": (None, "which tensor goes into self.feed_forward: the layer's input, or "
+                        "the first sublayer's output?"),
+    "pre_norm_also_post": (None, "with norm_first=True count the norm calls on each path: one "
+                           "per sublayer, before it."),
+    "mask_inverted": (_PADDING, "print the attention weights for a padded sequence: the "
+                      "padding keys must get 0."),
+    "mask_to_feed_forward": (None, "print the arguments you give self.feed_forward."),
+    "tuple": (None, "print type(self.self_attn(x, x, x, mask)): a tuple of two."),
+    "dropout_missing": (None, "in training mode with dropout=0.5 run twice: the outputs "
+                        "should differ."),
+    "dropout_misplaced": (None, "write each sublayer as one expression: which tensor does "
+                          "self.dropout wrap?"),
+    "dropout_on_residual": (None, "in training mode, which of the two terms of each residual "
+                            "sum goes through self.dropout?"),
+    "dropout_in_eval": (None, _EVAL),
+    "padded_positions": (_PADDING, "compare your outputs at the padded positions with the "
+                         "reference's: the mask goes to attention as it is, nothing more."),
+}
+_ENCODER_LADDER = {
+    "mask_not_passed": (_PADDING, "print the arguments each layer gets in your loop."),
+    "not_chained": (None, "print id() of the tensor each layer gets: they must all differ."),
+    "one_layer": (None, "print the index of the layer each step of your loop calls."),
+    "layer_skipped": (None, "count the layer calls your forward makes: len(self.layers)."),
+    "layers_reversed": (None, "print the index of the layer each step of your loop calls: "
+                        "0 first."),
+    "extra_residual": (None, "each layer returns its full output: print layer(x, mask) - x "
+                       "and your step's result - x."),
+    "final_norm_twice": (None, "count the calls to self.norm in your forward: once."),
+    "no_final_norm": (None, "count the calls to self.norm in your forward: once, whatever "
+                      "norm_first is (post-norm's is an identity)."),
+    "final_norm_each": (None, "is the self.norm line inside your loop, or after it?"),
+    "norm_first_read": (None, "print self.norm for a post-norm Encoder: an nn.Identity."),
+    "final_norm_first": (None, "is the self.norm line before your loop, or after it?"),
+}
+
+
 EMBEDDINGS = Item(
     EXERCISE, "Embeddings", reference.Embeddings,
     [_embedding_case(11, 16, _tokens(0, 2, 5, 11), 11), _embedding_case(7, 9, _tokens(1, 3, 4, 7), 7)],
-    EMBEDDING_MISTAKES,
+    laddered(EMBEDDING_MISTAKES, _EMBEDDING_LADDER),
     formula="Look up the vectors, then scale by sqrt(d_model).",
     section=("05_encoder", "2. Token embeddings, scaled by $\\sqrt{d_\\text{model}}$"),
 )
@@ -329,7 +402,7 @@ LAYER = Item(
         _layer_case(3, (12, 3, 20, 0.2, False, "gelu"), *_inputs(3, 2, 5, 12, [5, 3]), True),
         _layer_case(4, (12, 3, 20, 0.2, True, "relu"), *_inputs(4, 2, 5, 12, [5, 3]), True),
     ],
-    LAYER_MISTAKES + (PADDED_POSITIONS,), match=_wild,
+    laddered(LAYER_MISTAKES + (PADDED_POSITIONS,), _LAYER_LADDER), match=_wild,
     renames=(("sublayers.0.norm.", "norm1."), ("sublayers.1.norm.", "norm2.")),
     formula="Compare each step with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
@@ -443,7 +516,7 @@ ENCODER = Item(
         _encoder_case(1, (16, 4, 24, 3, 0.1, False, "relu"), *_inputs(6, 3, 6, 16, [6, 4, 2])),
         _encoder_case(2, (12, 3, 20, 2, 0.1, True, "gelu"), *_inputs(7, 3, 5, 12, [5, 3, 1])),
     ],
-    ENCODER_MISTAKES,
+    laddered(ENCODER_MISTAKES, _ENCODER_LADDER),
     formula="Each layer takes the previous one's output and the mask; self.norm comes once, "
             "at the end.",
     twins=(_stack_with(),),

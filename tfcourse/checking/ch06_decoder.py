@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 from ..decoder import DecoderLayer
 from ..masks import causal_mask, padding_mask, target_mask
 from .comparison import describe
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item, fail_on_error
 from .sandbox import call
 
@@ -105,10 +105,57 @@ def _check_device(item, target):
         DEVICE_IGNORED.fail("  causal_mask(4, device=d) made its mask without passing d to torch")
 
 
+# The second hints (check(..., hint=2)), by mistake (sections: the item's, unless given).
+_CROSS = ("06_decoder", "2. Cross-attention: queries from the decoder, keys and values from the encoder")
+_LADDER = {
+    "sees_nothing_of_itself": (None, "print causal_mask(3): its diagonal must be True."),
+    "sees_next": (None, "print causal_mask(3): row 0 may see key 0 only."),
+    "polarity": (None, "print causal_mask(3) next to the docstring's picture: True where a "
+                 "query may look."),
+    "transposed": (None, "print causal_mask(3): rows are queries; row 0 must have one True, "
+                   "at column 0."),
+    "not_bool": (None, "print causal_mask(3).dtype."),
+    "device_ignored": (None, "print causal_mask(3, device='meta').device: it must be meta."),
+    "tuple": (None, "print type(self.self_attn(x, x, x)): a tuple of two."),
+    "cross_swapped": (_CROSS, "print the shapes you give self.cross_attn as query, key and "
+                      "value on a case where the source and the target differ in length: the "
+                      "output must have the target's length."),
+    "memory_unused": (_CROSS, "change memory and run again: the output must change."),
+    "tgt_mask_in_cross": (_CROSS, "print the shape of the mask you give cross-attention: its "
+                          "last axis must have the source's length."),
+    "masks_combined": (None, "print which mask each attention gets: one each, tgt_mask and "
+                       "src_mask."),
+    "src_mask_transposed": (_CROSS, "print src_mask.shape: (batch, 1, 1, src_len) already "
+                            "lines up with the scores' keys."),
+    "no_src_mask": (_CROSS, "change a padding token of the source: the output must not move."),
+    "no_tgt_mask": (("06_decoder", "5. No peeking: later target tokens cannot change earlier outputs"),
+                    "change the last target token: the outputs at earlier positions must not "
+                    "move."),
+    "memory_normalized": (_CROSS, "in pre-norm, print what cross-attention gets as keys: "
+                          "memory itself, or a normalized copy?"),
+    "attention_module_reused": (None, "list the attention modules your forward calls: "
+                                "self_attn and cross_attn, once each."),
+    "sublayer_reused": (None, "list which self.sublayers[i] your forward calls: 0, 1 and 2, "
+                        "once each."),
+    "order": (None, "list the three sublayers in the order your forward calls them."),
+    "no_feed_forward": (None, "count the sublayers your forward calls: three."),
+    "extra_residual": (None, "print self.sublayers[0](x, f) - x: the residual is in it "
+                       "already."),
+    "not_chained": (None, "which tensor does each sublayer get: the layer's input, or the "
+                    "previous sublayer's output?"),
+    "argument_ignored": (None, "print the argument your lambda receives in pre-norm, next to "
+                         "x: the sublayer hands it the normalized x."),
+    "norm_first_ignored": (None, "build the layer with norm_first=True: does your forward "
+                           "still call each sublayer through self.sublayers?"),
+    "by_hand": (None, "in training mode with dropout=0.5 run twice: the outputs should "
+                "differ."),
+}
+
+
 MASK = Item(
     EXERCISE, "causal_mask", causal_mask,
     [Case((size,), label=f"size={size}", seed=0) for size in (5, 1, 8)],
-    MASK_MISTAKES + (DEVICE_IGNORED,), what="mask", prep="for",
+    laddered(MASK_MISTAKES + (DEVICE_IGNORED,), _LADDER), what="mask", prep="for",
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend to keys j <= i: the lower triangle, diagonal included.",
     after=(_check_device,),
@@ -361,7 +408,7 @@ LAYER = Item(
         _case(3, [3, 3], [4, 4], 3, 4, masks=False),
         _case(4, [4, 2], [5, 3], 4, 5, train=True),
     ],
-    LAYER_MISTAKES, run=_run_layer,
+    laddered(LAYER_MISTAKES, _LADDER), run=_run_layer,
     formula="Compare each sublayer with the paper: masked self-attention, cross-attention to "
             "memory, feed-forward, each x = Sublayer(x).",
     twins=_with(),

@@ -21,8 +21,8 @@ from ..schedules import noam_lr as reference_noam
 from ..training import train_step as reference_step
 from ..vocab import BOS, EOS, PAD, Vocab
 from .comparison import describe
-from .mistakes import Mistake
-from .pipeline import Case, Item, fail_if_stopped
+from .mistakes import Mistake, laddered
+from .pipeline import NO_GRADIENT_MORE, Case, Item, fail_if_stopped
 from .sandbox import call
 
 EXERCISE = "ex07_training"
@@ -62,7 +62,24 @@ def _batch_with(**bug):
     return lambda pairs, vocab: _batch(pairs, vocab, **bug)
 
 
+def _sliced_from_padded(pairs, vocab):
+    """BOS y EOS padded into one batch, then tgt_in = [:, :-1], tgt_out = [:, 1:] (the
+    Annotated Transformer's Batch): a short row keeps its EOS in tgt_in."""
+    right = _batch(pairs, vocab)
+    full = pad_sequences([[BOS, *vocab.encode(t), EOS] for _, t in pairs])
+    tgt_in, tgt_out = full[:, :-1], full[:, 1:]
+    return Batch(right.src, tgt_in, tgt_out, right.src_mask, target_mask(tgt_in, PAD))
+
+
 BATCH_MISTAKES = (
+    Mistake(
+        "sliced_from_padded", "Decoder input sliced from a padded batch: short targets keep their EOS",
+        "full[:, :-1] cuts the last COLUMN of the padded batch: in the longest target that is "
+        "its EOS, but in a shorter one it is padding, so that row's EOS stays in tgt_in (and "
+        "the decoder reads it). Build tgt_in and tgt_out from each target's ids before padding "
+        "(BOS + y, y + EOS), or slice before you pad.",
+        (_sliced_from_padded,),
+    ),
     Mistake(
         "not_shifted", "Decoder targets not shifted",
         "at every position the decoder would be asked for the token it was just given: it learns "
@@ -188,11 +205,123 @@ BATCH_CASES = [  # sources and targets of different lengths, the longest source 
     [("ab", "bacd"), ("cdefg", "c"), ("gg", "ggg"), ("fedcb", "bc")],
     [("abcdefgabc", "abcdefgabc")],
 ]
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's,
+# unless given).
+_SHIFT = ("07_training", "What if the targets are not shifted?")
+_BATCH_LADDER = {
+    "sliced_from_padded": (None, "print tgt_in for the shortest target of the case: does EOS "
+                           "appear in it?"),
+    "not_shifted": (_SHIFT, "print tgt_in[0] and tgt_out[0] one above the other: at every "
+                    "column, the token below must be the one that follows the token above."),
+    "in_out_swapped": (_SHIFT, "print tgt_in[0]: it must start with BOS."),
+    "no_eos": (None, "print tgt_out[0]: after the target's last character comes EOS."),
+    "eos_in_input": (None, "print tgt_in[0]: EOS never appears in it."),
+    "swapped": (None, "print src[0] and the first pair's source: the same characters."),
+    "source_wrapped": (None, "print src[0]: the source's ids, then padding, nothing else."),
+    "tgt_mask_not_causal": (None, "print tgt_mask[0, 0]: row i must be False after column i."),
+    "tgt_mask_from_source": (None, "print tgt_mask.shape: (batch, 1, tgt_len, tgt_len)."),
+    "tgt_mask_no_padding": (None, "print tgt_mask for the shortest target: its padding "
+                            "columns must be False."),
+    "src_padding": (None, "print src_mask for the shortest source: its padding must be "
+                    "False."),
+    "src_mask_shape": (None, "print src_mask.shape: (batch, 1, 1, src_len)."),
+    "src_mask_from_target": (None, "print src_mask.shape[-1] next to src.size(1)."),
+    "polarity": (None, "print src_mask[0] next to src[0]: True under the real tokens."),
+}
+_LOSS_LADDER = {
+    "builtin": (None, "build q yourself, then -(q * log p).sum(-1), with torch operations."),
+    "counts_padding": (None, "print the number you divide by next to (target != pad_id).sum()."),
+    "onto_true_class": (None, "print q.sum(-1) and q at the true class for one position: 1, "
+                        "and 1 - eps + eps / V."),
+    "onto_padding": (None, "print q for one real position: every class gets at least eps / V, "
+                     "the padding class no more."),
+    "other_classes_only": (None, "print q at the true class for one position, next to "
+                           "1 - eps + eps / V."),
+    "true_share_overwritten": (None, "print q at the true class for one position, next to "
+                               "1 - eps + eps / V."),
+    "mass_not_taken": (None, "print q.sum(-1) for one position: it must be 1."),
+    "mass_dropped": (None, "print q.sum(-1) for one position: it must be 1."),
+    "eps_not_divided": (None, "print q.sum(-1) for one position: it must be 1."),
+    "one_hot_width": (None, "print F.one_hot(target).shape[-1] next to logits.size(-1)."),
+    "probabilities": (None, "your loss should grow without bound as p(true) goes to 0: does "
+                      "it?"),
+    "summed": (None, "double the batch (torch.cat([logits, logits])): the loss must stay the "
+               "same."),
+    "per_sentence": (None, "give one sentence 1 real token and another 9: does each TOKEN "
+                     "count the same in your mean?"),
+    "kl_divergence": (None, "with eps = 0.1 print your loss and F.cross_entropy(..., "
+                      "label_smoothing=0.1): they differ by the same amount on every input."),
+    "divided_by_sentences": (None, "print the number you divide by next to (target != "
+                             "pad_id).sum()."),
+    "pad_logit_blocked": (None, "print log_softmax(logits)[..., pad_id]: it must be finite."),
+    "over_vocabulary": (None, "with eps = 0 your loss must equal the mean of -log p(true): "
+                        "print both."),
+    "sign": (None, "print your loss: a cross entropy is never negative."),
+    "no_log_softmax": (None, "add 5 to every logit: the loss must not change."),
+    "log_softmax_axis": (None, "print log_softmax(...).exp().sum(-1): all ones."),
+    "pad_id_ignored": (None, "call your loss with pad_id=3 on targets padded with 3."),
+    "log_of_softmax": (None, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
+                       "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+}
+_NOAM_LADDER = {
+    "warmup_exponent": (None, "print your rate at step = warmup for both branches: they must "
+                        "be equal."),
+    "warmup_parentheses": (None, "print your warmup branch at step 1 next to warmup ** -1.5."),
+    "warmup_swapped": (None, "print your rate at steps 1, 2 and 4: during warmup it doubles "
+                       "when the step doubles."),
+    "decay_exponent": (None, "print your rate at steps 4 * warmup and 16 * warmup: the second "
+                       "is half the first."),
+    "precedence_half": (None, "print 4 ** -1/2 and 4 ** -0.5 in Python."),
+    "max": (None, "print your rate at step 1: it should be tiny."),
+    "d_model_factor": (None, "print your rate for d_model = 512 and 2048 at the same step: the "
+                       "second is half the first."),
+    "scaled_by_warmup": (None, "print your rate for d_model = 512 and 2048 at the same step: "
+                         "the second is half the first."),
+    "d_model_one_branch": (None, "print the two branches at step = warmup: equal, both "
+                           "scaled by d_model^-0.5."),
+    "step_shifted": (None, "print your rate at step = warmup next to (d_model * warmup) ** "
+                     "-0.5."),
+    "not_a_float": (None, "print type(noam_lr(1, 512, 4000)): float."),
+    "step_zero": (None, "call noam_lr(0, 512, 4000): it must raise ValueError."),
+}
+_STEP_LADDER = {
+    "not_zeroed": (None, "call train_step twice on the same batch with plain SGD: the second "
+                   "step must move the weights as much as the first."),
+    "zeroed_at_end": (None, "print a parameter's .grad right after your optimizer.step(): the "
+                      "step needs it filled."),
+    "zeroed_each": (None, "with two micro-batches, print a parameter's .grad after the loop "
+                    "next to what the first micro-batch alone gives."),
+    "stepped_each": (None, "count your optimizer.step() calls for two micro-batches: one."),
+    "token_weighted": (None, "with two micro-batches of different lengths, does each count "
+                       "the same in the gradient?"),
+    "not_divided": (None, "run one batch, then the same batch twice as two micro-batches: the "
+                    "step must be the same."),
+    "clip_zero": (None, "call train_step with clip=0: the gradients must keep their size."),
+    "clipped_each": (None, "count your clip_grad_norm_ calls for two micro-batches: one."),
+    "clipped_by_value": (None, "after clipping, print the norm of all the gradients together, "
+                         "torch.cat([p.grad.flatten() for p in model.parameters()]).norm(): "
+                         "at most clip."),
+    "not_clipped": (None, "with clip=1e-3 the step must be tiny: print the change of one "
+                    "weight."),
+    "counts_padding": (None, "print the loss with and without the padded positions of "
+                       "tgt_out: equal."),
+    "not_flattened": (None, "print logits.shape and the shape F.cross_entropy wants, (N, V)."),
+    "no_smoothing": (None, "call train_step with label_smoothing=0 and 0.5: the losses must "
+                     "differ."),
+    "wrong_target": (None, "print batch.tgt_in[0] and batch.tgt_out[0]: which one does the "
+                     "model predict?"),
+    "no_step": (None, "print a parameter before and after train_step: it must change."),
+    "loss_tensor": (None, "print type(train_step(...)): float."),
+    "wrong_loss": (None, "print each micro-batch's loss and the value you return: their "
+                   "mean."),
+}
+
+
 BATCH = Item(
     EXERCISE, "make_batch", reference_batch,
     [Case((pairs, VOCAB), names=("pairs", "vocab"), label=f"pairs={pairs}", seed=0)
      for pairs in BATCH_CASES],
-    BATCH_MISTAKES, same=_same_batch, what="batch", show=_shown,
+    laddered(BATCH_MISTAKES, _BATCH_LADDER), same=_same_batch, what="batch", show=_shown,
     formula="src: the sources' ids; tgt_in: BOS y; tgt_out: y EOS; src_mask = padding_mask(src, "
             "PAD); tgt_mask = target_mask(tgt_in, PAD).",
     twins=(_batch_with(),),
@@ -278,6 +407,7 @@ NO_GRADIENT = Mistake(
     "no_gradient", "No gradient flows back to the logits",
     "training needs it; stay in torch (no .item(), .detach(), .numpy() or tensors rebuilt "
     "from values).",
+    more=NO_GRADIENT_MORE,
 )
 def _log_of_softmax_loss(logits, target, eps, pad_id):
     """The smoothed loss on log(softmax(logits)), in the logits' dtype."""
@@ -488,7 +618,7 @@ LOSS_CASES = [
                                          _detached(lambda t: t.item())),)),
 ]
 LOSS = Item(
-    EXERCISE, "label_smoothing_loss", reference_loss, LOSS_CASES, LOSS_MISTAKES,
+    EXERCISE, "label_smoothing_loss", reference_loss, LOSS_CASES, laddered(LOSS_MISTAKES, _LOSS_LADDER),
     same=_same_loss, what="loss",
     formula="Build q = (1 - eps) one_hot(y) + eps / V and average -sum(q * log_softmax(logits)) "
             "over the real target tokens.",
@@ -501,9 +631,11 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False, swapped=False, halved=()):
-    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay")."""
+          grouped=False, swapped=False, halved=(), width=None):
+    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"); width:
+    what stands for d_model in the scale ("warmup")."""
     step += shift
+    d_model = {None: d_model, "warmup": warmup}[width]
     scale = d_model**-1 / 2 if "d" in halved else d_model**d
     fall = step**-1 / 2 if "decay" in halved else step**decay
     warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
@@ -558,6 +690,12 @@ NOAM_MISTAKES = (
         "d_model_factor", "d_model factor wrong",
         "the whole schedule is scaled by d_model^-0.5: wider models take smaller steps.",
         tuple(_all(d=e) for e in (0.0, 0.5, -1.0, -1.5)),
+    ),
+    Mistake(
+        "scaled_by_warmup", "Schedule scaled by warmup^-0.5 instead of d_model^-0.5",
+        "the factor in front of the min is the model's width, d_model^-0.5: warmup appears only "
+        "inside, in step * warmup^-1.5.",
+        (_all(width="warmup"),),
     ),
     Mistake(
         "d_model_one_branch", "d_model factor on one branch only",
@@ -630,12 +768,14 @@ def _check_step_zero(item, target):
     STEP_ZERO.fail(f"  step=0, d_model=512, warmup=4000: {got}")
 
 
+NOT_A_FLOAT, STEP_ZERO = laddered((NOT_A_FLOAT, STEP_ZERO), _NOAM_LADDER)  # reported by `after`
 NOAM = Item(
     EXERCISE, "noam_lr", reference_noam,
     [Case((NOAM_CASES,), label=f"{len(NOAM_CASES)} (step, d_model, warmup), from (1, 512, 4000) "
           "to (100000, 512, 4000)", run=_rates, seed=0,
           parts=tuple(f"the rate at step={s}, d_model={d}, warmup={w}" for s, d, w in NOAM_CASES))],
-    NOAM_MISTAKES + (NOT_A_FLOAT, STEP_ZERO), same=_same_rates, what="rates", show=_first_wrong_rate,
+    laddered(NOAM_MISTAKES, _NOAM_LADDER) + (NOT_A_FLOAT, STEP_ZERO), same=_same_rates,
+    what="rates", show=_first_wrong_rate,
     formula="Compute d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).",
     after=(_check_float, _check_step_zero),
     twins=(_all(),),
@@ -895,7 +1035,7 @@ STEP = Item(
     EXERCISE, "train_step", reference_step,
     [_step_case([_step_batches(2, (4, 2)), _step_batches(3, (3,))], 0.2, 0.05),
      _step_case([_step_batches(0, (3, 4)), _step_batches(1, (5, 2))], 0.1, 0.0)],
-    STEP_MISTAKES, same=_same_training, what="result", parts=("weights", "losses"),
+    laddered(STEP_MISTAKES, _STEP_LADDER), same=_same_training, what="result", parts=("weights", "losses"),
     formula="Zero the gradients, backpropagate each micro-batch's loss / len(batches), clip, "
             "step, and return the mean of the losses as a float.",
     twins=(_variant(),),

@@ -19,7 +19,7 @@ from ..decoding import length_penalty
 from ..masks import causal_mask, padding_mask
 from ..model import Transformer, TransformerConfig
 from .comparison import close, describe
-from .mistakes import Mistake
+from .mistakes import Mistake, laddered
 from .pipeline import Case, Item
 
 EXERCISE = "ex08_decoding"
@@ -260,6 +260,82 @@ def _greedy_case(make, lengths, max_len, seed, pad=PAD):
 
 # (model, lengths of the source rows, max_len): every row stops before max_len in the
 # first cases, one row runs to max_len in the next; then a real (random) Transformer.
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
+_GREEDY_LADDER = {
+    "no_stop": (None, "print ys after each step for a batch of 2 where one sentence ends "
+                "first: what does the finished one get next?"),
+    "stops_at_first": (None, "print the finished flags at each step: when may the loop end?"),
+    "keeps_bos": (None, "print your output's first column: it must be a generated token, "
+                  "not BOS."),
+    "eos_filled": (None, "count the EOS in each output row: exactly one where the sentence "
+                   "ended."),
+    "pad_hardcoded": (None, "print model.config.pad_id next to the id you pad with."),
+    "eos_replaced": (None, "print the flags you pad with: computed before or after the "
+                     "newest token was checked for EOS?"),
+    "done_not_kept": (None, "print the finished flags at each step: once True, always True."),
+    "one_sentence": (None, "print the shape of your next tokens: (batch,), one per sentence."),
+    "max_len_ignored": (None, "with a model that never says EOS, count your steps: max_len."),
+    "eos_dropped": (None, "print the last token of a finished sentence's row before the "
+                    "padding: EOS."),
+    "sampled": (None, "run your function twice: greedy decoding gives the same tokens."),
+    "wrong_position": (None, "print the shape of the logits you take the argmax of: (batch, "
+                       "vocab), from the last position of the whole prefix."),
+    "no_generator": (None, "print the size of the last axis you take the argmax over: the "
+                     "vocabulary's."),
+    "max_len_off_by_one": (None, "with a model that never says EOS, print your output's "
+                           "length next to max_len."),
+    "no_src_mask": (None, "change a padding token of the source: your tokens must not "
+                    "change."),
+    "no_causal_mask": (None, "print the tgt_mask you pass: (len, len), lower triangle."),
+}
+_BEAM_LADDER = {
+    "multiplied": (None, "print a candidate's score next to scores + log_probs for it."),
+    "own_score_missing": (None, "give two beams very different scores: their candidates "
+                          "must keep that difference."),
+    "no_normalization": (None, "with alpha = 1, print each candidate's ranking value next "
+                         "to its log P / lp."),
+    "penalty_multiplied": (None, "print lp and what you rank by for one candidate: log P "
+                           "divided by lp."),
+    "penalty_formula": (None, "print your lp for length 1 and alpha = 1: 1.0."),
+    "alpha_ignored": (None, "with alpha = 0, lp must be 1 for every length: print yours."),
+    "partly_normalized": (None, "write your ranking value as a formula: is the beam's score "
+                          "inside the division?"),
+    "ranked_by_token": (None, "give one beam a much better score: its candidates must rank "
+                        "first."),
+    "batch_flattened": (None, "print the shape you take topk over: (batch, beam * vocab)."),
+    "normalized_returned": (None, "print a returned score next to scores[b, beam] + "
+                            "log_probs[b, beam, token] for the same choice."),
+    "index_split": (None, "for vocab = 7 and flat index 9, print your beam and token: 1 "
+                    "and 2."),
+    "smallest": (None, "print your first returned score and the largest candidate score."),
+    "per_beam": (None, "make every best candidate come from beam 0: are they all kept?"),
+}
+_DECODE_LADDER = {
+    "logits": (None, "print your output's .exp().sum(-1): all ones."),
+    "probabilities": (None, "print your output's max: log-probabilities are never above 0."),
+    "log_softmax_axis": (None, "print your output's .exp().sum(-1): all ones."),
+    "newest_only_uncached": (None, "without a cache print the shape you give the decoder: "
+                             "the whole prefix."),
+    "first_position": (None, "print the index of the position you take the logits from: the "
+                       "last."),
+    "no_causal_mask": (None, "without a cache print the tgt_mask you pass: (t, t), lower "
+                       "triangle."),
+    "no_src_mask": (None, "print the arguments you give the decoder: src_mask among them."),
+    "cache_unused": (None, "print len(cache) after your call: it must grow by one."),
+    "whole_prefix_cached": (None, "with a cache print the shape you feed: (batch, 1)."),
+    "causal_mask_cached": (None, "with a cache print the tgt_mask you pass: one query, "
+                           "every cached key visible."),
+    "position_not_advanced": (None, "print the start you give model.positional at each "
+                              "step: 0, 1, 2, ..."),
+    "position_off_by_one": (None, "print the start you give model.positional next to "
+                            "len(cache) before the call."),
+    "rescaled": (None, "print model.tgt_embed(tokens).std(): already scaled by "
+                 "sqrt(d_model)."),
+    "no_positional": (None, "list the modules your decode_step calls: model.positional "
+                      "among them."),
+}
+
+
 GREEDY = Item(
     EXERCISE, "greedy_decode", reference_greedy,
     [
@@ -269,7 +345,7 @@ GREEDY = Item(
         _greedy_case(small_transformer, [7, 1], 8, 4),  # src_mask and the causal mask matter
         _greedy_case(lambda: ScriptedModel(pad_id=VOCAB - 1), [2, 4, 1], 7, 5, pad=VOCAB - 1),
     ],
-    GREEDY_MISTAKES, same=_same_ids, what="tokens", show=_got_expected,
+    laddered(GREEDY_MISTAKES, _GREEDY_LADDER), same=_same_ids, what="tokens", show=_got_expected,
     formula="At each step take the argmax of the last position's logits and append it.",
     twins=(_greedy_with(),),
     section=("08_decoding", "1. Decoding is a search"),
@@ -450,7 +526,7 @@ BEAM = Item(
         _beam_case(3, 2, 4, 9, [3, 3, 12, 6], alpha=0.6, finished=((0, 0), (1, 0))),
         _beam_case(4, 1, 2, 4, [7, 2], alpha=0.0),
     ],
-    BEAM_MISTAKES, same=_same_step, what="result", parts=("scores", "beam", "token"),
+    laddered(BEAM_MISTAKES, _BEAM_LADDER), same=_same_step, what="result", parts=("scores", "beam", "token"),
     show=_choices,
     formula="Flatten (beam, vocab) into one axis per sentence, rank by (scores + log_probs) / lp, "
             "take the top beam-many, and split each index into beam = index // vocab, "
@@ -626,6 +702,13 @@ def _cache_lengths(case, result, expected):
     except Exception:  # not the expected structure: the first line says so
         pass
     return ""
+
+
+# The two cases' catalogues share mistakes: each gets its second hint once, in one copy.
+_SHARED_COPIES = {id(m): laddered((m,), _DECODE_LADDER)[0]
+                  for m in (*UNCACHED_MISTAKES, *CACHED_MISTAKES)}
+UNCACHED_MISTAKES = tuple(_SHARED_COPIES[id(m)] for m in UNCACHED_MISTAKES)
+CACHED_MISTAKES = tuple(_SHARED_COPIES[id(m)] for m in CACHED_MISTAKES)
 
 
 def _decode_case(cached):

@@ -17,7 +17,6 @@ its facts are the reference's, and is a catalogued mistake when they are that mi
 [MASK] / random / kept are told apart by at least 5 standard deviations.
 """
 
-import dataclasses
 import math
 from dataclasses import astuple, dataclass
 from itertools import product
@@ -33,8 +32,8 @@ from ..variants import mean_pool as reference_pool
 from ..vocab import PAD
 from .ch07_training import _same_gradient, _same_loss
 from .comparison import clone, close, describe, same
-from .mistakes import Mistake
-from .pipeline import Case, Item, fail_on_error
+from .mistakes import Mistake, laddered
+from .pipeline import NO_GRADIENT_MORE, Case, Item, fail_on_error
 from .sandbox import call
 
 EXERCISE = "ex09_variants"
@@ -206,10 +205,17 @@ _LM_LADDER = {
                         "it should be 0."),
     "log_of_softmax": (_SHIFT, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
                        "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+    "pad_id_ignored": (_SHIFT, "call your loss with pad_id=7 on texts padded with 7: the "
+                       "padding must not count."),
+    "per_sequence": (_SHIFT, "give one text 1 real target and another 9: does each TARGET "
+                     "count the same in your mean?"),
+    "no_log_softmax": (_SHIFT, "add 5 to every logit: the loss must not change."),
+    "probabilities": (_SHIFT, "your loss must grow without bound as p(target) goes to 0: "
+                      "does it?"),
+    "view_of_slice": (_SHIFT, "print logits[:, :-1].is_contiguous()."),
+    "softmax_axis": (_SHIFT, "print log_softmax(...).exp().sum(-1): all ones."),
 }
-LM_MISTAKES = tuple(
-    dataclasses.replace(m, section=_LM_LADDER[m.key][0], more=_LM_LADDER[m.key][1])
-    if m.key in _LM_LADDER else m for m in LM_MISTAKES)
+LM_MISTAKES = laddered(LM_MISTAKES, _LM_LADDER)
 
 
 def _lm_case(seed, batch, seq, vocab, lengths=None, pad_id=PAD, dtype=torch.float32, scale=2.0):
@@ -253,7 +259,8 @@ LM_CASES = [
          mistakes=(Mistake("no_gradient", "No gradient flows back to the logits",
                            "training needs it: stay in torch (no .item(), .detach(), .numpy() or "
                            "tensors rebuilt from values).",
-                           (_detached(lambda t: t.detach()), _detached(lambda t: t.item()))),)),
+                           (_detached(lambda t: t.detach()), _detached(lambda t: t.item())),
+                           more=NO_GRADIENT_MORE),)),
 ]
 LM_LOSS = Item(
     EXERCISE, "lm_loss", lm_loss, LM_CASES, LM_MISTAKES, same=_same_loss, what="loss",
@@ -289,6 +296,12 @@ def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
     elif choose == "batch":  # round(rate * N) of the batch's N tokens, wherever they are
         total = int((rate * n.sum()).round())
         chosen = (scores.flatten().argsort().argsort() < total).view(tokens.shape)
+    elif choose == "replacement":  # k positions drawn with replacement: a duplicate is lost
+        chosen = torch.zeros_like(may)
+        for b in range(tokens.size(0)):
+            where = may[b].nonzero()[:, 0]
+            if len(where):
+                chosen[b, where[torch.randint(len(where), (int(k[b]),))]] = True
     else:  # "independent": each token with probability rate
         chosen = may & (torch.rand(tokens.shape) < rate)
     draw = torch.rand(tokens.shape)
@@ -400,6 +413,9 @@ def _counts(chosen, may, rate, tokens, pad_id):
     for rule, want in rules.items():
         if torch.equal(k, want):
             return rule
+    right = rules[_RIGHT.counts]
+    if bool((k <= right).all()) and bool((k[n > 0] >= 1).all()):
+        return "at most round(rate * n) in each text, fewer in some: a position drawn twice"
     mean, sd = rate * n.sum().item(), math.sqrt(n.sum().item() * rate * (1 - rate))
     if int(k.sum()) == round(rate * n.sum().item()):
         return "round(rate * N) of the whole batch's N tokens"
@@ -570,6 +586,14 @@ MASKING_MISTAKES = (
         (_masking_with(choose="batch"),),
     ),
     Mistake(
+        "with_replacement", "Positions drawn with replacement: some texts get fewer than round(rate * n)",
+        "torch.randint (or torch.multinomial(..., replacement=True)) can draw one position "
+        "twice, and a position drawn twice is one chosen token: draw the k positions without "
+        "replacement (torch.randperm, multinomial(..., replacement=False), or the ranks of "
+        "random scores, scores.argsort(1).argsort(1) < k[:, None]).",
+        (_masking_with(choose="replacement"),),
+    ),
+    Mistake(
         "independent", "Each token chosen independently: a random number per text",
         "BERT chooses exactly round(rate * n) tokens of each text (at least 1), at random "
         "positions: e.g. the ranks of random scores, scores.argsort(1).argsort(1) < k[:, None].",
@@ -608,8 +632,114 @@ MASKING_CASES = [
     _masking_case(2, _lengths(2, 64, 40, 80), 80, vocab_size=30, special_ids=(0, 1, 2),
                   mask_id=28, pad_id=29, rate=0.3, unk=0.02),
 ]
+# The second hints of mask_tokens, mean_pool and DecoderLM (sections: the item's).
+_ONE_ROW = "run it on one row of 20 ordinary tokens with rate=0.5 and print inputs and targets: "
+_MASKING_LADDER = {
+    "targets_everywhere": (None, _ONE_ROW + "how many targets are not pad_id?"),
+    "targets_corrupted": (None, _ONE_ROW + "where a token became [MASK], what is its target?"),
+    "targets_only_masked": (None, _ONE_ROW + "where a token was kept or replaced at random, is "
+                            "there a target?"),
+    "fill_minus_100": (None, _ONE_ROW + "what do the unchosen positions hold?"),
+    "padding_chosen": (None, "run it on a row that is mostly padding and print the chosen "
+                       "positions: none in the padding."),
+    "specials_chosen": (None, "run it on a row that starts with [CLS] many times: is one "
+                        "ever chosen?"),
+    "rate_over_all": (None, "on a row with 10 ordinary tokens and 10 padding, rate=0.5, "
+                      "count the chosen: 5."),
+    "no_minimum": (None, "on a row with 2 ordinary tokens, count the chosen: 1."),
+    "rounded_down": (None, "on a row with 7 ordinary tokens and rate=0.5, count the chosen: "
+                     "round(3.5) = 4."),
+    "rate_ignored": (None, "call it with rate=0.5 on 20 ordinary tokens: 10 chosen."),
+    "per_batch": (None, "on a batch of a long and a short row, count the chosen in each row."),
+    "with_replacement": (None, _ONE_ROW + "count the chosen positions, next to round(rate * "
+                         "n)."),
+    "independent": (None, "run it 5 times on the same row: the number chosen must be the "
+                    "same every time."),
+    "all_mask": (None, "on 1000 chosen tokens, count the [MASK]: about 800."),
+    "random_as_mask": (None, "on 1000 chosen tokens, count those that are neither [MASK] nor "
+                       "the original: about 100."),
+    "split_wrong": (None, "on 1000 chosen tokens, count [MASK], random and kept: about 800, "
+                    "100, 100."),
+    "random_specials": (None, "collect the random replacements of a large batch: is [CLS], "
+                        "[MASK] or padding among them?"),
+    "generator_ignored": (None, "call it twice with torch.Generator().manual_seed(0), "
+                          "changing torch.manual_seed between the calls: the results must be "
+                          "equal."),
+}
+_POOL_LADDER = {
+    "over_padding": (None, "add padding to a text: its pooled vector must not change."),
+    "padded_length": (None, "add padding to a text: its pooled vector must not change."),
+    "count_plus_one": (None, "pool a text of one token: the result is that token's vector."),
+    "keep_inverted": (None, "print keep[0] next to the positions you average."),
+    "summed": (None, "pool a text of two equal vectors: the result is that vector, not "
+               "twice it."),
+    "cls": (None, "change the second token of a text: its pooled vector must change."),
+    "max": (None, "pool a text of two tokens: the result is their mean."),
+    "prefix": (None, "make keep [False, True, True]: which positions do you average?"),
+    "whole_batch": (None, "print your result's shape: (batch, d_model), one vector per text."),
+    "empty_nan": (None, "pool a row whose keep is all False: zeros, not NaN."),
+    "no_feature_axis": (None, "print keep.shape and h.shape, aligned from the right."),
+    "divisor_axis": (None, "print the sum's shape and the count's shape, aligned from the "
+                     "right."),
+}
+_LM_MODEL_LADDER = {
+    "no_causal_mask": (None, "change the last token of a text: the logits at earlier "
+                       "positions must not move."),
+    "mask_inverted": (None, "print your mask for seq=3: row 0 sees key 0 only."),
+    "diagonal_masked": (None, "print your mask for seq=3: its diagonal must be True."),
+    "sees_next": (None, "print your mask for seq=3: row 0 sees key 0 only."),
+    "mask_not_bool": (None, "print your mask's dtype."),
+    "mask_size": (None, "print your mask's shape next to (seq, seq)."),
+    "cross_attention": (None, "print the modules of self.layers[0]: there is no encoder "
+                        "to attend to."),
+    "attention_twice": (None, "count the attention calls per layer: one."),
+    "embedding_added_twice": (None, "print the output of self.embed and of self.positional: "
+                              "the second already holds the first."),
+    "scaled_twice": (None, "print self.embed(tokens).std(): already scaled by sqrt(d_model)."),
+    "not_scaled": (None, "print the std of what you give self.positional, next to "
+                   "self.embed(tokens).std()."),
+    "no_positional": (None, "swap two tokens of a text: the logits must change beyond the "
+                      "two positions."),
+    "positional_twice": (None, "count the calls to self.positional: one."),
+    "positional_dropout": (None, "in training mode, call self.positional: it applies its own "
+                           "dropout; does your forward go through it?"),
+    "extra_dropout": (None, "count the dropout calls in your forward: the modules do their "
+                      "own."),
+    "sublayer_dropout": (None, "layer(x, mask) applies the sublayers' dropout itself: do you "
+                         "call the layer?"),
+    "tuple": (None, "print type of what one step of your layer returns."),
+    "no_residual": (None, "layer(x, mask) is the whole layer, residuals and norms included: "
+                    "do you call it?"),
+    "sublayer_reused": (None, "list which sublayer each step uses: each its own."),
+    "no_feed_forward": (None, "count the steps of each layer: attention, then the "
+                        "feed-forward network."),
+    "one_layer": (None, "print the index of the layer each step of your loop calls."),
+    "layer_skipped": (None, "count your layer calls: len(self.layers)."),
+    "layer_order": (None, "print the index of the layer each step of your loop calls: 0 "
+                    "first."),
+    "not_chained": (None, "which tensor does each layer get: the previous layer's output?"),
+    "no_final_norm": (None, "count the calls to self.norm: once, after the loop."),
+    "final_norm_twice": (None, "count the calls to self.norm: once."),
+    "norm_each_layer": (None, "is the self.norm line inside your loop, or after it?"),
+    "norm_reused": (None, "which tensors go through self.norm: the last layer's output only."),
+    "untied": (None, "print self.generator.weight is self.embed.embedding.weight: True; use "
+               "the module you were given."),
+    "not_transposed": (None, "print the shape of the matrix you multiply by: (d_model, "
+                       "vocab) is what x needs."),
+    "softmax": (None, "print your output's .sum(-1): logits need not sum to 1."),
+    "log_softmax": (None, "print your output's max: logits can be above 0."),
+    "last_only": (None, "print your output's shape: (batch, seq, vocab)."),
+    "last_dropped": (None, "print your output's shape: (batch, seq, vocab)."),
+    "flattened": (None, "print your output's shape: (batch, seq, vocab)."),
+    "sequence_first": (None, "print the shape of x before your first layer: (batch, seq, "
+                       "d_model)."),
+}
+GENERATOR = laddered((GENERATOR,), _MASKING_LADDER)[0]  # reported by `after`
+
+
 MASKING = Item(
-    EXERCISE, "mask_tokens", reference_masking, MASKING_CASES, MASKING_MISTAKES,
+    EXERCISE, "mask_tokens", reference_masking, MASKING_CASES,
+    laddered(MASKING_MISTAKES, _MASKING_LADDER),
     what="result", parts=("inputs", "targets"), run=_run_masking, show=_show_masking,
     after=(_check_generator,),
     formula="(Your random draws may differ from the reference's: what counts is the rule, "
@@ -628,7 +758,8 @@ def _pool(h, keep, over="keep", divide="count", empty="zero"):
     total = (h * k).sum(1)  # (batch, d_model)
     if divide == "sum":
         return total
-    count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1))}[divide]
+    count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1)),
+             "count+1": k.sum(1) + 1}[divide]
     return total / (count if empty == "nan" else count.clamp(min=1.0))
 
 
@@ -660,6 +791,13 @@ POOL_MISTAKES = (
         "the padding is out of the sum, but the divisor still counts it: divide by the number "
         "of True in each row of keep, keep.sum(1).",
         (_pool_with(divide="length"),),
+    ),
+    Mistake(
+        "count_plus_one", "Divided by one position too many (count + 1)",
+        "a guard against 0 / 0 must not change the other rows: count + 1 divides every text by "
+        "one position more than it has. Clamp the count instead, count.clamp(min=1): it "
+        "changes only the empty rows.",
+        (_pool_with(divide="count+1"),),
     ),
     Mistake(
         "keep_inverted", "keep used the wrong way round",
@@ -735,7 +873,8 @@ POOL_CASES = [
     _pool_case(3, [2, 0, 3], 4, 5),  # an empty text
 ]
 MEAN_POOL = Item(
-    EXERCISE, "mean_pool", reference_pool, POOL_CASES, POOL_MISTAKES, what="pooled vectors",
+    EXERCISE, "mean_pool", reference_pool, POOL_CASES, laddered(POOL_MISTAKES, _POOL_LADDER),
+    what="pooled vectors",
     formula="pooled[b] = sum_t keep[b, t] h[b, t] / sum_t keep[b, t] (zeros for an empty row).",
     twins=(_pool_with(),),
     section=("09_variants", "Padding must not count"),
@@ -1126,7 +1265,8 @@ DECODER_CASES = [
     _decoder_case(2, [7, 7], 7, 11, train=True),
 ]
 DECODER_LM = Item(
-    EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, DECODER_MISTAKES, what="logits",
+    EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, laddered(DECODER_MISTAKES, _LM_MODEL_LADDER),
+    what="logits",
     formula="Compare each step with the docstring: embeddings and positions, every layer "
             "under the causal mask, the final norm, the tied output layer.",
     twins=(_decoder_with(),),

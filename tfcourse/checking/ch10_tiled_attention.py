@@ -18,7 +18,7 @@ from ..long_attention import sliding_window_mask
 from .ch06_decoder import _draw
 from .comparison import same
 from .explanation import difference, structure_problem
-from .mistakes import NO_MATCH, Mistake
+from .mistakes import NO_MATCH, Mistake, laddered
 from .pipeline import Case, Item, fail_on_error, gradient_case
 from .sandbox import call
 
@@ -34,7 +34,7 @@ def _sqrt_d_k(q, k, v):
 def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
            running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
            blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
-           keepdim=True, axes=(-2, -1), start="zeros"):
+           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF):
     """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
     mistakes make (the defaults give the reference):
 
@@ -60,13 +60,14 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
     axes         the key's axes that are swapped
     start        the running output starts as zeros (..., q_len, d_v), or like the "query"
+    first_max    what the running maximum starts at (a finite number: only "very negative")
     """
     k_len = k.size(-2)
     if m is not None:
         m = m.expand(*m.shape[:-1], k_len)
     stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
             "last": k_len - block_size}[blocks]
-    run_max = torch.full_like(q[..., :1], -INF)  # (..., q_len, 1)
+    run_max = torch.full_like(q[..., :1], first_max)  # (..., q_len, 1)
     denom = torch.zeros_like(run_max)
     numer = q.new_zeros(*q.shape[:-1], v.size(-1)) if start == "zeros" else torch.zeros_like(q)
     n_blocks = 0
@@ -279,7 +280,15 @@ MISTAKES = (
         "m' = max(m, rowmax(S)): with the block's own max, e^(m - m') grows past 1 when a block "
         "has smaller scores than before (it overflows when they are far smaller, and a fully "
         "masked block sets m to -inf). Keep the larger of the running max and the block's.",
-        (_with(running=False),),
+        (_with(running=False), _with(running=False, rescale_sum=0, rescale_out=0)),
+    ),
+    Mistake(
+        "finite_start", "Running maximum started at a finite number instead of -inf",
+        "m starts at -inf: a finite start (0, -1e4, ...) is only 'very negative'. When every "
+        "score of a query is below it (here all below -10^5), m' stays at your start, every "
+        "e^(s - m') underflows to 0, and the query's output comes out 0. Start at -inf, and "
+        "subtract 0 where m' is still -inf (hint 3).",
+        tuple(_with(first_max=f) for f in (0.0, -1e4, -1e3, -1e5, -65504.0, -1e2)),
     ),
     Mistake(
         "masked_max", "Block maximum taken over masked keys",
@@ -330,6 +339,23 @@ def _large_scores(seed, masked):
     return _case((q, k, v, mask), 4, seed, " (the masked keys have the largest scores)")
 
 
+def _very_negative_scores(seed, masked):
+    """Every key along the queries' opposite direction: every score below -10^5. `masked`:
+    the first block of keys masked too (a query's first block fully masked, its later
+    scores very negative)."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.nn.functional.normalize(torch.randn(8, generator=g), dim=0)
+    q = -40 * u + 0.5 * torch.randn(2, 4, 8, generator=g)
+    k = 10000 * u + 20 * torch.randn(2, 10, 8, generator=g)
+    v = torch.randn(2, 10, 5, generator=g)
+    if not masked:
+        return _case((q, k, v), 4, seed, " (every score below -10^5)")
+    mask = torch.ones(1, 10, dtype=torch.bool)
+    mask[:, :4] = False
+    return _case((q, k, v, mask), 4, seed,
+                 " (every score below -10^5, the first block of keys masked)")
+
+
 def _lengths_mask(lengths, k_len, left=False):
     """(batch, 1, k_len): padding after (or before, `left`) each sequence's tokens."""
     positions = torch.arange(k_len)
@@ -366,6 +392,10 @@ CASES = [
     _random(8, (2,), 5, 9, 8, 6, 4, mask=torch.ones(5, 9, dtype=torch.bool).tril(2),
             dtype=torch.float64),
     GRADIENT,
+    # every score below -10^5: a running maximum started (or a mask filled) at a finite
+    # "very negative" number is then above every real score
+    _very_negative_scores(12, masked=False),
+    _very_negative_scores(13, masked=True),
 ]
 
 # After every case passes: a long sequence. Its q_len x k_len scores take 64 KiB; tiled
@@ -402,8 +432,81 @@ def _check_memory(item, target):
                       difference=difference(outcome.value, expected))
 
 
+# The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
+_TILED_LADDER = {
+    "builtin": (None, "write the loop over blocks of keys yourself: scores, running max, "
+                "running sum, running output."),
+    "no_scaling": (None, "print one block's scores next to chapter 01's scaled scores for "
+                   "the same keys."),
+    "wrong_scale": (None, "print the number your scores are divided by, next to "
+                    "math.sqrt(query.size(-1))."),
+    "keepdim": (None, "print the shape of your block's row maximum: (..., q_len, 1)."),
+    "key_axes": (None, "on 4-D inputs print the shape of your transposed key block: only "
+                 "the last two axes may move."),
+    "output_like_query": (None, "with d_v != d_k print the shape you start o with: (..., "
+                          "q_len, d_v)."),
+    "block_slice_end": (None, "print the start and the end of each block you slice: every "
+                        "block ends at start + block_size."),
+    "nan_from_start": (None, "print m, m' and e^(m - m') after the first block: which "
+                       "subtraction gives NaN?"),
+    "old_max_in_exp": (None, "print max(e^(S - m)) of each block: never above 1 when you "
+                       "subtract the NEW maximum."),
+    "value_block": (None, "print the rows of value each block uses next to the keys it "
+                    "uses: the same rows."),
+    "last_block_dropped": (None, "with k_len = 11 and block_size = 4, print the blocks you "
+                           "visit: the last has 3 keys."),
+    "no_rescale": (None, "make the second block's scores larger than the first's: print l "
+                   "before and after; the old part must shrink by e^(m - m')."),
+    "rescaled_twice": (None, "count how many times l and o are multiplied by e^(m - m') per "
+                       "block: once."),
+    "max_not_updated": (None, "print m after each block: it must never fall, and must "
+                        "follow the largest score seen."),
+    "normalised_per_block": (None, "print l after each block: it keeps growing; divide only "
+                             "once, at the end."),
+    "not_divided": (None, "print your output's rows next to chapter 01's: each is l times "
+                    "too large."),
+    "mask_inverted": (None, "print a block's masked scores next to the mask: -inf where the "
+                      "mask is False."),
+    "mask_ignored": (None, "print a block's scores after masking: the False keys must be "
+                     "-inf."),
+    "masked_to_zero": (None, "print e^(S - m') for a masked key: it must be 0."),
+    "masked_in_sum": (None, "print l for a query with masked keys next to the sum over its "
+                      "allowed keys only."),
+    "fully_masked_block_nan": (None, "mask the whole first block for one query and print m, "
+                               "m' and S - m' there: -inf - (-inf)."),
+    "empty_row": (None, "give one query a mask with no True: print its l and its output."),
+    "max_not_subtracted": (None, "print torch.exp(torch.tensor(200.)) in float32."),
+    "block_max_only": (None, "print m after each block for one query: with a block of "
+                       "smaller scores after a larger one, m must stay."),
+    "finite_start": (None, "give a query only scores below -10^5 and print m' after the "
+                     "first block, and e^(S - m')."),
+    "masked_max": (None, "on the case above print the block's max with and without the "
+                   "masked keys."),
+    "whole_matrix": (None, "print the shape of the largest scores tensor you make: (..., "
+                     "q_len, block_size) at most."),
+}
+_WINDOW_LADDER = {
+    "window_too_narrow": (None, "print sliding_window_mask(5, 1): each row has 3 True inside "
+                          "the band (fewer at the edges)."),
+    "window_too_wide": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "mask_polarity": (None, "print sliding_window_mask(5, 1)[0, 0]: a query may see itself."),
+    "causal_ignored": (None, "print sliding_window_mask(5, 1, causal=True): nothing above the "
+                       "diagonal."),
+    "wrong_side": (None, "print sliding_window_mask(5, 1, causal=True): row 0 is [1, 0, 0, 0, "
+                   "0]."),
+    "one_sided": (None, "print sliding_window_mask(5, 1): row 2 is [0, 1, 1, 1, 0]."),
+    "causal_or_window": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees "
+                         "keys 4 and 5 only."),
+    "window_dropped": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees keys "
+                       "4 and 5 only."),
+    "not_bool": (None, "print sliding_window_mask(3, 1).dtype."),
+}
+WHOLE_MATRIX = laddered((WHOLE_MATRIX,), _TILED_LADDER)[0]  # reported by `after`
+
+
 ITEM = Item(
-    EXERCISE, NAME, reference, CASES, MISTAKES + (WHOLE_MATRIX,), what="output",
+    EXERCISE, NAME, reference, CASES, laddered(MISTAKES, _TILED_LADDER) + (WHOLE_MATRIX,),
+    what="output",
     formula="Compare each step with m' = max(m, rowmax(S)), l' = e^(m - m') l + rowsum(e^(S - "
             "m')), o' = e^(m - m') o + e^(S - m') V_B, and o / l at the end.",
     after=(_check_memory,),
@@ -415,15 +518,18 @@ ITEM = Item(
 # sliding_window_mask(size, window, causal=False): local attention's mask (notebook 10, section 8)
 
 
-def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True):
+def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
+          one_side=None):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
     band are `combine`d ("and", "or", "causal": the band dropped); `polarity` False: True =
-    blocked."""
+    blocked; `one_side` ("past", "future"): the band on that side only, causal or not."""
     i = torch.arange(size)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
+    if one_side is not None:
+        band = band & (offset >= 0 if one_side == "past" else offset <= 0)
     if causal and side != "both":
         past = offset >= 0 if side == "past" else offset <= 0
         band = {"and": band & past, "or": band | past, "causal": past}[combine]
@@ -466,6 +572,13 @@ WINDOW_MISTAKES = (
         (_window(side="future"),),
     ),
     Mistake(
+        "one_sided", "Window on one side only",
+        "without causal, query i sees `window` keys on EACH side, i - window <= j <= i + "
+        "window: tril(.., window) keeps j <= i + window and triu(.., -window) keeps j >= "
+        "i - window; both offsets, with opposite signs, make the band.",
+        (_window(one_side="future"), _window(one_side="past")),
+    ),
+    Mistake(
         "causal_or_window", "Causal mask and window combined with OR",
         "a key must be in the window AND not in the future: combine the two masks with & (a "
         "key that passes either one, |, lets every past key and the next `window` keys "
@@ -496,7 +609,7 @@ WINDOW = Item(
     EXERCISE, "sliding_window_mask", sliding_window_mask,
     [_window_case(*args) for args in ((7, 2, False), (7, 2, True), (6, 0, False), (6, 0, True),
                                       (4, 9, True), (1, 3, False))],
-    WINDOW_MISTAKES, what="mask", prep="for",
+    laddered(WINDOW_MISTAKES, _WINDOW_LADDER), what="mask", prep="for",
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
     twins=(_window(),),

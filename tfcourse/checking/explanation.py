@@ -40,6 +40,8 @@ BROADCAST = re.compile(r"The size of tensor a \((\d+)\) must match the size of t
                         r"\((\d+)\) at non-singleton dimension (\d+)")
 _MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
 AXIS_NAMES = ("batch size", "sequence length")
+_MASK_SHAPE = re.compile(r"mask of shape \(([\d, ]*)\) does not broadcast to the scores' shape "
+                         r"\(\.\.\., q_len, k_len\) = \(([\d, ]*)\)")
 
 
 def batch_and_seq(a: int, b: int, inputs) -> tuple[str, int, int] | None:
@@ -87,6 +89,19 @@ def explain_error(error: BaseException, inputs=()) -> str:
                  r"expected both vectors to have same dtype|same dtype", text):
         return (" (tensors of two dtypes met: make new tensors with the inputs' dtype, "
                 "dtype=x.dtype: torch.tensor and torch.arange default to float32 or int64)")
+    if re.search(r"tuple of ints,? ?but (got|found element of type) float|'float' object cannot be "
+                 r"interpreted as an integer|slice indices must be integers|received an invalid "
+                 r"combination of arguments.*float|only integers, slices", text):
+        return (" (a float where a whole number is wanted, as a size, an index or a range: `/` "
+                "always gives a float, even when it divides evenly, d_model / n_heads = 4.0: use "
+                "`//`, or int(...))")
+    found = _MASK_SHAPE.search(text)
+    if found:
+        mask, scores = (len([n for n in g.split(",") if n.strip()]) for g in found.groups())
+        if mask > scores:
+            return (f" (the mask has {mask} axes and the scores {scores}: an axis too many: the "
+                    "mask given is already in the shape attention wants, its heads axis "
+                    "included: an unsqueeze, or a [:, None], too many)")
     if "Dimension out of range" in text:
         return " (an axis beyond the tensor's number of axes)"
     if "view size is not compatible" in text:
@@ -268,23 +283,24 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     )
 
 
-def first_difference(value, expected, what: str, parts) -> tuple[str, str]:
-    """The name of the first tensor of a result that differs from the expected one, and how."""
+def first_difference(value, expected, what: str, parts) -> tuple[str, str, bool]:
+    """The name of the first tensor of a result that differs from the expected one, how, and
+    whether that tells what the result is (a resemblance: a factor, an order, ...)."""
     numbers = (int, float)
     if (isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple))
             and len(value) == len(expected) > 1
             and all(isinstance(x, numbers) for x in (*value, *expected))):
         told = resemblance(torch.tensor(value, dtype=torch.float64),
                            torch.tensor(expected, dtype=torch.float64), what)
-        return what, told or "its values differ"
+        return what, told or "its values differ", bool(told)
     for v, e, name in _leaves(value, expected, what, parts):
         if v.shape == e.shape and not safely(close, v, e):
             try:
                 told = resemblance(v, e, name)
-                return name, (f"{told}; " if told else "") + difference(v, e)
+                return name, (f"{told}; " if told else "") + difference(v, e), bool(told)
             except Exception:  # a learner's tensor that cannot be described
-                return name, "its values differ"
-    return what, "its values differ"
+                return name, "its values differ", False
+    return what, "its values differ", False
 
 
 
@@ -407,13 +423,15 @@ def float_for_integer(value: torch.Tensor) -> str:
 
 
 def case_features(args, train: bool = False) -> dict[str, str]:
-    """What sets a case's inputs apart, each feature by name: 4-D inputs, a fully masked row,
-    large magnitudes, float64, training mode."""
+    """What sets a case's inputs apart, each feature by name: 4-D inputs, a mask, a fully
+    masked row, large magnitudes, float64, training mode."""
     features = {}
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     rank = max((t.dim() for t in tensors if t.is_floating_point()), default=0)
     if rank >= 4:
         features["rank"] = f"{rank}-D inputs"
+    if any(t.dtype == torch.bool and t.dim() >= 1 and t.numel() and not t.all() for t in tensors):
+        features["mask"] = "a mask"
     if any(t.dtype == torch.bool and t.dim() >= 1 and t.numel() and (~t.any(-1)).any()
            for t in tensors):
         features["masked"] = "a fully masked row (a query with no key to see, or a masked block)"

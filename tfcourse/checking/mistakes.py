@@ -60,6 +60,13 @@ class Mistake:
         raise CheckFailure(self.diagnosis(details, at=at, label=label, **fields))
 
 
+def laddered(mistakes, ladder: dict) -> tuple:
+    """`mistakes` with their hint ladder: `ladder` maps a key to (section, second hint), the
+    section (notebook, heading) or None for the item's own; a mistake not in it is unchanged."""
+    return tuple(dataclasses.replace(m, section=ladder[m.key][0] or m.section, more=ladder[m.key][1])
+                 if m.key in ladder else m for m in mistakes)
+
+
 # Mistakes every item shares.
 
 NOT_IMPLEMENTED = Mistake(
@@ -100,6 +107,9 @@ NOT_FINITE = Mistake(
 NO_MATCH = Mistake(
     "no_match", "Wrong {what} {prep} {label}, and no common mistake matches",
     "{difference}.{formula}")
+RESEMBLES = Mistake(
+    "resembles", "Wrong {what} {prep} {label}",
+    "{difference}.{formula}")  # no catalogued mistake, but the result tells what it is
 REFERENCE_USED = Mistake(
     "reference_used", "Reference used instead of your own code",
     "{name} runs tfcourse's own {reference}; the exercise is to write it yourself.")
@@ -120,7 +130,7 @@ WRONG_ORDER = Mistake(
     "{label}.")
 SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
-          REFERENCE_USED, RENAMED)
+          RESEMBLES, REFERENCE_USED, RENAMED)
 
 # What can go wrong with the exercise file itself (checked before any item).
 SYNTAX_ERROR = Mistake("syntax_error", "Syntax error", "{file}, line {line}: {msg}{text}")

@@ -29,7 +29,10 @@ fixed, the same for every item:
      A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,
      an axis reduced instead of concatenated, a length off by one.
  12. NaN or inf where the reference has none             -> "Not finite"
- 13. Otherwise                                           -> "Wrong <what> ..., and no common
+ 13. The result resembles the expected one (a constant factor or offset, an elementwise or
+     monotone function, the values in another order) -> "Wrong <what> ...: your <what> is
+     2 times the expected ..."
+ 14. Otherwise                                           -> "Wrong <what> ..., and no common
                                                             mistake matches" with the largest
                                                             difference
 Catalogued mistakes come before the type, shape and dtype messages because a mistake may
@@ -82,6 +85,7 @@ from .mistakes import (
     RECURSION,
     REFERENCE_USED,
     RENAMED,
+    RESEMBLES,
     SEQ_FIRST,
     SHARED,
     TOO_SLOW,
@@ -418,7 +422,7 @@ class Item:
             if mistake is not None:
                 mistake.fail(f"{self._details(case)}\n  it raised {type(error).__name__}: "
                              f"{first_line(error)}", at=outcome.where, label=case.label)
-        fail_on_error(outcome, name, case.label, _inputs(case))
+        fail_on_error(outcome, name, case.label, _inputs(case), news=self._news(case, passed))
 
     def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
         name = f"{self.name}.forward" if self.is_class else self.name
@@ -448,25 +452,32 @@ class Item:
         if bad:
             NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label,
                             news=news)
-        what, diff = first_difference(result, expected, what, parts)
+        what, diff, told = first_difference(result, expected, what, parts)
         shown = self._shown(case, result, expected)
-        NO_MATCH.fail(shown if shown.startswith("\n") else shown and "  " + shown.lstrip(),
-                      what=what, prep=self.prep, label=case.label, difference=diff,
-                      formula=news + (f" {self.formula}" if self.formula else ""))
+        details = shown if shown.startswith("\n") else shown and "  " + shown.lstrip()
+        (RESEMBLES if told else NO_MATCH).fail(
+            details, what=what, prep=self.prep, label=case.label, difference=diff,
+            formula=news + (f" {self.formula}" if self.formula else ""))
 
     def _news(self, case, passed):
         """' Your code is right on the 5 cases before this one, and this is the first with
-        4-D inputs.' when the failing case is the first with something, or ''."""
+        4-D inputs.' when the failing case is the first with something (or with two things,
+        each seen before, together), or ''."""
         seen = {}
         for c in passed:
             seen.update(case_features(c.args, c.train))
-        new = [text for name, text in case_features(case.args, case.train).items()
-               if name not in seen]
+        features = case_features(case.args, case.train)
+        new = [text for name, text in features.items() if name not in seen]
+        together = ""
+        if not new and len(features) >= 2 and not any(
+                set(features) <= set(case_features(c.args, c.train)) for c in passed):
+            new, together = list(features.values()), " together"  # each seen, never all at once
         if not passed or not new:
             return ""
         cases = f"{len(passed)} case{'s' * (len(passed) > 1)}"
         return (f" Your code is right on the {cases} before this one, and this is the first "
-                f"with {' and '.join(new)}: what does your code do with {'them' if len(new) > 1 else 'it'}?")
+                f"with {' and '.join(new)}{together}: what does your code do with "
+                f"{'them' if len(new) > 1 else 'it'}?")
 
 
 def _inputs(case):
@@ -487,10 +498,11 @@ def fail_if_stopped(outcome: Outcome, name: str, where: str, label: str) -> None
         TOO_SLOW.fail(limit=sandbox.TIME_LIMIT, name=name, label=label)
 
 
-def fail_on_error(outcome: Outcome, name: str, label: str, inputs=()) -> None:
+def fail_on_error(outcome: Outcome, name: str, label: str, inputs=(), news: str = "") -> None:
     """For checks of their own (an Item's `after`): fail if the call `outcome` did not
     return (the stub, an exit, the time limit, an exception). `inputs`: (name, tensor) of
-    the call, to say what a size in torch's error is."""
+    the call, to say what a size in torch's error is; `news`: what is new in this case
+    (Item._news), said after the error."""
     fail_if_stopped(outcome, name, name, label)
     error = outcome.error
     if isinstance(error, RecursionError):
@@ -505,7 +517,7 @@ def fail_on_error(outcome: Outcome, name: str, label: str, inputs=()) -> None:
         first, second = (AXIS_NAMES[i] for i in axes[1:])
         SEQ_FIRST.fail(at=outcome.where, name=name, label=label, a=found[1],
                        b=found[2], input=axes[0], first=first, second=second, error=raised)
-    RAISED.fail(at=outcome.where, error=raised + explain_error(error, inputs),
+    RAISED.fail(at=outcome.where, error=raised + explain_error(error, inputs) + news,
                 name=name, label=label)
 
 
@@ -534,13 +546,18 @@ def _detached_backward(*args, **kwargs):
     torch.zeros(1).sum().backward()
 
 
+NO_GRADIENT_MORE = ("print .requires_grad of what you return, for inputs made with "
+                    "requires_grad=True: it must be True; then find the line after which it "
+                    "turns False.")
+
+
 def no_gradient(inputs: str) -> Mistake:
     """The mistake of an output that no gradient flows back from, to `inputs`."""
     return Mistake(
         "no_gradient", f"No gradient flows back to {inputs}",
         "training needs gradients through this code: stay in torch, in a graph (no "
         "torch.no_grad(), .detach(), .item(), .numpy() or new tensors built from values).",
-        (_detached_backward, lambda *args, **kwargs: None))
+        (_detached_backward, lambda *args, **kwargs: None), more=NO_GRADIENT_MORE)
 
 
 def gradient_case(case: Case, name: str) -> Case:

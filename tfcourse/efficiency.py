@@ -406,6 +406,9 @@ def ddp_demo(batch_size=8):
                   f"|difference| = {same_everywhere(flat(model.parameters())):.3f}")
     if rank == 0:
         print("\n".join(report), flush=True)
+    # DDP's reducer holds the process group and threads of its own: let it go before the
+    # group, or a process can abort on exit ("terminate called without an active exception").
+    ddp = optimizer = None
     dist.destroy_process_group()
 
 

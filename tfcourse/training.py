@@ -270,7 +270,8 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
         raise Interrupted(step, saved) from None
     finally:
         bar.close()
-        if own_group:
+        if own_group:  # DDP's reducer goes before its process group (else: abort on exit)
+            del net
             dist.destroy_process_group()
     if progress and rank == 0 and history["val_step"]:
         print(f"{task.name}: {step} steps in {time.perf_counter() - started:.1f} s, "

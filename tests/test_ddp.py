@@ -23,6 +23,8 @@ from test_ddp import CONFIG, TrainConfig, setup, train
 task, model = setup()
 train(model, task, TrainConfig(**CONFIG, accum_steps=2), device="cpu", progress=False)
 torch.save(model.state_dict(), os.path.join(sys.argv[1], f"rank{{os.environ['RANK']}}.pt"))
+from tfcourse.device import leave_torchrun_process
+leave_torchrun_process()
 """
 
 

@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from tfcourse.attention import _broadcast, _check_inputs
 from tfcourse.batches import make_batch
 from tfcourse.data import copy_task
+from tfcourse.device import leave_torchrun_process
 from tfcourse.feed_forward import PositionWiseFeedForward
 from tfcourse.losses import label_smoothing_loss
 from tfcourse.model import Transformer, TransformerConfig
@@ -409,8 +410,11 @@ def ddp_demo(batch_size=8):
     # DDP's reducer holds the process group and threads of its own: let it go before the
     # group, or a process can abort on exit ("terminate called without an active exception").
     ddp = optimizer = None
+    dist.barrier()  # and no process leaves while another still talks to it
     dist.destroy_process_group()
+
 
 
 if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
     ddp_demo()
+    leave_torchrun_process()

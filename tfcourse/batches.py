@@ -9,14 +9,20 @@ model and which targets count (the interface in tfcourse.interface):
 - LMBatch: windows of a text and the same shifted by one, for the decoder-only model
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from tfcourse.masks import padding_mask, target_mask
-from tfcourse.variants import mask_tokens
 from tfcourse.vocab import BOS, CLS, EOS, MASK, PAD, SPECIALS, Vocab
+
+
+def check_tokens(tokens: torch.Tensor) -> None:
+    """tokens must be a (batch, seq) tensor of ids with seq >= 1 (ValueError naming it)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
+        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be ids of shape (batch, seq) with seq >= 1, got {got}")
 
 
 def _to(batch, device: torch.device | str):
@@ -85,6 +91,51 @@ def make_batch(pairs: Sequence[tuple[str, str]], vocab: Vocab) -> Batch:
 
 
 # ----------------------------------------------------------- encoder classifier and MLM
+
+
+def mask_tokens(tokens: torch.Tensor, mask_id: int, special_ids: Iterable[int], vocab_size: int,
+                rate: float = 0.15, generator: torch.Generator | None = None,
+                pad_id: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masked-LM corruption (Devlin et al. 2019, section 3.1 and appendix A.1).
+
+    In each sequence, choose round(rate * n) of its n ordinary tokens (never one of
+    special_ids, such as padding, [CLS] or [MASK]; at least one where n > 0). Of the chosen,
+    80% become [MASK], 10% a random ordinary token, and 10% stay as they are: the model
+    cannot tell which tokens to trust, so it must model every position.
+
+    tokens (batch, seq) ids. Returns (inputs, targets), both (batch, seq): inputs as the
+    model sees them; targets the original token at the chosen positions and pad_id
+    elsewhere (the loss ignores them). Every draw comes from ``generator`` (on tokens'
+    device), so a seeded generator repeats the corruption.
+    """
+    check_tokens(tokens)
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1], got {rate}")
+    special = sorted({*special_ids, pad_id, mask_id})
+    if not 0 <= special[0] <= special[-1] < vocab_size:
+        raise ValueError(f"special ids (with mask_id and pad_id) must be in [0, vocab_size="
+                         f"{vocab_size}), got {special}")
+    if tokens.numel() and not 0 <= tokens.min() <= tokens.max() < vocab_size:
+        raise ValueError(f"tokens must be ids in [0, vocab_size={vocab_size}), "
+                         f"got values from {tokens.min().item()} to {tokens.max().item()}")
+    ordinary = torch.ones(vocab_size, dtype=torch.bool, device=tokens.device)
+    ordinary[special] = False
+    ordinary_ids = ordinary.nonzero()[:, 0]  # what a random replacement is drawn from
+    eligible = ordinary[tokens]  # (batch, seq)
+    n = eligible.sum(1)  # (batch,)
+    n_chosen = (rate * n).round().long().clamp(min=1).minimum(n)
+    # A random order of each row's eligible positions (the others last); take the first ones.
+    scores = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    scores = scores.masked_fill(~eligible, 2.0)
+    rank = scores.argsort(dim=1).argsort(dim=1)  # (batch, seq): 0 = first in the random order
+    chosen = rank < n_chosen[:, None]
+    draw = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    random_ids = ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator,
+                                            device=tokens.device)]
+    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
+    targets = torch.where(chosen, tokens, pad_id)
+    return inputs, targets
 
 
 @dataclass

@@ -155,6 +155,23 @@ class ActivationTwice(PositionWiseFeedForward):
         return self.activation(self.linear2(self.activation(self.linear1(x))))
 
 
+@wrong("PositionWiseFeedForward.activation_first")
+class ActivationOnInputFunctional(PositionWiseFeedForward):
+    def forward(self, x):
+        w1, b1 = self.linear1.weight, self.linear1.bias
+        hidden = F.linear(self.activation(x), w1, b1)
+        return F.linear(self.dropout(hidden), self.linear2.weight, self.linear2.bias)
+
+
+@wrong("PositionWiseFeedForward.activation_first")
+class ActivationOnInputAndHidden(PositionWiseFeedForward):
+    def forward(self, x):
+        for layer in (self.linear1, self.linear2):
+            x = layer(self.activation(x)) if layer is self.linear1 else layer(self.dropout(x))
+            x = self.activation(x) if layer is self.linear1 else x
+        return x
+
+
 @wrong("PositionWiseFeedForward.no_activation")
 class NoActivation(PositionWiseFeedForward):
     def forward(self, x):

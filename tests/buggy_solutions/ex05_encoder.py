@@ -162,6 +162,36 @@ class normalized_first_in_both_modes(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.no_residual")
+class attention_without_residual(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        steps = [(self.norm1, lambda h: self.self_attn(h, h, h, mask)[0], False),
+                 (self.norm2, self.feed_forward, True)]
+        for norm, step, keep in steps:
+            if self.norm_first:
+                x = x * keep + self.dropout(step(norm(x)))
+            else:
+                x = norm(x * keep + self.dropout(step(x)))
+        return x
+
+
+@wrong("EncoderLayer.sublayer_skipped")
+class attention_sublayer_skipped(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        h = self.norm2(x) if self.norm_first else x
+        y = x + self.dropout(self.feed_forward(h))
+        return y if self.norm_first else self.norm2(y)
+
+
+@wrong("EncoderLayer.sublayer_skipped")
+class feed_forward_sublayer_skipped(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            return x + self.dropout(self.self_attn(h, h, h, mask)[0])
+        return self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
+
+
+@wrong("EncoderLayer.no_residual")
 class no_residual(_Layer):
     def sublayer(self, x, function, norm):
         if self.norm_first:
@@ -359,6 +389,25 @@ class norm_before_the_layers(given.Encoder):
         for layer in self.layers:
             x = layer(x, mask)
         return x
+
+
+@wrong("Encoder.layer_skipped")
+class returns_from_the_while_loop(given.Encoder):
+    def forward(self, x, mask=None):
+        i = 0
+        while i < len(self.layers):
+            x = self.layers[i](x, mask)
+            i += 1
+            return x if isinstance(self.norm, torch.nn.Identity) else self.norm(x)
+        return x
+
+
+@wrong("Encoder.layer_skipped")
+class returns_inside_the_loop_without_norm(given.Encoder):
+    def forward(self, x, mask=None):
+        for layer in self.layers:
+            out = layer(x, mask)
+            return out
 
 
 @wrong("Encoder.layer_skipped")

@@ -205,6 +205,8 @@ _NORM_LADDER = {
 _FFN_LADDER = {
     "activation_last": (None, "feed an x that makes linear2's output negative: your output "
                         "should be able to show it."),
+    "activation_first": (None, "print the shape of the tensor your activation receives: "
+                         "(..., d_ff), linear1's output, not (..., d_model)."),
     "no_activation": (None, "print (linear1(x) < 0).sum(): after the activation, what "
                       "becomes of those entries?"),
     "activation_ignored": (None, "print self.activation: the layer was built with it; does "
@@ -265,11 +267,14 @@ NORM = Item(
 
 
 def _ffn(ffn, x, first=True, second=False, activation=None, drop="hidden", residual=False,
-         linear="layer"):
+         linear="layer", zeroth=False):
     """linear2(dropout(act(linear1(x)))) with the variations that mistakes make. drop: where
     the dropout goes ("hidden" is right; "eval": there, in eval mode too; "hidden+output":
-    twice). linear: "layer", "no_bias" (x @ W.T) or "untransposed" (x @ W + b)."""
+    twice). linear: "layer", "no_bias" (x @ W.T) or "untransposed" (x @ W + b). zeroth: the
+    activation applied to the input x too, before linear1 (`first` says whether it stays
+    on the hidden layer)."""
     act = activation or ffn.activation
+    x = act(x) if zeroth else x
 
     def maybe(where, t):
         if drop == "eval" and where == "hidden":
@@ -306,6 +311,13 @@ FFN_MISTAKES = (
         "FFN(x) = linear2(activation(linear1(x))): the activation sits between the two layers "
         "only; the output is not passed through it (it must be able to be negative).",
         (_ffn_with(first=False, second=True), _ffn_with(second=True)),
+    ),
+    Mistake(
+        "activation_first", "Activation applied to the input, before the first linear layer",
+        "FFN(x) = linear2(activation(linear1(x))): the activation acts on the hidden layer, "
+        "linear1's output (d_ff wide), not on x itself.",
+        (_ffn_with(first=False, zeroth=True), _ffn_with(zeroth=True),
+         _ffn_with(first=False, second=True, zeroth=True)),
     ),
     Mistake(
         "no_activation", "Activation missing",

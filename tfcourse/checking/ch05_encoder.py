@@ -114,6 +114,8 @@ _LAYER_LADDER = {
                             "one does the residual sum add?"),
     "no_residual": (None, "print the output for x and for x + 1 with attention and FFN "
                     "outputs of zero: a residual lets x through."),
+    "sublayer_skipped": (None, "list the modules your forward calls, in order: self.self_attn "
+                         "and self.feed_forward, each once, each with its norm."),
     "one_norm": (None, "list the modules your forward calls, in order: norm1 and norm2 each "
                  "once."),
     "norms_swapped": (None, "list the modules your forward calls, in order: which norm sits "
@@ -146,7 +148,8 @@ _ENCODER_LADDER = {
     "mask_not_passed": (_PADDING, "print the arguments each layer gets in your loop."),
     "not_chained": (None, "print id() of the tensor each layer gets: they must all differ."),
     "one_layer": (None, "print the index of the layer each step of your loop calls."),
-    "layer_skipped": (None, "count the layer calls your forward makes: len(self.layers)."),
+    "layer_skipped": (None, "count the layer calls your forward makes: len(self.layers); "
+                      "is your `return` indented inside the loop?"),
     "layers_reversed": (None, "print the index of the layer each step of your loop calls: "
                         "0 first."),
     "extra_residual": (None, "each layer returns its full output: print layer(x, mask) - x "
@@ -175,7 +178,7 @@ EMBEDDINGS = Item(
 
 def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
            dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True,
-           ffn_reads_input=False, post_too=False):
+           ffn_reads_input=False, post_too=False, bare=(), skip=()):
     """The reference layer's computation, with the variations that mistakes make.
 
     residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
@@ -187,7 +190,8 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     order: the sublayers' order; norms[i]: the norm that sublayer i uses. kv: "raw" gives
     self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward
     sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
-    that also normalizes each residual sum.
+    that also normalizes each residual sum. bare: the sublayers (0: attention, 1: feed-forward)
+    without a residual; skip: the sublayers not run at all.
     """
     if mask_t and mask is not None:
         mask = mask.transpose(-2, -1)
@@ -199,7 +203,7 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         drop = lambda t: F.dropout(t, p, training=True)  # noqa: E731
         dropout = "sublayer"
     first = x
-    for i in order:
+    for i in (i for i in order if i not in skip):
         norm = layer.sublayers[norms[i]].norm
         pre = norm_first or residual == "normalized_always"
         read = first if ffn_reads_input and i == 1 else x
@@ -218,7 +222,8 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         if dropout == "residual_after":
             kept = drop(x)
         residual_x = kept if chained or i == order[0] else first
-        y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[residual] + out
+        kind = None if i in bare else residual
+        y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[kind] + out
         if dropout == "sum":
             y = drop(y)
         if not pre or post_too:
@@ -261,8 +266,15 @@ LAYER_MISTAKES = (
     ),
     Mistake(
         "no_residual", "Residual connection missing",
-        "each sublayer's output is ADDED to its input (x + ...), before or after the norm.",
-        (_layer_with(residual=None),),
+        "each sublayer's output is ADDED to its input (x + ...), before or after the norm: "
+        "around self-attention AND around the feed-forward network, both.",
+        (_layer_with(residual=None), _layer_with(bare=(0,)), _layer_with(bare=(1,))),
+    ),
+    Mistake(
+        "sublayer_skipped", "A sublayer skipped",
+        "an encoder layer runs both of its sublayers, one after the other: self-attention, then "
+        "the feed-forward network, each inside its residual, dropout and norm.",
+        (_layer_with(skip=(0,)), _layer_with(skip=(1,))),
     ),
     Mistake(
         "one_norm", "One LayerNorm used for both sublayers",
@@ -458,9 +470,13 @@ ENCODER_MISTAKES = (
     ),
     Mistake(
         "layer_skipped", "Not every layer applied",
-        "apply all N layers, in order: for layer in self.layers (no range(n - 1), no slice).",
+        "apply all N layers, in order: for layer in self.layers (no range(n - 1), no slice), "
+        "and return after the loop, not from inside it (a `return` in the loop's body ends "
+        "it after the first layer).",
         (_stack_with(layers=lambda e: list(e.layers)[:-1]),
-         _stack_with(layers=lambda e: list(e.layers)[1:])),
+         _stack_with(layers=lambda e: list(e.layers)[1:]),
+         _stack_with(layers=lambda e: list(e.layers)[:1]),
+         _stack_with(layers=lambda e: list(e.layers)[:1], final=None)),
     ),
     Mistake(
         "layers_reversed", "Layers applied in reverse order",

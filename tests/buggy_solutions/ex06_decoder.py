@@ -119,6 +119,27 @@ class SwappedAndUnmasked(_Layer):
         return self.sublayers[2](x, self.feed_forward)
 
 
+@wrong("DecoderLayer.cross_kv_mixed")
+class KeysFromDecoderValuesFromMemory(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        def cross(h):
+            return self.cross_attn(query=h, key=h, value=memory, mask=src_mask)[0]
+
+        h = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, mask=tgt_mask)[0])
+        return self.sublayers[2](self.sublayers[1](h, cross), self.feed_forward)
+
+
+@wrong("DecoderLayer.cross_kv_mixed")
+class ValuesFromDecoder(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        q_k_v = {"self": lambda t: (t, t, t), "cross": lambda t: (t, memory, t)}
+        masks = {"self": tgt_mask, "cross": src_mask}
+        for sub, kind in zip(self.sublayers, ("self", "cross")):
+            attn = self.self_attn if kind == "self" else self.cross_attn
+            x = sub(x, lambda t, a=attn, k=kind: a(*q_k_v[k](t), masks[k])[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
 @wrong("DecoderLayer.memory_unused")
 class SelfAttentionTwice(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
@@ -204,6 +225,46 @@ class ResidualInPlace(_Layer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x.mul_(1.5)  # the caller's tensor
         return self.block(x, memory, tgt_mask, src_mask)
+
+
+@wrong("DecoderLayer.sublayer_skipped")
+class DecoderOnlyLayer(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        steps = {0: lambda t: self.self_attn(t, t, t, tgt_mask)[0], 2: self.feed_forward}
+        for i, f in steps.items():
+            x = self.sublayers[i](x, f)
+        return x
+
+
+@wrong("DecoderLayer.sublayer_skipped")
+class CrossAttentionOnlyWithMemory(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.sublayers[0](x, lambda q: self.self_attn(q, q, q, tgt_mask)[0])
+        if memory is not None and memory.size(1) > x.size(1):  # "only when the source is longer"
+            x = self.sublayers[1](x, lambda q: self.cross_attn(q, memory, memory, src_mask)[0])
+        return self.sublayers[2](x, self.feed_forward)
+
+
+@wrong("DecoderLayer.no_residual")
+class CrossWithoutResidual(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.sublayers[0](x, lambda t: self.self_attn(t, t, t, tgt_mask)[0])
+        cross = self.sublayers[1]
+        if cross.norm_first:
+            x = cross.dropout(self.cross_attn(cross.norm(x), memory, memory, src_mask)[0])
+        else:
+            x = cross.norm(cross.dropout(self.cross_attn(x, memory, memory, src_mask)[0]))
+        return self.sublayers[2](x, self.feed_forward)
+
+
+@wrong("DecoderLayer.no_residual")
+class NoResidualAnywhere(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        fs = (lambda t: self.self_attn(t, t, t, tgt_mask)[0],
+              lambda t: self.cross_attn(t, memory, memory, src_mask)[0], self.feed_forward)
+        for sub, f in zip(self.sublayers, fs):
+            x = sub.dropout(f(sub.norm(x))) if sub.norm_first else sub.norm(sub.dropout(f(x)))
+        return x
 
 
 @wrong("DecoderLayer.no_feed_forward")

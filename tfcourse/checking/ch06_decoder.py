@@ -120,6 +120,12 @@ _LADDER = {
     "cross_swapped": (_CROSS, "print the shapes you give self.cross_attn as query, key and "
                       "value on a case where the source and the target differ in length: the "
                       "output must have the target's length."),
+    "cross_kv_mixed": (_CROSS, "print which tensor you give self.cross_attn as key and which "
+                       "as value: the same one, and which is it?"),
+    "sublayer_skipped": (None, "list which self.sublayers[i] your forward calls, with what: "
+                         "0, 1 and 2, once each."),
+    "no_residual": (None, "print your sublayer step's output minus its input with f returning "
+                    "zeros: a residual lets x through."),
     "memory_unused": (_CROSS, "change memory and run again: the output must change."),
     "tgt_mask_in_cross": (_CROSS, "print the shape of the mask you give cross-attention: its "
                           "last axis must have the source's length."),
@@ -172,14 +178,16 @@ D_MODEL, HEADS, D_FF = 16, 4, 32
 
 def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "memory"),
              cross_first=False, modules=("self_attn", "cross_attn"), subs=(0, 1, 2),
-             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False, extra=()):
+             inputs=(0, 1, 2), outer=(), ffn=True, unpacked=True, memory_normed=False, extra=(),
+             skip=(), bare=()):
     """The reference layer's computation with the variations that mistakes make.
 
     modules: the attention modules used for self- and cross-attention; subs: which of
     self.sublayers wraps each step; inputs[i]: the step whose input sublayer i takes (its
     own: chained; 0: the layer's input x); outer: the steps whose function ignores its
     argument and uses the sublayer's input instead (unnormalized in pre-norm); extra: the steps
-    given a second residual around their sublayer (x + sublayer(x, f))."""
+    given a second residual around their sublayer (x + sublayer(x, f)); skip: the steps not
+    run at all; bare: the steps run without their residual (the norm and dropout kept)."""
     self_attn, cross_attn = (getattr(layer, m) for m in modules)
 
     def pick(name, y):
@@ -201,8 +209,16 @@ def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "mem
     states = [x]
     for i, step in enumerate(steps if ffn else steps[:2]):
         given = states[i if inputs[i] == i else 0]
+        if i in skip:
+            states.append(given)
+            continue
         function = (lambda y, f=step, g=given: f(g)) if i in outer else step
-        out = layer.sublayers[subs[i]](given, function)
+        sublayer = layer.sublayers[subs[i]]
+        if i in bare:
+            out = (sublayer.dropout(function(sublayer.norm(given))) if sublayer.norm_first
+                   else sublayer.norm(sublayer.dropout(function(given))))
+        else:
+            out = sublayer(given, function)
         states.append(given + out if i in extra else out)
     return states[-1]
 
@@ -257,8 +273,8 @@ def _raises_on_tuple(layer, x, memory, src_mask, tgt_mask):
 
 
 ALL_MASKS = ("src", "tgt", None)
-WRONG_CROSS = tuple(c for c in product(("x", "memory"), repeat=3) if c not in (
-    ("x", "memory", "memory"), ("x", "x", "x")))
+WRONG_CROSS = tuple(c for c in product(("x", "memory"), repeat=3) if c[0] == "memory")
+KV_MIXED = (("x", "memory", "x"), ("x", "x", "memory"))
 
 LAYER_MISTAKES = (
     Mistake(
@@ -272,6 +288,13 @@ LAYER_MISTAKES = (
         "in cross-attention the queries come from the decoder (x), the keys and values from the "
         "encoder output (memory): each target position asks which source positions to read.",
         _variants(("tgt",), ALL_MASKS, WRONG_CROSS),
+    ),
+    Mistake(
+        "cross_kv_mixed", "Keys and values of cross-attention taken from different tensors",
+        "in cross-attention the keys AND the values both come from the encoder output "
+        "(memory), only the queries from the decoder (x): what a target position reads "
+        "(values) must be the source positions it matched (keys).",
+        _variants(("tgt",), ALL_MASKS, KV_MIXED),
     ),
     Mistake(
         "memory_unused", "Encoder output not used: cross-attention attends to the decoder itself",
@@ -335,6 +358,12 @@ LAYER_MISTAKES = (
         _with(cross_first=True),
     ),
     Mistake(
+        "no_residual", "Residual connection missing",
+        "each sublayer's output is ADDED to its input: x + Dropout(f(...)), normalized after "
+        "the sum in post-norm; self.sublayers[i](x, f) does it for you, around every sublayer.",
+        tuple(v for bare in ((0,), (1,), (2,), (0, 1, 2)) for v in _with(bare=bare)),
+    ),
+    Mistake(
         "no_feed_forward", "Feed-forward sublayer missing",
         "after cross-attention comes a third sublayer: self.sublayers[2](x, self.feed_forward).",
         _with(ffn=False),
@@ -348,8 +377,16 @@ LAYER_MISTAKES = (
     Mistake(
         "not_chained", "Sublayers not chained",
         "each sublayer takes the previous one's output: x = self.sublayers[i](x, ...) in turn, "
-        "not every sublayer applied to the layer's input.",
+        "not every sublayer applied to the layer's input; a sublayer whose result is not "
+        "passed on is as good as skipped.",
         tuple(v for inputs in ((0, 0, 0), (0, 0, 2), (0, 1, 0)) for v in _with(inputs=inputs)),
+    ),
+    Mistake(
+        "sublayer_skipped", "A sublayer skipped",
+        "a decoder layer runs three sublayers, one after the other: masked self-attention, "
+        "cross-attention to memory (the only place the source enters), then the feed-forward "
+        "network, each through its own self.sublayers[i].",
+        _with(skip=(0,)) + _with(skip=(1,)),
     ),
     Mistake(
         "argument_ignored", "Sublayer function ignores its argument",

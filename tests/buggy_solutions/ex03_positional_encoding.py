@@ -261,6 +261,25 @@ def integer_division(max_len, d_model):
     return _interleave(angle.sin(), angle.cos())
 
 
+@wrong("sinusoidal_encoding.integer_division")
+def floor_divided_log_rate_in_a_loop(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            rate = math.exp(-i * math.log(10000.0) // d_model)  # // where / was meant
+            pe[pos, i] = math.sin(pos * rate)
+            pe[pos, i + 1] = math.cos(pos * rate)
+    return pe
+
+
+@wrong("sinusoidal_encoding.integer_division")
+def floor_divided_log_inverted(max_len, d_model):
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+    inv_rate = torch.exp(two_i * (math.log(10000.0) // d_model))
+    angle = torch.arange(max_len, dtype=torch.float32)[:, None] / inv_rate
+    return _interleave(angle.sin(), angle.cos())
+
+
 @wrong("sinusoidal_encoding.wrong_base")
 def base_typo(max_len, d_model):
     angle = torch.arange(max_len)[:, None] / 1000 ** (torch.arange(0, d_model, 2) / d_model)

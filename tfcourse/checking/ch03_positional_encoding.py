@@ -36,6 +36,16 @@ def _table(max_len, d_model, sin_first=True, interleave=True, first=0, exponent=
     return pe.to(torch.get_default_dtype())
 
 
+_LN_BASE = math.log(10000.0)
+# ln(rate) of pair i as `//` computes it in the log form exp(2i * -ln(10000) / d_model).
+_FLOORED_LOG_RATES = (
+    lambda two_i, d: two_i * (-_LN_BASE // d),
+    lambda two_i, d: two_i * -(_LN_BASE // d),
+    lambda two_i, d: (two_i * -_LN_BASE) // d,
+    lambda two_i, d: -((two_i * _LN_BASE) // d),
+)
+
+
 def _angle_table(max_len, d_model, angle_of):
     """The table with angles computed by `angle_of(pos, two_i)` (a formula's parentheses)."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
@@ -104,9 +114,13 @@ TABLE_MISTAKES = (
     ),
     Mistake(
         "integer_division", "Exponent computed with integer division",
-        "2i // d_model is 0 for every pair, so every pair gets the same angle, pos. Divide with "
-        "/ (and keep the values floats).",
-        (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i * 0),),
+        "`//` rounds down to a whole number: 2i // d_model is 0 for every pair (every pair "
+        "gets the angle pos), and -log(10000) // d_model is -1 (rates e^(-2i)). Divide with / "
+        "wherever the exponent is computed (and keep the values floats).",
+        (lambda n, d: _table(n, d, exponent=lambda two_i, d: two_i * 0),
+         *(lambda n, d, log_rate=log_rate: _table(
+             n, d, exponent=lambda two_i, d: -log_rate(two_i, d) / _LN_BASE)
+           for log_rate in _FLOORED_LOG_RATES)),
     ),
     Mistake(
         "wrong_base", "Frequencies not based on 10000",

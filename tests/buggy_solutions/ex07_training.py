@@ -173,6 +173,33 @@ def smoothing_over_v_minus_1(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
+@wrong("label_smoothing_loss.masses_off")
+def smoothing_with_where_over_v_minus_2(logits, target, eps=0.1, pad_id=PAD):
+    n_classes = logits.size(-1)
+    is_true = torch.arange(n_classes) == target.unsqueeze(-1)
+    q = torch.where(is_true, torch.tensor(1 - eps), torch.tensor(eps / (n_classes - 2)))
+    real = target != pad_id
+    return -(q * logits.log_softmax(-1)).sum(-1).masked_select(real).mean()
+
+
+@wrong("label_smoothing_loss.masses_off")
+def smoothing_true_part_one_minus_eps_over_v(logits, target, eps=0.1, pad_id=PAD):
+    log_p = F.log_softmax(logits, dim=-1)
+    nll = -log_p.gather(-1, target[..., None])[..., 0]
+    smooth = -log_p.sum(-1) / logits.size(-1)
+    loss = (1 - eps / logits.size(-1)) * nll + eps * smooth
+    real = (target != pad_id).float()
+    return (loss * real).sum() / real.sum()
+
+
+@wrong("label_smoothing_loss.masses_off")
+def smoothing_mean_not_scaled_by_eps(logits, target, eps=0.1, pad_id=PAD):
+    log_p = F.log_softmax(logits, dim=-1)
+    nll = -log_p.gather(-1, target[..., None])[..., 0]
+    loss = (1 - eps) * nll - log_p.mean(-1)  # 1/V onto every class
+    return loss[target != pad_id].mean()
+
+
 @wrong("label_smoothing_loss.summed")
 def summed(logits, target, eps=0.1, pad_id=PAD):
     loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
@@ -475,6 +502,34 @@ def returns_the_last_loss(model, batches, optimizer, label_smoothing=0.1, clip=1
     return loss.item() / len(batches)
 
 
+@wrong("train_step.divided_twice")
+def scaled_loss_averaged_again(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                               autocast_dtype=None):
+    optimizer.zero_grad()
+    scaled = []
+    for batch in batches:
+        loss = _loss(model, batch, label_smoothing) / len(batches)  # scaled for accumulation
+        loss.backward()
+        scaled.append(loss.item())
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return sum(scaled) / len(scaled)
+
+
+@wrong("train_step.divided_twice")
+def gradient_scaled_twice(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                          autocast_dtype=None):
+    optimizer.zero_grad()
+    n = len(batches)
+    losses = [_loss(model, batch, label_smoothing) for batch in batches]
+    sum(loss / n for loss in losses).div(n).backward()
+    if clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    return sum(loss.item() for loss in losses) / n
+
+
 @wrong("train_step.raised")
 def prints_then_raises(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                        autocast_dtype=None):
@@ -581,6 +636,14 @@ def counts_from_zero(step, d_model, warmup):
         raise ValueError("step counts from 1")
     step += 1  # "the scheduler counts from 0"
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@wrong("noam_lr.step_shifted")
+def zero_based_index_kept_positive(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    k = max(step - 1, 1)  # a 0-based step counter, kept away from 0
+    return min(1 / math.sqrt(k), k / warmup / math.sqrt(warmup)) / math.sqrt(d_model)
 
 
 def _step_with(model, batches, optimizer, label_smoothing, clip, per_batch=(), target="tgt_out"):

@@ -8,6 +8,7 @@ moves the weights somewhere it can be recognised.
 """
 
 import math
+from itertools import product
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +22,7 @@ from ..schedules import noam_lr as reference_noam
 from ..training import train_step as reference_step
 from ..vocab import BOS, EOS, PAD, Vocab
 from .comparison import describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import NO_GRADIENT_MORE, Case, Item, fail_if_stopped
 from .sandbox import call
 
@@ -260,6 +261,8 @@ _LOSS_LADDER = {
     "no_log_softmax": (None, "add 5 to every logit: the loss must not change."),
     "log_softmax_axis": (None, "print log_softmax(...).exp().sum(-1): all ones."),
     "pad_id_ignored": (None, "call your loss with pad_id=3 on targets padded with 3."),
+    "masses_off": (None, "for V = 4, eps = 0.2 print q for one position, next to [0.85, "
+                   "0.05, 0.05, 0.05] (true class first), and q.sum()."),
     "log_of_softmax": (None, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
                        "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
 }
@@ -312,6 +315,8 @@ _STEP_LADDER = {
                      "model predict?"),
     "no_step": (None, "print a parameter before and after train_step: it must change."),
     "loss_tensor": (None, "print type(train_step(...)): float."),
+    "divided_twice": (None, "with two micro-batches, print each one's loss, what you "
+                      "backpropagate and what you return: how many times is each divided by 2?"),
     "wrong_loss": (None, "print each micro-batch's loss and the value you return: their "
                    "mean."),
 }
@@ -409,6 +414,46 @@ NO_GRADIENT = Mistake(
     "from values).",
     more=NO_GRADIENT_MORE,
 )
+def _masses(true, other):
+    """The loss of smoothed targets with q = true(eps, V) at the true class and other(eps, V)
+    at every other class, averaged over the real target tokens."""
+
+    def compute(logits, target, eps, pad_id):
+        log_p = F.log_softmax(logits.double(), dim=-1)
+        n_classes = logits.size(-1)
+        t, o = true(eps, n_classes), other(eps, n_classes)
+        log_true = log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        per_position = -(t * log_true + o * (log_p.sum(-1) - log_true))
+        keep = (target != pad_id).double()
+        return (per_position * keep).sum() / keep.sum()
+
+    return compute
+
+
+# A mass off by a term: eps spread with the wrong constant, the true class's share written
+# with the wrong term (each written over q's fill, or added to it).
+_SPREADS = {"eps / V": lambda e, v: e / v, "eps / (V - 1)": lambda e, v: e / (v - 1),
+            "eps / (V - 2)": lambda e, v: e / (v - 2), "1 / V": lambda e, v: 1 / v,
+            "1 / (V - 1)": lambda e, v: 1 / (v - 1), "eps": lambda e, v: e, "0": lambda e, v: 0.0}
+_TRUE_SHARES = {"1 - eps": lambda e, v: 1 - e, "1": lambda e, v: 1.0,
+                "1 - eps / V": lambda e, v: 1 - e / v, "1 - eps / (V - 1)": lambda e, v: 1 - e / (v - 1),
+                "1 - 1 / V": lambda e, v: 1 - 1 / v, "eps": lambda e, v: e}
+
+
+def _mass_family():
+    members = []
+    for (o_name, o), (t_name, t) in product(_SPREADS.items(), _TRUE_SHARES.items()):
+        for added in (False, True):
+            if added and o_name == "0":
+                continue
+            true = (lambda e, v, t=t, o=o: t(e, v) + o(e, v)) if added else t
+            true_name = f"{t_name} + {o_name}" if added else t_name
+            if (o_name, true_name) == ("eps / V", "1 - eps + eps / V"):
+                continue  # the right masses
+            members.append(member(_masses(true, o), true=true_name, other=o_name))
+    return tuple(members)
+
+
 def _log_of_softmax_loss(logits, target, eps, pad_id):
     """The smoothed loss on log(softmax(logits)), in the logits' dtype."""
     log_p = logits.softmax(-1).log()
@@ -552,6 +597,13 @@ LOSS_MISTAKES = (
         "take F.log_softmax(logits, dim=-1), which never forms the probabilities.",
         (_log_of_softmax_loss,),
     ),
+    Mistake(
+        "masses_off", "Smoothed target masses off by a term (yours: q = {true} at the true "
+        "class, {other} at every other class)",
+        "the smoothed targets are q = (1 - eps) one_hot(y) + eps / V: the true class gets "
+        "1 - eps + eps / V, every other class eps / V, and q sums to 1 at every position.",
+        _mass_family(),
+    ),
 )
 
 
@@ -631,10 +683,11 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False, swapped=False, halved=(), width=None):
+          grouped=False, swapped=False, halved=(), width=None, floor=None):
     """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"); width:
-    what stands for d_model in the scale ("warmup")."""
-    step += shift
+    what stands for d_model in the scale ("warmup"); floor: the shifted step kept at least
+    this (step - 1, but 1 at step 1)."""
+    step = step + shift if floor is None else max(step + shift, floor)
     d_model = {None: d_model, "warmup": warmup}[width]
     scale = d_model**-1 / 2 if "d" in halved else d_model**d
     fall = step**-1 / 2 if "decay" in halved else step**decay
@@ -706,8 +759,9 @@ NOAM_MISTAKES = (
     Mistake(
         "step_shifted", "Step shifted by one",
         "the formula takes the step as it is given, counting from 1: no step + 1 or step - 1 "
-        "inside (a scheduler counting from 0 passes step + 1 itself).",
-        (_all(shift=1), _all(shift=-1)),
+        "inside, not even one kept at 1 for the first step (a scheduler counting from 0 "
+        "passes step + 1 itself).",
+        (_all(shift=1), _all(shift=-1), _all(shift=-1, floor=1)),
     ),
 )
 NOT_A_FLOAT = Mistake(
@@ -828,7 +882,8 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
     """Train _model() with SGD on `steps` (lists of batches) the way a mistake would: the
     weights after each step and the returned losses. zero: "start" (right), "never", "each"
     (micro-batch) or "end" (after the step). per_token: each micro-batch's summed loss divided
-    by the real tokens of all of them (a mean over tokens, not over micro-batches)."""
+    by the real tokens of all of them (a mean over tokens, not over micro-batches). divide:
+    True (right), False, or "twice" (each loss backpropagated divided by len(batches)**2)."""
     model = _leftover(_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     weights, losses = [], []
@@ -849,7 +904,7 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
                                    reduction="sum" if per_token else "mean")
             if per_token:
                 loss = loss * len(batches) / tokens  # so that the mean below is sum / tokens
-            (loss / (len(batches) if divide else 1)).backward()
+            (loss / {True: len(batches), False: 1, "twice": len(batches) ** 2}[divide]).backward()
             total += loss.item()
             kept.append(loss)
             if (clip_each or step_each) and clip > 0:
@@ -868,6 +923,7 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
         weights.append(_flat(model))
         losses.append({"mean": total / len(batches), "last": kept[-1].item(),
                        "last_divided": kept[-1].item() / len(batches), "sum": total,
+                       "divided_twice": total / len(batches) ** 2,
                        "tensor": sum(kept) / len(kept)}[returns])
     return weights, losses
 
@@ -944,6 +1000,14 @@ STEP_MISTAKES = (
         "the accumulated gradient must be the MEAN over the micro-batches: backpropagate "
         "loss / len(batches), or the step grows with the number of micro-batches.",
         (_variant(divide=False),),
+    ),
+    Mistake(
+        "divided_twice", "Loss divided by the number of micro-batches twice",
+        "divide by len(batches) once: each micro-batch's loss / len(batches) for the gradient "
+        "(backward), and the mean of the undivided losses for the value returned. Dividing a "
+        "loss that is already divided gives the mean / len(batches).",
+        (_variant(returns="divided_twice"), _variant(divide="twice"),
+         _variant(divide="twice", returns="divided_twice")),
     ),
     Mistake(
         "clip_zero", "clip=0 clips every gradient to 0",

@@ -27,7 +27,9 @@ class Mistake:
     more: a second hint, more concrete (still not the answer), for the learner who stays
         stuck (check(..., hint=2), pytest --hint=2); default: the item's formula.
     section: (notebook, heading) of the section that teaches the step; default: the item's.
-    The title and hints may hold {fields}, filled in when the mistake is reported.
+    The title and hints may hold {fields}, filled in when the mistake is reported; a
+    computation of a family (one mistake, many constants) names its member by its own
+    attribute `fields`, a dict (see `member`).
     """
 
     key: str
@@ -58,6 +60,13 @@ class Mistake:
     def fail(self, details: str = "", *, at: str = "", label: str | None = None, **fields):
         """Raise CheckFailure with this mistake's diagnosis."""
         raise CheckFailure(self.diagnosis(details, at=at, label=label, **fields))
+
+
+def member(compute: Callable, **fields) -> Callable:
+    """`compute`, one member of a mistake's family, with the `fields` that name it in the
+    mistake's title and hints (e.g. the constant it uses)."""
+    compute.fields = fields
+    return compute
 
 
 def laddered(mistakes, ladder: dict) -> tuple:

@@ -354,7 +354,7 @@ class Item:
 
     def _matching(self, mistakes, result, reference, case, passed):
         """The first mistake that computes `result` on this case and the reference's result
-        on the cases passed so far, or None."""
+        on the cases passed so far, and that computation, or (None, None)."""
         compare = self.match or case.same or self.same
         for mistake in mistakes:
             for compute in mistake.computes:
@@ -364,8 +364,8 @@ class Item:
                     continue
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
-                    return mistake
-        return None
+                    return mistake, compute
+        return None, None
 
     def _raising(self, mistakes, error, reference, case, passed):
         """The first mistake whose own computation raises like `error` on this case, and
@@ -437,9 +437,10 @@ class Item:
         result, compare = outcome.value, case.same or self.same
         if safely(compare, result, expected):
             return
-        mistake = self._matching(mistakes, result, reference, case, passed)
-        if mistake is not None:
-            mistake.fail(self._details(case, result, expected), label=case.label)
+        mistake, compute = self._matching(mistakes, result, reference, case, passed)
+        if mistake is not None:  # a computation of a family says which member it is (`fields`)
+            mistake.fail(self._details(case, result, expected), label=case.label,
+                         **getattr(compute, "fields", {}))
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts

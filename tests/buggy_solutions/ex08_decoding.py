@@ -328,6 +328,33 @@ def decodes_without_the_source_mask(model, src, src_mask, max_len, bos_id, eos_i
     return _loop(model, src, src_mask, max_len, bos_id, eos_id, src_mask_used=False)
 
 
+@wrong("greedy_decode.no_src_mask")
+def encodes_without_the_source_mask(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask=None)  # the mask forgotten here
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) <= max_len and not finished.all():
+        logits = model.generator(model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))[:, -1])
+        nxt = logits.argmax(-1).masked_fill(finished, model.config.pad_id)
+        finished = finished | (nxt == eos_id)
+        ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.no_src_mask")
+def source_mask_never_used(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, None)
+    rows = [[bos_id] for _ in range(src.size(0))]
+    for _ in range(max_len):
+        ys = torch.tensor(rows)
+        nxt = model.generator(model.decode(ys, memory, None, causal_mask(ys.size(1)))[:, -1])
+        for row, token in zip(rows, nxt.argmax(-1).tolist()):
+            row.append(model.config.pad_id if eos_id in row[1:] else token)
+        if all(eos_id in row[1:] for row in rows):
+            break
+    return torch.tensor(rows)[:, 1:]
+
+
 @wrong("greedy_decode.no_causal_mask")
 def decodes_without_the_causal_mask(model, src, src_mask, max_len, bos_id, eos_id):
     return _loop(model, src, src_mask, max_len, bos_id, eos_id, causal=False)

@@ -106,15 +106,16 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad"
     """Greedy decoding with the variations mistakes make. fill: what a finished sequence
     gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id).
     pick: "argmax" (right), or "sample" / "sample_replace": torch.multinomial on the softmax
-    (without or with replacement, as torch.distributions.Categorical draws)."""
-    memory = model.encode(src, src_mask)
+    (without or with replacement, as torch.distributions.Categorical draws). use_src_mask:
+    True (right), False (not given to decode), "encode" (not given to encode) or "neither"."""
+    memory = model.encode(src, None if use_src_mask in ("encode", "neither") else src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
     fill = model.config.pad_id if fill == "pad" else fill
     for _ in range(max_len + steps if bounded else 64):
         fed = ys if feed == "all" else ys[:, -1:]
         mask = causal_mask(fed.size(1)) if causal else None
-        h = model.decode(fed, memory, src_mask if use_src_mask else None, mask)
+        h = model.decode(fed, memory, src_mask if use_src_mask in (True, "encode") else None, mask)
         logits = model.generator(h[:, position]) if generator else h[:, position]
         if pick == "argmax":
             token = logits.argmax(-1)
@@ -225,10 +226,11 @@ GREEDY_MISTAKES = (
         (_greedy_with(steps=-1), _greedy_with(steps=1)),
     ),
     Mistake(
-        "no_src_mask", "Source mask not passed to the decoder",
-        "cross-attention must not read the source's padding: model.decode(ys, memory, "
-        "src_mask, tgt_mask).",
-        (_greedy_with(use_src_mask=False),),
+        "no_src_mask", "Source mask dropped",
+        "neither the encoder's self-attention nor the decoder's cross-attention may read the "
+        "source's padding: model.encode(src, src_mask), then model.decode(ys, memory, src_mask, "
+        "tgt_mask) at every step.",
+        tuple(_greedy_with(use_src_mask=u) for u in (False, "encode", "neither")),
     ),
     Mistake(
         "no_causal_mask", "No causal mask",

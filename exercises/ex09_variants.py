@@ -41,7 +41,9 @@ def lm_loss(logits, tokens, pad_id=PAD):
         pad_id: the id of padding; a target that is padding does not count
 
     Returns:
-        a 0-d tensor in logits' dtype (keep it in torch: training backpropagates through it).
+        a 0-d float tensor, in logits' dtype or in float32 (computing the loss in float32
+        from bfloat16 or float16 logits is good practice); keep it in torch: training
+        backpropagates through it.
 
     Hints:
         1. Which logits have a next token to predict, and which tokens are ever predicted?

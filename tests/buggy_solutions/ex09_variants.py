@@ -93,6 +93,32 @@ def lm_summed(logits, tokens, pad_id=PAD):
     return _ce(logits[:, :-1], tokens[:, 1:], pad_id, reduction="sum")
 
 
+@wrong("lm_loss.wrong_count")
+def lm_sum_per_text_then_mean(logits, tokens, pad_id=PAD):
+    log_p = logits[:, :-1].log_softmax(-1)
+    target = tokens[:, 1:]
+    nll = -log_p.gather(2, target.unsqueeze(2)).squeeze(2) * (target != pad_id)
+    return nll.sum(dim=1).mean()  # the mean over texts of each text's summed loss
+
+
+@wrong("lm_loss.wrong_count")
+def lm_divided_by_seq(logits, tokens, pad_id=PAD):
+    total = _ce(logits[:, :-1], tokens[:, 1:], pad_id, reduction="sum")
+    return total / tokens.shape[-1]
+
+
+@wrong("lm_loss.last_target_made_up")
+def lm_rolled_targets(logits, tokens, pad_id=PAD):
+    targets = torch.roll(tokens, shifts=-1, dims=1)
+    return _ce(logits, targets, pad_id)
+
+
+@wrong("lm_loss.last_target_made_up")
+def lm_targets_padded_with_zero(logits, tokens, pad_id=PAD):
+    targets = F.pad(tokens[:, 1:], (0, 1))  # the same length as the logits
+    return _ce(logits, targets, pad_id)
+
+
 @wrong("lm_loss.label_smoothing")
 def lm_smoothed(logits, tokens, pad_id=PAD):
     return _ce(logits[:, :-1], tokens[:, 1:], pad_id, label_smoothing=0.1)

@@ -32,7 +32,7 @@ from ..variants import mean_pool as reference_pool
 from ..vocab import PAD
 from .ch07_training import _same_gradient, _same_loss
 from .comparison import clone, close, describe, same
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import NO_GRADIENT_MORE, Case, Item, fail_on_error
 from .sandbox import call
 
@@ -43,10 +43,16 @@ EXERCISE = "ex09_variants"
 
 
 def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, flat=False,
-        count_pad=False, ignore=None, reduce="mean", log="log_softmax", eps=0.0):
+        count_pad=False, ignore=None, reduce="mean", log="log_softmax", eps=0.0, last=None,
+        count=None):
     """The next-token loss with the variations mistakes make: `pair` the slices of logits
-    and of tokens along `axis` (or of the flattened batch, `flat`)."""
+    and of tokens along `axis` (or of the flattened batch, `flat`); last: every logit kept,
+    the last one given the target last(tokens) (batch, 1); count: the summed loss divided by
+    count(tokens) instead of the number of real targets."""
     logits = logits.double()
+    if last is not None:
+        x, y = logits, torch.cat((tokens[:, 1:], last(tokens)), 1)
+        pair, logits, tokens = (slice(None), slice(None)), x, y
     if flat:
         logits, tokens = logits.flatten(0, 1), tokens.flatten()
         axis = 0
@@ -63,6 +69,8 @@ def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, 
     if count_pad:
         keep = torch.ones_like(keep)
     per = nll * keep
+    if count is not None:
+        return per.sum() / count(tokens)
     if reduce == "sum":
         return per.sum()
     if reduce == "sequence":  # the mean of each sequence's mean
@@ -86,6 +94,23 @@ def _lm_log_of_softmax(logits, tokens, pad_id=PAD):
     y = tokens[:, 1:]
     nll = -log_p.gather(-1, y[..., None])[..., 0]
     return nll[y != pad_id].mean()
+
+
+# A made-up target for the last logit, which has no next token.
+_LAST_TARGETS = {"the last token again": lambda t: t[:, -1:],
+                 "the first token (torch.roll)": lambda t: t[:, :1],
+                 "token 0": lambda t: torch.zeros_like(t[:, :1])}
+# What the summed loss is divided by, where the number of real targets is meant.
+_COUNTS = {"the batch size": lambda t, pad_id: t.size(0),
+           "the sequence length": lambda t, pad_id: t.size(1),
+           "the sequence length - 1": lambda t, pad_id: t.size(1) - 1,
+           "batch * seq, every position": lambda t, pad_id: t.numel(),
+           "the real tokens, the first of each text included": lambda t, pad_id: (t != pad_id).sum()}
+
+
+def _divided_by(count):
+    return lambda logits, tokens, pad_id=PAD: _lm(logits, tokens, pad_id,
+                                                  count=lambda y: count(tokens, pad_id))
 
 
 LM_MISTAKES = (
@@ -145,6 +170,20 @@ LM_MISTAKES = (
         (_lm_with(reduce="sum"),),
     ),
     Mistake(
+        "wrong_count", "Summed loss divided by {count}, not by the number of real targets",
+        "the mean is over the predictions whose target is not padding: divide the summed "
+        "loss by (tokens[:, 1:] != pad_id).sum() (F.cross_entropy with ignore_index=pad_id "
+        "and the default reduction does it).",
+        tuple(member(_divided_by(count), count=name) for name, count in _COUNTS.items()),
+    ),
+    Mistake(
+        "last_target_made_up", "The last position given a made-up target ({target})",
+        "the last logit has read the whole text: it has no next token to predict. Drop it "
+        "(logits[:, :-1]) instead of giving it a target of your own: pair logits[:, :-1] with "
+        "tokens[:, 1:].",
+        tuple(member(_lm_with(last=last), target=name) for name, last in _LAST_TARGETS.items()),
+    ),
+    Mistake(
         "label_smoothing", "Label smoothing in the language model's loss",
         "this loss is -log p(next token), the model's held-out measure (nats per token): no "
         "label_smoothing.",
@@ -201,6 +240,10 @@ _LM_LADDER = {
                        "targets of the case: they should be the same number."),
     "summed": (_SHIFT, "double the batch (the same texts twice): your loss doubles; the "
                "expected one stays the same."),
+    "wrong_count": (_SHIFT, "print the number you divide by, next to (tokens[:, 1:] != "
+                    "pad_id).sum()."),
+    "last_target_made_up": (_SHIFT, "print the shapes of the logits and the targets you pair: "
+                            "seq - 1 positions each, not seq."),
     "label_smoothing": (_SHIFT, "print your loss on logits that put all mass on each target: "
                         "it should be 0."),
     "log_of_softmax": (_SHIFT, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
@@ -248,7 +291,7 @@ def _detached(how):
 
 _LM_GRADIENT = _lm_case(3, 3, 6, 9, lengths=[6, 3, 5], dtype=torch.float64)
 LM_CASES = [
-    _lm_case(0, 2, 5, 7),  # no padding
+    _lm_case(0, 3, 6, 7),  # no padding
     _lm_case(1, 3, 7, 11, lengths=[7, 4, 2]),
     _lm_case(2, 2, 6, 9, lengths=[6, 3], pad_id=5, dtype=torch.float64),  # id 0 is a real token
     _lm_case(4, 1, 8, 6, lengths=[5]),  # a single text

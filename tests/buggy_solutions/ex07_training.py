@@ -200,6 +200,13 @@ def smoothing_mean_not_scaled_by_eps(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
+@wrong("label_smoothing_loss.wrong_count")
+def smoothing_divided_by_length(logits, target, eps=0.1, pad_id=PAD):
+    per_token = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)
+    per_token = per_token.masked_fill(target == pad_id, 0.0)
+    return per_token.sum() / target.shape[-1]
+
+
 @wrong("label_smoothing_loss.summed")
 def summed(logits, target, eps=0.1, pad_id=PAD):
     loss = -(_smoothed(logits, target, eps) * F.log_softmax(logits, -1)).sum(-1)

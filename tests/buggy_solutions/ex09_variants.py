@@ -672,6 +672,24 @@ class lm_last_layer_skipped(_Steps):
         return self.output(x)
 
 
+@wrong("DecoderLM.layer_skipped")
+class lm_returns_inside_the_loop(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+            return self.generator(self.norm(x))
+
+
+@wrong("DecoderLM.layer_skipped")
+class lm_returns_inside_the_loop_before_the_norm(_Steps):
+    def forward(self, tokens):
+        x, mask = self.inputs(tokens), self.mask(tokens)
+        for layer in self.layers:
+            return self.generator(layer(x, mask))
+        return self.output(x)
+
+
 @wrong("DecoderLM.layer_order")
 class lm_layers_reversed(_Steps):
     def forward(self, tokens):

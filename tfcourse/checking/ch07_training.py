@@ -261,6 +261,7 @@ _LOSS_LADDER = {
     "no_log_softmax": (None, "add 5 to every logit: the loss must not change."),
     "log_softmax_axis": (None, "print log_softmax(...).exp().sum(-1): all ones."),
     "pad_id_ignored": (None, "call your loss with pad_id=3 on targets padded with 3."),
+    "wrong_count": (None, "print the number you divide by next to (target != pad_id).sum()."),
     "masses_off": (None, "for V = 4, eps = 0.2 print q for one position, next to [0.85, "
                    "0.05, 0.05, 0.05] (true class first), and q.sum()."),
     "log_of_softmax": (None, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
@@ -358,6 +359,8 @@ def _loss(logits, target, eps, pad_id, count_pad=False, mean_over_all=False, smo
     if count_pad:
         keep = torch.ones_like(keep)
     per_position = true_part * keep + eps * spread * (1 if smooth_pad_positions else keep)
+    if callable(reduce):  # the summed loss divided by reduce(target)
+        return per_position.sum() / reduce(target)
     if reduce == "sum":
         return per_position.sum()
     if reduce == "vocab":  # also divided by V: a mean over every (position, class)
@@ -596,6 +599,14 @@ LOSS_MISTAKES = (
         "softmax of large logits underflows to 0 for the unlikely classes, and log(0) = -inf: "
         "take F.log_softmax(logits, dim=-1), which never forms the probabilities.",
         (_log_of_softmax_loss,),
+    ),
+    Mistake(
+        "wrong_count", "Summed loss divided by {count}, not by the number of real target tokens",
+        "the loss is a mean over the real target tokens: divide the summed loss by "
+        "(target != pad_id).sum().",
+        tuple(member(_loss_with(reduce=count), count=name) for name, count in (
+            ("the sequence length", lambda t: t.size(-1)),
+            ("the sequence length - 1", lambda t: t.size(-1) - 1))),
     ),
     Mistake(
         "masses_off", "Smoothed target masses off by a term (yours: q = {true} at the true "

@@ -757,7 +757,8 @@ _LM_MODEL_LADDER = {
     "no_feed_forward": (None, "count the steps of each layer: attention, then the "
                         "feed-forward network."),
     "one_layer": (None, "print the index of the layer each step of your loop calls."),
-    "layer_skipped": (None, "count your layer calls: len(self.layers)."),
+    "layer_skipped": (None, "count your layer calls: len(self.layers); is your `return` "
+                      "indented inside the loop?"),
     "layer_order": (None, "print the index of the layer each step of your loop calls: 0 "
                     "first."),
     "not_chained": (None, "which tensor does each layer get: the previous layer's output?"),
@@ -1015,7 +1016,8 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
     if dropout:  # F.dropout's default is training=True
         x = F.dropout(x, c.dropout, training=model.training if dropout == "train" else True)
     first = x
-    stack = {"reversed": model.layers[::-1], "but_last": model.layers[:-1]}.get(layers, model.layers)
+    stack = {"reversed": model.layers[::-1], "but_last": model.layers[:-1],
+             "first_only": model.layers[:1]}.get(layers, model.layers)
     for layer in stack:
         layer = {"first": model.layers[0], "last": model.layers[-1]}.get(layers, layer)
         given = x if chained else first
@@ -1190,8 +1192,10 @@ DECODER_MISTAKES = (
     ),
     Mistake(
         "layer_skipped", "Not every layer used",
-        "every layer of self.layers, in order: for layer in self.layers (no slice).",
-        _variants(layers=("but_last",)),
+        "every layer of self.layers, in order: for layer in self.layers (no slice), and the "
+        "rest after the loop, not inside it (a `return` in the loop's body ends it after the "
+        "first layer).",
+        _variants(layers=("but_last", "first_only")) + _variants(layers=("first_only",), norm=(0,)),
     ),
     Mistake(
         "layer_order", "Layers in the wrong order",

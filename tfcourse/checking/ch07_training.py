@@ -602,8 +602,8 @@ LOSS_MISTAKES = (
     ),
     Mistake(
         "wrong_count", "Summed loss divided by {count}, not by the number of real target tokens",
-        "the loss is a mean over the real target tokens: divide the summed loss by "
-        "(target != pad_id).sum().",
+        "the loss is a mean over the real target tokens: divide the summed loss by how many "
+        "targets are not pad_id, whatever the length of the sequences.",
         tuple(member(_loss_with(reduce=count), count=name) for name, count in (
             ("the sequence length", lambda t: t.size(-1)),
             ("the sequence length - 1", lambda t: t.size(-1) - 1))),

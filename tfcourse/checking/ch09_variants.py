@@ -172,8 +172,8 @@ LM_MISTAKES = (
     Mistake(
         "wrong_count", "Summed loss divided by {count}, not by the number of real targets",
         "the mean is over the predictions whose target is not padding: divide the summed "
-        "loss by (tokens[:, 1:] != pad_id).sum() (F.cross_entropy with ignore_index=pad_id "
-        "and the default reduction does it).",
+        "loss by how many targets are not pad_id (F.cross_entropy's default reduction with "
+        "ignore_index=pad_id counts them for you).",
         tuple(member(_divided_by(count), count=name) for name, count in _COUNTS.items()),
     ),
     Mistake(

@@ -35,6 +35,8 @@ from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.journey import draw_journey, follow
 from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
+from tfcourse.inference import NOT_SURE, classify, output_confidence
+from tfcourse.viz.reading import ReadingExplorer, classifier_reading, lm_reading, mlm_reading
 from tfcourse.vocab import BOS, EOS
 
 matplotlib.use("Agg")
@@ -565,7 +567,13 @@ def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
     links = links_of(explorer.figure().axes[0])
     assert {q for q, _, gid in links if gid.endswith("highlighted")} == {"query 1"}
     explorer.select(example="3 mai 2027")  # a new example keeps the layer and head
-    assert explorer.examples == ["November 21, 2026", "3 mai 2027"] and explorer.output == "2027-05-03"
+    assert explorer.examples == ["November 21, 2026", "3 mai 2027"]
+    # the output, and its confidence as `tfcourse decode` gives it (the weakest character)
+    sure, = output_confidence(model, [("3 mai 2027", "2027-05-03")], vocab)
+    assert explorer.output == f"2027-05-03  (weakest character {sure:.0%})" and sure > NOT_SURE["seq2seq"]
+    explorer.select(example="qqqq")
+    assert explorer.output.endswith(", not sure)")
+    explorer.select(example="3 mai 2027")
     assert (explorer.layer, explorer.head, explorer.token) == (5, 2, None)
     with pytest.raises(ValueError, match=r"head must be None \(all heads\) or in \[0, 4\)"):
         explorer.select(head=4)
@@ -575,6 +583,7 @@ def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
     with pytest.raises(ValueError, match="head must be None"):
         draw_attention(explorer.maps[0], head=9)
     assert layer_label("blocks.3.attn", "masked self") == "blocks layer 3 · masked self-attention"
+    assert layer_label("layers.0.attn", "masked self") == "layer 0 · masked self-attention"
 
 
 def test_explorer_keeps_one_image_size_names_unknown_characters_and_says_its_limit(dates):
@@ -690,3 +699,81 @@ def test_explorer_without_ipywidgets_shows_the_figure_and_select_redraws_it(date
     explorer.select(layer=3, head=1)
     assert shown == [(0, None), (3, 1)]
     assert "pip install ipywidgets" in capsys.readouterr().out
+
+
+def test_explorer_draws_one_panel_per_head_once_the_input_is_long(dates):
+    """All heads of a long input: one panel of links per head, not an overlay; a short one,
+    or one head chosen: one panel."""
+    model, vocab = dates
+    long_text = "Sunday, November 21, 2026"
+    explorer = AttentionExplorer.seq2seq(model, vocab, [long_text, "3 mai 2027"], layer=0)
+    titles = [ax.get_title() for ax in explorer.figure().axes]
+    assert titles[:4] == ["head 0", "head 1", "head 2", "head 3"] and "all heads: links" not in titles
+    explorer.select(head=1)
+    assert [ax.get_title() for ax in explorer.figure().axes][0] == "head 1: links"
+    explorer.select(example="3 mai 2027", head=None)  # 10 characters: overlaid
+    assert [ax.get_title() for ax in explorer.figure().axes][0] == "all heads: links"
+
+
+# ----------------------------------------------------- chapter 09's models read a text
+
+
+@pytest.fixture(scope="module")
+def ch09():
+    here = Path(tfcourse.__file__).parent / "checkpoints"
+    return {name: load_checkpoint(here / f"{name}.pt") for name in ("classify", "lm", "mlm")}
+
+
+def test_classifier_reading_is_what_classify_says(ch09):
+    model, vocab, state = ch09["classify"]
+    for text in ("Mitteleuropäische Sommerzeit", "onsdag"):
+        reading, maps = classifier_reading(model, vocab, state["classes"], text)
+        (best, p), = classify(model, [text], vocab, state["classes"])
+        assert reading.bars[0] == (best, pytest.approx(p)) and len(reading.bars) == len(state["classes"])
+        assert sum(q for _, q in reading.bars) == pytest.approx(1.0)
+        assert str(reading) == f"{best} {p:.0%}" + (", not sure" if p < NOT_SURE["classifier"] else "")
+        assert len(maps) == model.config.n_layers and maps[0].queries == ["[CLS]", *text]
+
+
+def test_lm_reading_gives_the_next_characters_probabilities(ch09):
+    model, vocab, _ = ch09["lm"]
+    text = "    def __init__(self"
+    reading, maps = lm_reading(model, vocab, text, k=5)
+    p = model(torch.tensor([vocab.encode(text)]))[0, -1].softmax(-1)
+    top = p.topk(5)
+    assert [q for _, q in reading.bars] == pytest.approx(top.values.tolist(), abs=1e-6)
+    assert reading.bars[0][0] == vocab.itos[top.indices[0].item()]
+    assert maps[0].kind == "masked self" and maps[0].label == "layer 0 · masked self-attention"
+    n = len(text)
+    assert torch.equal(maps[0].mask, torch.ones(n, n, dtype=torch.bool).tril())  # causal
+
+
+def test_mlm_reading_fills_each_blank(ch09):
+    model, vocab, _ = ch09["mlm"]
+    reading, maps = mlm_reading(model, vocab, "Sommer_eit Mitteleurop_isch")
+    assert [label.split(":")[0] for label, _ in reading.bars] == ["blank 6"] * 3 + ["blank 22"] * 3
+    assert maps[0].queries[7] == "[MASK]" and maps[0].queries[23] == "[MASK]"
+    filled = str(reading).removeprefix("filled in: '").removesuffix("'")
+    assert len(filled) == 27 and "_" not in filled and filled[:6] == "Sommer"
+    with pytest.raises(ValueError, match="text has no '_'"):
+        mlm_reading(model, vocab, "Sommerzeit")
+
+
+def test_reading_explorer_draws_each_choice_and_states_its_limit(ch09):
+    model, vocab, state = ch09["classify"]
+    explorer = ReadingExplorer.classifier(model, vocab, state["classes"], ["onsdag"])
+    fig = explorer.figure()
+    bars_ax = fig.axes[-1]
+    assert [t.get_text() for t in bars_ax.get_yticklabels()] == [c for c, _ in explorer.output.bars]
+    assert fig.axes[0].get_title() == "all heads"
+    explorer.select(example="heure normale d’Europe centrale")  # long: one panel per head
+    assert [ax.get_title() for ax in explorer.figure().axes[:4]] == [f"head {h}" for h in range(4)]
+    explorer.select(example="日本 onsdag")
+    assert explorer.notice == "'日', '本' are unknown to the model: ?"
+    with pytest.raises(ValueError, match="draws inputs of up to 40"):
+        explorer.select(example="x" * 41)
+    lm, lm_vocab, _ = ch09["lm"]
+    assert ReadingExplorer.lm(lm, lm_vocab, ["def"]).MAX_CHARS == min(40, lm.config.max_len)
+    mlm, mlm_vocab, _ = ch09["mlm"]
+    blanks = ReadingExplorer.mlm(mlm, mlm_vocab, ["Sommer_eit"])
+    assert blanks.notice == ""  # "_" is the blank, not an unknown character

@@ -26,7 +26,8 @@ from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import Encoder, EncoderLayer
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.viz.embeddings import draw_embedding_space, draw_positions_added, pca
+from tfcourse.viz.embeddings import (draw_embedding_space, draw_groups, draw_positions_added,
+                                     neighbour_agreement, pca)
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.ffn_explorer import FFNExplorer
@@ -398,6 +399,29 @@ def test_ffn_weights_drawn_as_the_model_uses_them_and_off_units_faded():
                                (torch.relu(x @ w_1) @ w_2).numpy(), rtol=1e-5)
     with pytest.raises(ValueError, match=r"w_2 must be \(d_ff, d_model\) = \(12, 4\)"):
         draw_ffn_weights(w_1, w_2.T, x)
+
+
+def test_neighbour_agreement_counts_same_group_nearest_neighbours_against_chance():
+    # a and b point along x, c along y; d along y too: a's nearest is b, b's a, c's d, d's c
+    vectors = torch.tensor([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]])
+    assert neighbour_agreement(vectors, ["x", "x", "y", "y"]) == (1.0, 0.5)
+    assert neighbour_agreement(vectors, ["x", "y", "x", "y"]) == (0.0, 0.5)
+    agreement, chance = neighbour_agreement(vectors, ["x", "x", "x", "y"])
+    assert (agreement, chance) == (0.5, 0.75 ** 2 + 0.25 ** 2)  # d's nearest is c: "x"
+    with pytest.raises(ValueError, match="vectors must be"):
+        neighbour_agreement(vectors, ["x"])
+
+
+def test_draw_groups_puts_each_group_in_its_colour_at_its_principal_coordinates():
+    gen = torch.Generator().manual_seed(0)
+    vectors = torch.cat([torch.randn(20, 5, generator=gen) + 4, torch.randn(30, 5, generator=gen) - 4])
+    groups = ["a"] * 20 + ["b"] * 30
+    ax = draw_groups(vectors, groups)
+    coords, _, _ = pca(vectors)
+    a, b = ax.collections
+    assert a.get_label() == "a" and b.get_label() == "b"
+    assert np.allclose(a.get_offsets(), coords[:20]) and np.allclose(b.get_offsets(), coords[20:])
+    assert (a.get_offsets()[:, 0] * b.get_offsets()[:, 0].mean() < 0).all()  # apart along PC 1
 
 
 def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_machine():

@@ -34,7 +34,7 @@ from tfcourse.viz.ffn_explorer import FFNExplorer
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.journey import draw_journey, follow
-from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
+from tfcourse.viz.links import GREY, LANE, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
 from tfcourse.viz.record import record
 from tfcourse.inference import NOT_SURE, classify, output_confidence
 from tfcourse.viz.reading import ReadingExplorer, classifier_reading, lm_reading, mlm_reading
@@ -234,18 +234,23 @@ def test_ffn_hidden_activations_are_the_models_and_the_residual_is_the_stream(no
 
 def links_of(ax):
     """{(query label, key label, collection gid): (width, rgba)} read back from the figure:
-    each line's ends are matched with the tokens' annotations."""
-    where = {}
-    for a in ax.texts:
-        if isinstance(a, Annotation) and a.get_gid():
-            where[tuple(np.round(a.xy, 6))] = a.get_gid()
+    each line's ends are matched with the tokens' annotations (the nearest, within 0.3 of a
+    token spacing: overlaid heads each have a lane beside the token)."""
+    labels = [a for a in ax.texts if isinstance(a, Annotation) and a.get_gid()]
+    xy = np.array([a.xy for a in labels], dtype=float)
+
+    def nearest(p):
+        d = np.hypot(*(xy - p).T)
+        assert d.min() <= 0.3, f"a line ends at {p}, at no token"
+        return labels[d.argmin()].get_gid()
+
     found = {}
     for c in ax.collections:
         if not isinstance(c, LineCollection) or c.get_gid() == "masked":
             continue
         widths, colors = c.get_linewidths(), c.get_colors()
         for k, seg in enumerate(c.get_segments()):
-            ends = tuple(where[tuple(np.round(p, 6))] for p in seg)
+            ends = tuple(nearest(p) for p in seg)
             found[(*ends, c.get_gid())] = (widths[k % len(widths)], tuple(colors[k % len(colors)]))
     return found
 
@@ -348,11 +353,15 @@ def test_a_chosen_token_keeps_its_colour_and_the_others_turn_grey():
     w = torch.softmax(torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
     ax = draw_links(w, list("abcde"), token=2, threshold=0.0)
     links = links_of(ax)
+    white = np.ones(3)
     for (q, _, gid), (_, rgba) in links.items():
+        # two heads overlaid: opaque, grey mixed with white in proportion to the weight
+        share = (white - rgba[:3]) / (white - GREY)
+        assert rgba[3] == 1.0
         if q == "query 2":
-            assert gid.endswith("highlighted") and rgba[:3] != pytest.approx(GREY)
+            assert gid.endswith("highlighted") and not np.allclose(share, share[0])
         else:
-            assert not gid.endswith("highlighted") and rgba[:3] == pytest.approx(GREY)
+            assert not gid.endswith("highlighted") and share == pytest.approx([share[0]] * 3)
     assert len(links) == 2 * 25  # both heads, every pair
     label = next(a for a in ax.texts if a.get_gid() == "query 2")
     assert label.get_fontweight() == "bold"
@@ -364,9 +373,15 @@ def test_heads_side_by_side_one_colour_each_and_all_heads_overlaid():
     assert [a.get_title() for a in fig.axes] == ["head 0", "head 1", "head 2", "all heads"]
     colors = [tuple(a.collections[0].get_colors()[0][:3]) for a in fig.axes[:3]]
     assert len(set(colors)) == 3
-    overlay = {c.get_gid(): tuple(c.get_colors()[0][:3]) for c in fig.axes[3].collections
+    overlay = {c.get_gid(): c.get_colors()[0] for c in fig.axes[3].collections
                if len(c.get_segments())}
-    assert [overlay[f"head {h}"] for h in range(3)] == colors
+    for h in range(3):  # opaque, the head's colour mixed with white: no brown where they cross
+        share = (1 - overlay[f"head {h}"][:3]) / (1 - np.array(colors[h]))
+        assert overlay[f"head {h}"][3] == 1.0 and share == pytest.approx([share[0]] * 3)
+    # side by side: each head's lines in its own lane, shifted from the next head's
+    starts = [min(s[0][0] for c in fig.axes[3].collections if c.get_gid() == f"head {h}"
+                  for s in c.get_segments()) for h in range(3)]
+    assert np.diff(starts) == pytest.approx([LANE, LANE])
 
 
 def test_drawing_rejects_labels_that_do_not_match_the_weights():

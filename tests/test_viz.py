@@ -24,10 +24,16 @@ import tfcourse
 from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import Encoder, EncoderLayer
+from tfcourse.inference import NOT_SURE, classify, output_confidence
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.viz.embeddings import (draw_embedding_space, draw_groups, draw_positions_added,
-                                     neighbour_agreement, pca)
+from tfcourse.viz.embeddings import (
+    draw_embedding_space,
+    draw_groups,
+    draw_positions_added,
+    neighbour_agreement,
+    pca,
+)
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.ffn_explorer import FFNExplorer
@@ -35,9 +41,8 @@ from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_
 from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.journey import draw_journey, follow
 from tfcourse.viz.links import GREY, LANE, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
-from tfcourse.viz.record import record
-from tfcourse.inference import NOT_SURE, classify, output_confidence
 from tfcourse.viz.reading import ReadingExplorer, classifier_reading, lm_reading, mlm_reading
+from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS
 
 matplotlib.use("Agg")
@@ -778,6 +783,7 @@ def test_lm_reading_gives_the_next_characters_probabilities(ch09):
     model, vocab, _ = ch09["lm"]
     text = "    def __init__(self"
     reading, maps = lm_reading(model, vocab, text, k=5)
+    assert maps[0].queries == list(text)  # its spaces are spaces (another vocabulary's [MASK] id)
     p = model(torch.tensor([vocab.encode(text)]))[0, -1].softmax(-1)
     top = p.topk(5)
     assert [q for _, q in reading.bars] == pytest.approx(top.values.tolist(), abs=1e-6)

@@ -24,7 +24,7 @@ from tfcourse.viz.common import as_array, head_colors, show_token
 from tfcourse.viz.explorer import AttentionExplorer, AttentionMap, layer_label
 from tfcourse.viz.links import LONG, draw_links, link_key, links_figsize
 from tfcourse.viz.record import record
-from tfcourse.vocab import CLS, MASK, UNK, Vocab
+from tfcourse.vocab import MASK, Vocab
 
 BLANK = "_"  # a character typed as this is masked for the masked language model
 
@@ -49,9 +49,10 @@ def _maps(rec, labels: list[str]) -> list[AttentionMap]:
             for c in rec.attention]
 
 
-def _labels(vocab: Vocab, ids: list[int]) -> list[str]:
-    return ["[CLS]" if i == CLS else "[MASK]" if i == MASK else "?" if i == UNK else vocab.itos[i]
-            for i in ids]
+def _labels(vocab: Vocab, text: str, blank: str | None = None) -> list[str]:
+    """The text's characters as the model reads them: "?" for one it does not know,
+    "[MASK]" for a blank (ids are not used: [MASK]'s id is another vocabulary's space)."""
+    return ["[MASK]" if c == blank else c if c in vocab.stoi else "?" for c in text]
 
 
 @torch.no_grad()
@@ -68,7 +69,7 @@ def classifier_reading(model: nn.Module, vocab: Vocab, classes: Sequence[str], t
     summary = f"{best} {sure:.0%}" + (", not sure" if sure < NOT_SURE["classifier"] else "")
     return (Reading(f"the classes (not sure under {NOT_SURE['classifier']:.0%})",
                     [(classes[k], p[k].item()) for k in order], summary),
-            _maps(rec, _labels(vocab, tokens[0].tolist())))
+            _maps(rec, ["[CLS]", *_labels(vocab, text)]))
 
 
 @torch.no_grad()
@@ -85,7 +86,7 @@ def lm_reading(model: nn.Module, vocab: Vocab, text: str, k: int = 10
     bars = [(repr(vocab.itos[i])[1:-1] if vocab.itos[i] != " " else "␣", q)
             for i, q in zip(top.indices.tolist(), top.values.tolist())]
     return (Reading(f"the next character (top {k})", bars, f"next: '{bars[0][0]}' {bars[0][1]:.0%}"),
-            _maps(rec, _labels(vocab, ids[0].tolist())))
+            _maps(rec, _labels(vocab, text)))
 
 
 @torch.no_grad()
@@ -109,7 +110,7 @@ def mlm_reading(model: nn.Module, vocab: Vocab, text: str, top: int = 3
             if rank == 0:
                 filled[i] = vocab.itos[k]
     return (Reading(f"each blank's {top} best guesses", bars, f"filled in: '{''.join(filled)}'"),
-            _maps(rec, _labels(vocab, tokens[0].tolist())))
+            _maps(rec, ["[CLS]", *_labels(vocab, text, BLANK)]))
 
 
 def reading_figsize(amap: AttentionMap, per_head: bool) -> tuple[float, float]:

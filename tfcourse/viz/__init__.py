@@ -18,11 +18,11 @@ Functions that draw make pyplot figures: end the cell with plt.show().
 """
 
 from tfcourse.viz.embeddings import (
-                                     draw_embedding_space,
-                                     draw_groups,
-                                     draw_positions_added,
-                                     neighbour_agreement,
-                                     pca,
+    draw_embedding_space,
+    draw_groups,
+    draw_positions_added,
+    neighbour_agreement,
+    pca,
 )
 from tfcourse.viz.explorer import AttentionExplorer, AttentionMap, draw_attention, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means

@@ -28,10 +28,10 @@ TARGET = "notebooks/08_decoding.ipynb"
 COPY = "notebooks/browser_test_08_decoding.ipynb"
 # The notebooks opened as stored (not run): the chapters with links and FFN figures.
 STORED = ["01_attention", "02_multi_head_attention", "04_feed_forward_and_norm", "05_encoder",
-          "06_decoder", "08_decoding"]
+          "06_decoder", "08_decoding", "09_variants"]
 # A cell that draws attention as links or the FFN from the inside.
 VISUAL = re.compile(r"\b(draw_links|draw_heads|draw_ffn|draw_ffn_weights|draw_units|draw_embedding_space|"
-                    r"draw_journey|FFNExplorer)\(")
+                    r"draw_groups|draw_journey|FFNExplorer|ReadingExplorer\.\w+)\(")
 SCREENSHOTS = ROOT / "build" / "browser"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Offline: no host but this machine's resolves.
@@ -305,12 +305,22 @@ def run_all(page, lab, path):
 
 def drive_explorer(page, lab, path, changes, prefix):
     """Run the notebook at `path`, then make each change of changes(cell) in turn in its
-    explorer's cell: the figure is redrawn and no error shows; a screenshot after each. The
-    notebook's file is not written."""
+    explorer's cell (changes: a list of such functions when the notebook has several
+    explorers, one for each, in order): the figure is redrawn and no error shows; a
+    screenshot after each. The notebook's file is not written. Returns the explorers' cells."""
     stored = (ROOT / path).read_bytes()
     run_all(page, lab, path)
     page.wait_for_selector(".widget-toggle-button")
-    cell = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    cells = page.locator(".jp-Cell", has=page.locator(".widget-toggle-button"))
+    for n, explorer_changes in enumerate(changes if isinstance(changes, list) else [changes]):
+        explorer_prefix = f"{prefix}{n}" if isinstance(changes, list) else prefix
+        change_each(page, cells.nth(n), explorer_changes, explorer_prefix)
+    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
+    return cells
+
+
+def change_each(page, cell, changes, prefix):
+    """Each change of changes(cell) in turn: the cell's figure is redrawn, no error shows."""
     image = cell.locator(".jp-OutputArea-output img")
     for name, change in changes(cell):
         before = image.get_attribute("src")
@@ -321,7 +331,6 @@ def drive_explorer(page, lab, path, changes, prefix):
         assert "Error" not in cell.locator(".widget-html").inner_text(), f"the {name}: an error line"
         image.scroll_into_view_if_needed()
         page.screenshot(path=SCREENSHOTS / f"{prefix}_{name.replace(' ', '_')}.png")
-    assert (ROOT / path).read_bytes() == stored, f"{path} was written by the browser session"
 
 
 def test_notebook_04_runs_and_every_control_of_its_ffn_explorer_redraws(lab, page):
@@ -348,3 +357,31 @@ def test_notebook_06_runs_and_every_control_of_its_attention_explorer_redraws(la
                 ("token", lambda: select.nth(2).select_option(index=3))]
 
     drive_explorer(page, lab, "notebooks/06_decoder.ipynb", changes, "06_attention_explorer")
+
+
+def test_notebook_09_runs_and_every_control_of_its_three_explorers_redraws(lab, page):
+    """Notebook 09: Run All shows no error; the classifier's, the language model's and the
+    masked language model's explorers each redraw for another example, a typed text, the
+    layer, a head and a token; a typed unknown character is named, and an over-long text
+    is refused with the limit."""
+    def controls(typed):
+        def changes(cell):
+            select, text = cell.locator(".widget-dropdown select"), cell.locator(".widget-text input")
+            return [("example", lambda: select.nth(0).select_option(index=1)),
+                    ("typed text", lambda: (text.fill(typed), text.press("Enter"))),
+                    ("layer", lambda: select.nth(1).select_option(index=1)),
+                    ("head", lambda: cell.locator(".widget-toggle-button").nth(2).click()),
+                    ("token", lambda: select.nth(2).select_option(index=3))]
+        return changes
+
+    cells = drive_explorer(page, lab, "notebooks/09_variants.ipynb",
+                           [controls("Sommerzeit 日"), controls("for i in range(10):"),
+                            controls("Sommer_eit")], "09_reading_explorer")
+    classifier = cells.nth(0)
+    status = classifier.locator(".widget-html")
+    assert "'日' is unknown to the model" in status.inner_text()
+    typed = classifier.locator(".widget-text input")
+    typed.fill("x" * 41)
+    typed.press("Enter")
+    page.wait_for_function("(s) => s.textContent.includes('up to')", arg=status.element_handle())
+    assert "41 characters" in status.inner_text() and "up to 40" in status.inner_text()

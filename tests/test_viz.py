@@ -24,16 +24,24 @@ import tfcourse
 from tfcourse.checkpoint import load_checkpoint
 from tfcourse.decoding import greedy_decode
 from tfcourse.encoder import Encoder, EncoderLayer
+from tfcourse.inference import NOT_SURE, classify, output_confidence
 from tfcourse.masks import causal_mask, padding_mask, target_mask
 from tfcourse.model import Transformer, TransformerConfig
-from tfcourse.viz.embeddings import draw_embedding_space, draw_positions_added, pca
+from tfcourse.viz.embeddings import (
+    draw_embedding_space,
+    draw_groups,
+    draw_positions_added,
+    neighbour_agreement,
+    pca,
+)
 from tfcourse.viz.explorer import AttentionExplorer, draw_attention, layer_label, seq2seq_attention
 from tfcourse.viz.ffn import draw_ffn, draw_ffn_weights, draw_units, selective_units, unit_means
 from tfcourse.viz.ffn_explorer import FFNExplorer
 from tfcourse.viz.figure1 import CHAPTERS, HIGHLIGHT, draw_transformer, you_are_here
 from tfcourse.viz.heatmaps import draw_heatmaps
 from tfcourse.viz.journey import draw_journey, follow
-from tfcourse.viz.links import GREY, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
+from tfcourse.viz.links import GREY, LANE, MAX_WIDTH, MIN_ALPHA, MIN_WIDTH, draw_heads, draw_links
+from tfcourse.viz.reading import ReadingExplorer, classifier_reading, lm_reading, mlm_reading
 from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS
 
@@ -231,18 +239,23 @@ def test_ffn_hidden_activations_are_the_models_and_the_residual_is_the_stream(no
 
 def links_of(ax):
     """{(query label, key label, collection gid): (width, rgba)} read back from the figure:
-    each line's ends are matched with the tokens' annotations."""
-    where = {}
-    for a in ax.texts:
-        if isinstance(a, Annotation) and a.get_gid():
-            where[tuple(np.round(a.xy, 6))] = a.get_gid()
+    each line's ends are matched with the tokens' annotations (the nearest, within 0.3 of a
+    token spacing: overlaid heads each have a lane beside the token)."""
+    labels = [a for a in ax.texts if isinstance(a, Annotation) and a.get_gid()]
+    xy = np.array([a.xy for a in labels], dtype=float)
+
+    def nearest(p):
+        d = np.hypot(*(xy - p).T)
+        assert d.min() <= 0.3, f"a line ends at {p}, at no token"
+        return labels[d.argmin()].get_gid()
+
     found = {}
     for c in ax.collections:
         if not isinstance(c, LineCollection) or c.get_gid() == "masked":
             continue
         widths, colors = c.get_linewidths(), c.get_colors()
         for k, seg in enumerate(c.get_segments()):
-            ends = tuple(where[tuple(np.round(p, 6))] for p in seg)
+            ends = tuple(nearest(p) for p in seg)
             found[(*ends, c.get_gid())] = (widths[k % len(widths)], tuple(colors[k % len(colors)]))
     return found
 
@@ -345,11 +358,15 @@ def test_a_chosen_token_keeps_its_colour_and_the_others_turn_grey():
     w = torch.softmax(torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0)), -1)
     ax = draw_links(w, list("abcde"), token=2, threshold=0.0)
     links = links_of(ax)
+    white = np.ones(3)
     for (q, _, gid), (_, rgba) in links.items():
+        # two heads overlaid: opaque, grey mixed with white in proportion to the weight
+        share = (white - rgba[:3]) / (white - GREY)
+        assert rgba[3] == 1.0
         if q == "query 2":
-            assert gid.endswith("highlighted") and rgba[:3] != pytest.approx(GREY)
+            assert gid.endswith("highlighted") and not np.allclose(share, share[0])
         else:
-            assert not gid.endswith("highlighted") and rgba[:3] == pytest.approx(GREY)
+            assert not gid.endswith("highlighted") and share == pytest.approx([share[0]] * 3)
     assert len(links) == 2 * 25  # both heads, every pair
     label = next(a for a in ax.texts if a.get_gid() == "query 2")
     assert label.get_fontweight() == "bold"
@@ -361,9 +378,15 @@ def test_heads_side_by_side_one_colour_each_and_all_heads_overlaid():
     assert [a.get_title() for a in fig.axes] == ["head 0", "head 1", "head 2", "all heads"]
     colors = [tuple(a.collections[0].get_colors()[0][:3]) for a in fig.axes[:3]]
     assert len(set(colors)) == 3
-    overlay = {c.get_gid(): tuple(c.get_colors()[0][:3]) for c in fig.axes[3].collections
+    overlay = {c.get_gid(): c.get_colors()[0] for c in fig.axes[3].collections
                if len(c.get_segments())}
-    assert [overlay[f"head {h}"] for h in range(3)] == colors
+    for h in range(3):  # opaque, the head's colour mixed with white: no brown where they cross
+        share = (1 - overlay[f"head {h}"][:3]) / (1 - np.array(colors[h]))
+        assert overlay[f"head {h}"][3] == 1.0 and share == pytest.approx([share[0]] * 3)
+    # side by side: each head's lines in its own lane, shifted from the next head's
+    starts = [min(s[0][0] for c in fig.axes[3].collections if c.get_gid() == f"head {h}"
+                  for s in c.get_segments()) for h in range(3)]
+    assert np.diff(starts) == pytest.approx([LANE, LANE])
 
 
 def test_drawing_rejects_labels_that_do_not_match_the_weights():
@@ -396,6 +419,29 @@ def test_ffn_weights_drawn_as_the_model_uses_them_and_off_units_faded():
                                (torch.relu(x @ w_1) @ w_2).numpy(), rtol=1e-5)
     with pytest.raises(ValueError, match=r"w_2 must be \(d_ff, d_model\) = \(12, 4\)"):
         draw_ffn_weights(w_1, w_2.T, x)
+
+
+def test_neighbour_agreement_counts_same_group_nearest_neighbours_against_chance():
+    # a and b point along x, c along y; d along y too: a's nearest is b, b's a, c's d, d's c
+    vectors = torch.tensor([[1.0, 0.1], [1.0, -0.1], [0.1, 1.0], [-0.1, 1.0]])
+    assert neighbour_agreement(vectors, ["x", "x", "y", "y"]) == (1.0, 0.5)
+    assert neighbour_agreement(vectors, ["x", "y", "x", "y"]) == (0.0, 0.5)
+    agreement, chance = neighbour_agreement(vectors, ["x", "x", "x", "y"])
+    assert (agreement, chance) == (0.5, 0.75 ** 2 + 0.25 ** 2)  # d's nearest is c: "x"
+    with pytest.raises(ValueError, match="vectors must be"):
+        neighbour_agreement(vectors, ["x"])
+
+
+def test_draw_groups_puts_each_group_in_its_colour_at_its_principal_coordinates():
+    gen = torch.Generator().manual_seed(0)
+    vectors = torch.cat([torch.randn(20, 5, generator=gen) + 4, torch.randn(30, 5, generator=gen) - 4])
+    groups = ["a"] * 20 + ["b"] * 30
+    ax = draw_groups(vectors, groups)
+    coords, _, _ = pca(vectors)
+    a, b = ax.collections
+    assert a.get_label() == "a" and b.get_label() == "b"
+    assert np.allclose(a.get_offsets(), coords[:20]) and np.allclose(b.get_offsets(), coords[20:])
+    assert (a.get_offsets()[:, 0] * b.get_offsets()[:, 0].mean() < 0).all()  # apart along PC 1
 
 
 def test_pca_finds_the_spread_direction_with_a_sign_that_does_not_depend_on_the_machine():
@@ -565,7 +611,13 @@ def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
     links = links_of(explorer.figure().axes[0])
     assert {q for q, _, gid in links if gid.endswith("highlighted")} == {"query 1"}
     explorer.select(example="3 mai 2027")  # a new example keeps the layer and head
-    assert explorer.examples == ["November 21, 2026", "3 mai 2027"] and explorer.output == "2027-05-03"
+    assert explorer.examples == ["November 21, 2026", "3 mai 2027"]
+    # the output, and its confidence as `tfcourse decode` gives it (the weakest character)
+    sure, = output_confidence(model, [("3 mai 2027", "2027-05-03")], vocab)
+    assert explorer.output == f"2027-05-03  (weakest character {sure:.0%})" and sure > NOT_SURE["seq2seq"]
+    explorer.select(example="qqqq")
+    assert explorer.output.endswith(", not sure)")
+    explorer.select(example="3 mai 2027")
     assert (explorer.layer, explorer.head, explorer.token) == (5, 2, None)
     with pytest.raises(ValueError, match=r"head must be None \(all heads\) or in \[0, 4\)"):
         explorer.select(head=4)
@@ -575,6 +627,7 @@ def test_explorer_draws_each_choice_and_rejects_impossible_ones(dates):
     with pytest.raises(ValueError, match="head must be None"):
         draw_attention(explorer.maps[0], head=9)
     assert layer_label("blocks.3.attn", "masked self") == "blocks layer 3 · masked self-attention"
+    assert layer_label("layers.0.attn", "masked self") == "layer 0 · masked self-attention"
 
 
 def test_explorer_keeps_one_image_size_names_unknown_characters_and_says_its_limit(dates):
@@ -690,3 +743,82 @@ def test_explorer_without_ipywidgets_shows_the_figure_and_select_redraws_it(date
     explorer.select(layer=3, head=1)
     assert shown == [(0, None), (3, 1)]
     assert "pip install ipywidgets" in capsys.readouterr().out
+
+
+def test_explorer_draws_one_panel_per_head_once_the_input_is_long(dates):
+    """All heads of a long input: one panel of links per head, not an overlay; a short one,
+    or one head chosen: one panel."""
+    model, vocab = dates
+    long_text = "Sunday, November 21, 2026"
+    explorer = AttentionExplorer.seq2seq(model, vocab, [long_text, "3 mai 2027"], layer=0)
+    titles = [ax.get_title() for ax in explorer.figure().axes]
+    assert titles[:4] == ["head 0", "head 1", "head 2", "head 3"] and "all heads: links" not in titles
+    explorer.select(head=1)
+    assert [ax.get_title() for ax in explorer.figure().axes][0] == "head 1: links"
+    explorer.select(example="3 mai 2027", head=None)  # 10 characters: overlaid
+    assert [ax.get_title() for ax in explorer.figure().axes][0] == "all heads: links"
+
+
+# ----------------------------------------------------- chapter 09's models read a text
+
+
+@pytest.fixture(scope="module")
+def ch09():
+    here = Path(tfcourse.__file__).parent / "checkpoints"
+    return {name: load_checkpoint(here / f"{name}.pt") for name in ("classify", "lm", "mlm")}
+
+
+def test_classifier_reading_is_what_classify_says(ch09):
+    model, vocab, state = ch09["classify"]
+    for text in ("Mitteleuropäische Sommerzeit", "onsdag"):
+        reading, maps = classifier_reading(model, vocab, state["classes"], text)
+        (best, p), = classify(model, [text], vocab, state["classes"])
+        assert reading.bars[0] == (best, pytest.approx(p)) and len(reading.bars) == len(state["classes"])
+        assert sum(q for _, q in reading.bars) == pytest.approx(1.0)
+        assert str(reading) == f"{best} {p:.0%}" + (", not sure" if p < NOT_SURE["classifier"] else "")
+        assert len(maps) == model.config.n_layers and maps[0].queries == ["[CLS]", *text]
+
+
+def test_lm_reading_gives_the_next_characters_probabilities(ch09):
+    model, vocab, _ = ch09["lm"]
+    text = "    def __init__(self"
+    reading, maps = lm_reading(model, vocab, text, k=5)
+    assert maps[0].queries == list(text)  # its spaces are spaces (another vocabulary's [MASK] id)
+    p = model(torch.tensor([vocab.encode(text)]))[0, -1].softmax(-1)
+    top = p.topk(5)
+    assert [q for _, q in reading.bars] == pytest.approx(top.values.tolist(), abs=1e-6)
+    assert reading.bars[0][0] == vocab.itos[top.indices[0].item()]
+    assert maps[0].kind == "masked self" and maps[0].label == "layer 0 · masked self-attention"
+    n = len(text)
+    assert torch.equal(maps[0].mask, torch.ones(n, n, dtype=torch.bool).tril())  # causal
+
+
+def test_mlm_reading_fills_each_blank(ch09):
+    model, vocab, _ = ch09["mlm"]
+    reading, maps = mlm_reading(model, vocab, "Sommer_eit Mitteleurop_isch")
+    assert [label.split(":")[0] for label, _ in reading.bars] == ["blank 6"] * 3 + ["blank 22"] * 3
+    assert maps[0].queries[7] == "[MASK]" and maps[0].queries[23] == "[MASK]"
+    filled = str(reading).removeprefix("filled in: '").removesuffix("'")
+    assert len(filled) == 27 and "_" not in filled and filled[:6] == "Sommer"
+    with pytest.raises(ValueError, match="text has no '_'"):
+        mlm_reading(model, vocab, "Sommerzeit")
+
+
+def test_reading_explorer_draws_each_choice_and_states_its_limit(ch09):
+    model, vocab, state = ch09["classify"]
+    explorer = ReadingExplorer.classifier(model, vocab, state["classes"], ["onsdag"])
+    fig = explorer.figure()
+    bars_ax = fig.axes[-1]
+    assert [t.get_text() for t in bars_ax.get_yticklabels()] == [c for c, _ in explorer.output.bars]
+    assert fig.axes[0].get_title() == "all heads"
+    explorer.select(example="heure normale d’Europe centrale")  # long: one panel per head
+    assert [ax.get_title() for ax in explorer.figure().axes[:4]] == [f"head {h}" for h in range(4)]
+    explorer.select(example="日本 onsdag")
+    assert explorer.notice == "'日', '本' are unknown to the model: ?"
+    with pytest.raises(ValueError, match="draws inputs of up to 40"):
+        explorer.select(example="x" * 41)
+    lm, lm_vocab, _ = ch09["lm"]
+    assert ReadingExplorer.lm(lm, lm_vocab, ["def"]).MAX_CHARS == min(40, lm.config.max_len)
+    mlm, mlm_vocab, _ = ch09["mlm"]
+    blanks = ReadingExplorer.mlm(mlm, mlm_vocab, ["Sommer_eit"])
+    assert blanks.notice == ""  # "_" is the blank, not an unknown character

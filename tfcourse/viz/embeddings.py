@@ -58,6 +58,41 @@ def draw_embedding_space(vectors: torch.Tensor | np.ndarray, labels: Sequence[st
     return _finish(ax, explained, title)
 
 
+def draw_groups(vectors: torch.Tensor | np.ndarray, groups: Sequence[str], *, ax=None,
+                title: str | None = None):
+    """Many vectors (e.g. one per text) as points at their first two principal coordinates,
+    one colour per group (groups: one name per row), no labels. Returns the Axes."""
+    v = as_array(vectors, "vectors")
+    if v.ndim != 2 or v.shape[0] != len(groups):
+        raise ValueError(f"vectors must be (len(groups), d) = ({len(groups)}, d), got {v.shape}")
+    coords, _, explained = pca(v)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 5))
+    names = list(dict.fromkeys(groups))
+    for name, color in zip(names, head_colors(len(names))):
+        rows = [i for i, g in enumerate(groups) if g == name]
+        ax.scatter(coords[rows, 0], coords[rows, 1], s=6, color=color, label=name, alpha=0.6)
+    return _finish(ax, explained, title)
+
+
+def neighbour_agreement(vectors: torch.Tensor | np.ndarray, groups: Sequence[str]
+                        ) -> tuple[float, float]:
+    """How well the vectors keep their groups apart, in all d dimensions (not the picture's
+    two): the share of rows whose nearest other row (cosine similarity) is in the same
+    group, and what that share is by chance (sum over groups of (its share)^2, the chance
+    that a random other row is in the same group). Returns (agreement, chance)."""
+    v = as_array(vectors, "vectors").astype(np.float64)
+    if v.ndim != 2 or v.shape[0] != len(groups) or v.shape[0] < 2:
+        raise ValueError(f"vectors must be (len(groups), d) with 2 rows or more, got {v.shape}")
+    unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    g = np.asarray(groups)
+    agreement = float((g[similarity.argmax(1)] == g).mean())
+    _, counts = np.unique(g, return_counts=True)
+    return agreement, float(((counts / len(g)) ** 2).sum())
+
+
 def draw_positions_added(embedded: torch.Tensor | np.ndarray, encoding: torch.Tensor | np.ndarray,
                          tokens: Sequence[str], *, ax=None, title: str | None = None):
     """Each token's input at every position, embedded[t] + encoding[p], projected on the

@@ -16,10 +16,11 @@ import matplotlib.pyplot as plt
 import torch
 
 from tfcourse.decoding import greedy_decode
+from tfcourse.inference import NOT_SURE, output_confidence
 from tfcourse.masks import padding_mask, target_mask
 from tfcourse.viz.common import as_array, head_colors
 from tfcourse.viz.heatmaps import draw_heatmap
-from tfcourse.viz.links import draw_links, links_figsize
+from tfcourse.viz.links import LONG, draw_links, link_key, links_figsize
 from tfcourse.viz.record import record
 from tfcourse.vocab import BOS, EOS, UNK
 
@@ -48,6 +49,7 @@ class AttentionMap:
 def layer_label(name, kind):
     """"decoder.layers.1.cross_attn", "cross" -> "decoder layer 1 · cross-attention"."""
     stack = name.split(".")[0] if "." in name else ""
+    stack = "" if stack == "layers" else stack  # a decoder-only model's "layers.0.attn"
     layer = re.search(r"(?:^|\.)(\d+)(?:\.|$)", name)
     where = " ".join(p for p in (stack, f"layer {layer.group(1)}" if layer else "") if p)
     return f"{where or name} · {KIND_NAMES[kind]}"
@@ -91,45 +93,71 @@ def seq2seq_attention(model, vocab, text, max_len=32):
     return vocab.decode(out), maps
 
 
-def attention_figsize(amap: AttentionMap) -> tuple[float, float]:
-    """The size (inches) draw_attention gives `amap`'s figure: links and heatmap side by side
-    (self-attention) or stacked (cross-attention)."""
-    (lw, lh), (hw, hh) = _panel_sizes(amap)
+def attention_figsize(amap: AttentionMap, head: int | None = None) -> tuple[float, float]:
+    """The size (inches) draw_attention gives `amap`'s figure for `head`: links and heatmap
+    side by side (self-attention) or stacked (cross-attention)."""
+    (lw, lh), (hw, hh) = _panel_sizes(amap, head)
     return (max(lw, hw), lh + hh) if amap.kind == "cross" else (lw + hw, max(lh, hh))
 
 
-def _panel_sizes(amap):
-    """The links' and the heatmap's (width, height) in inches."""
+def _grid(amap, head):
+    """The links' panels as (rows, columns): one panel, or one per head (all heads of a
+    sequence of LONG tokens or more: overlaid, they tangle): in a row beside each other for
+    self-attention, two to a row for cross-attention (each is wide)."""
+    heads, q_len, k_len = amap.weights.shape
+    if head is not None or heads == 1 or max(q_len, k_len) < LONG:
+        return 1, 1
+    return ((heads + 1) // 2, min(heads, 2)) if amap.kind == "cross" else (1, heads)
+
+
+def _panel_sizes(amap, head=None):
+    """The links' (all their panels') and the heatmap's (width, height) in inches."""
     q_len, k_len = amap.weights.shape[1:]
-    return links_figsize(q_len, k_len, amap.kind == "cross"), (0.3 * k_len + 1.8, 0.28 * q_len + 1.2)
+    rows, cols = _grid(amap, head)
+    lw, lh = links_figsize(q_len, k_len, amap.kind == "cross")
+    return (lw * cols, lh * rows), (0.3 * k_len + 1.8, 0.28 * q_len + 1.2)
 
 
 def draw_attention(amap, head=None, token=None, *, title=None, canvas=None):
-    """One attention module for one example: the links (head `head`, or every head overlaid
-    when None) and the weights as a heatmap (that head's, or the mean of the heads).
+    """One attention module for one example: the links (head `head`; when None every head,
+    overlaid, or one panel per head once the sequence has LONG tokens or more) and the
+    weights as a heatmap (that head's, or the mean of the heads).
     token: a query position to highlight. canvas: a figure size (inches) at least
-    attention_figsize(amap), the drawing at its top, centred (the explorer's figure keeps
-    one size from layer to layer). Returns the Figure."""
+    attention_figsize(amap, head), the drawing at its top, centred (the explorer's figure
+    keeps one size from layer to layer). Returns the Figure."""
     w = as_array(amap.weights, "weights")
     heads = w.shape[0]
     if head is not None and not 0 <= head < heads:
         raise ValueError(f"head must be None (all) or in [0, {heads}), got {head}")
     cross = amap.kind == "cross"
     k_len = w.shape[2]
-    (lw, lh), (hw, hh) = _panel_sizes(amap)
-    width, height = attention_figsize(amap)
+    (lw, lh), (hw, hh) = _panel_sizes(amap, head)
+    width, height = attention_figsize(amap, head)
     canvas = canvas or (width, height)
+    fig = plt.figure(figsize=canvas)
     if cross:
-        fig, (ax_links, ax_map) = plt.subplots(2, 1, figsize=canvas,
-                                               gridspec_kw={"height_ratios": [lh, hh]})
+        outer = fig.add_gridspec(2, 1, height_ratios=[lh, hh])
     else:
-        fig, (ax_links, ax_map) = plt.subplots(1, 2, figsize=canvas,
-                                               gridspec_kw={"width_ratios": [lw, hw]})
+        outer = fig.add_gridspec(1, 2, width_ratios=[lw, hw])
+    rows, cols = _grid(amap, head)
+    inner = outer[0].subgridspec(rows, cols)
     colors = head_colors(heads)
-    which = "all heads" if head is None else f"head {head}"
-    draw_links(w if head is None else w[head], amap.queries, amap.keys, ax=ax_links, cross=cross,
-               token=token, mask=amap.mask, colors=colors if head is None else [colors[head]],
-               title=f"{which}: links")
+    if rows * cols == 1:
+        which = "all heads" if head is None else f"head {head}"
+        draw_links(w if head is None else w[head], amap.queries, amap.keys,
+                   ax=fig.add_subplot(inner[0, 0]), cross=cross, token=token, mask=amap.mask,
+                   colors=colors if head is None else [colors[head]], title=f"{which}: links")
+    else:  # one panel per head, one key under them
+        panels = [fig.add_subplot(inner[h // cols, h % cols]) for h in range(heads)]
+        for h, ax in enumerate(panels):
+            draw_links(w[h], amap.queries, amap.keys, ax=ax, cross=cross, token=token,
+                       mask=amap.mask, colors=[colors[h]], title=f"head {h}", key=False)
+            ax.title.set_color(colors[h])
+        masked = amap.mask is not None and not bool(amap.mask.all())
+        handles = link_key(colors, masked=masked)
+        panels[-cols].legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 0.0),
+                           ncol=len(handles), fontsize=7, frameon=False, handlelength=2.2)
+    ax_map = fig.add_subplot(outer[1])
     draw_heatmap(w.mean(0) if head is None else w[head], amap.queries, amap.keys, ax=ax_map,
                  vmin=0, vmax=1, title="mean of the heads" if head is None else f"head {head}",
                  xlabel="key", ylabel="query")
@@ -178,8 +206,17 @@ class AttentionExplorer:
 
     @classmethod
     def seq2seq(cls, model, vocab, examples, max_len=32, **choices):
-        """An explorer of an encoder-decoder model that reads texts with `vocab`."""
-        return cls(lambda text: seq2seq_attention(model, vocab, text, max_len), examples,
+        """An explorer of an encoder-decoder model that reads texts with `vocab`; the title
+        gives the output's confidence as `tfcourse decode` does (the weakest character's
+        probability, inference.output_confidence, "not sure" under NOT_SURE["seq2seq"])."""
+
+        def attend(text):
+            output, maps = seq2seq_attention(model, vocab, text, max_len)
+            sure, = output_confidence(model, [(text, output)], vocab)
+            doubt = ", not sure" if sure < NOT_SURE["seq2seq"] else ""
+            return f"{output}  (weakest character {sure:.0%}{doubt})", maps
+
+        return cls(attend, examples,
                    unknown=lambda text: [c for c in dict.fromkeys(text) if c not in vocab.stoi],
                    **choices)
 

@@ -10,7 +10,9 @@ masked pair never looks like a small weight. Every weight line that is drawn can
 small weight still gets MIN_WIDTH and MIN_ALPHA, a faint thin line. A key under the picture
 names the heads' colours, the widths of weights 0.1, 0.5 and 1, and both kinds of absence.
 With several heads in one panel the lines are drawn lightest first, whatever their head, so
-a heavy line of head 0 is not buried under the haze of head 3.
+a heavy line of head 0 is not buried under the haze of head 3; each head has its own lane
+(its lines shifted a little from the next head's) and opaque colours (a light line is its
+colour mixed with white, not a transparent one), so overlaid heads never blend into brown.
 """
 
 import matplotlib.pyplot as plt
@@ -29,6 +31,7 @@ MASKED_STYLE = dict(colors=[(0.55, 0.55, 0.55, 0.45)], linewidths=0.7, linestyle
 KEY_WEIGHTS = (0.1, 0.5, 1.0)  # the widths the key shows
 LONG = 12  # tokens: from here on, heads overlaid in one panel tangle; draw_heads drops the overlay
 BANDS = 4  # weight bands drawn in order, lightest first, when several heads share a panel
+LANE = 0.15  # between two heads' lines in one panel, in token spacings
 
 
 def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None, mask=None,
@@ -81,6 +84,7 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
                                          zorder=0.5, **MASKED_STYLE))
     band = np.minimum((w * BANDS).astype(int), BANDS - 1) if heads > 1 else np.zeros(w.shape, int)
     for h in range(heads):
+        ends = _lanes(q_pos, k_pos, h, heads, cross)
         for part in ("others", "highlighted"):
             rows = [i for i in range(q_len) if (i == token) == (part == "highlighted")]
             grey = token is not None and part == "others"
@@ -88,10 +92,11 @@ def draw_links(weights, queries, keys=None, *, ax=None, cross=False, token=None,
                 pairs = [(i, j) for i in rows for j in range(k_len) if allowed[i, j]
                          and w[h, i, j] > 0 and w[h, i, j] >= threshold and band[h, i, j] == b]
                 ax.add_collection(LineCollection(
-                    [(q_pos[i], k_pos[j]) for i, j in pairs],
+                    [(ends[0][i], ends[1][j]) for i, j in pairs],
                     linewidths=[link_width(w[h, i, j], max_width) for i, j in pairs],
-                    colors=[(*(GREY if grey else to_rgb(colors[h])),
-                              link_alpha(w[h, i, j]) * (0.35 if grey else 1.0)) for i, j in pairs],
+                    colors=[_link_color(GREY if grey else colors[h], link_alpha(w[h, i, j])
+                                        * (0.35 if grey else 1.0), opaque=heads > 1)
+                            for i, j in pairs],
                     capstyle="round", zorder=1 + b + (BANDS if part == "highlighted" else 0),
                     gid=f"head {h}" + (" highlighted" if part == "highlighted" else ""),
                 ))
@@ -167,6 +172,24 @@ def draw_heads(weights, queries, keys=None, *, cross=False, token=None, mask=Non
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),
                ncol=len(handles), fontsize=8, frameon=False, handlelength=2.2)
     return fig
+
+
+def _lanes(q_pos, k_pos, h, heads, cross):
+    """Head h's line ends when `heads` heads share a panel: each head its own lane, shifted
+    by LANE from the next one along the tokens' column (row, for cross-attention), so
+    two heads' lines between the same tokens lie side by side instead of on top of each
+    other (where their colours would mix into one brown)."""
+    shift = (h - (heads - 1) / 2) * LANE
+    move = (lambda x, y: (x + shift, y)) if cross else (lambda x, y: (x, y + shift))
+    return [move(*p) for p in q_pos], [move(*p) for p in k_pos]
+
+
+def _link_color(color, alpha, opaque):
+    """A line's RGBA: the colour at opacity `alpha`, or (opaque) the same colour mixed with
+    the white page by `alpha` and fully opaque: lines drawn over each other then keep their
+    own colour instead of blending (the overlay of several heads)."""
+    rgb = np.array(to_rgb(color))
+    return (*(1 - alpha * (1 - rgb)), 1.0) if opaque else (*rgb, alpha)
 
 
 def link_width(weight, max_width=MAX_WIDTH):

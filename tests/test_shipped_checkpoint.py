@@ -15,7 +15,7 @@ from tfcourse.recipes import RECIPES
 
 GOAL = 0.98  # held-out exact match (issue 4)
 GOAL_CLASSIFY = 0.64  # held-out accuracy of language identification (10 languages; shipped: 0.679)
-GOAL_LM = 2.0  # held-out nats per character of Python source (shipped: 1.942)
+GOAL_LM = 1.55  # held-out nats per character of Python source (shipped: 1.477; 6-gram: 1.60)
 GOAL_MLM = 0.37  # held-out masked accuracy of the pre-trained encoder (shipped: 0.387)
 
 
@@ -79,8 +79,11 @@ def test_stated_command_makes_it_again(tmp_path, capsys):
 # task -> (shipped file, held-out test metric it must reach: accuracy at least, loss at most)
 CHAPTER_9 = {"classify": (CLASSIFY_CHECKPOINT, GOAL_CLASSIFY), "lm": (LM_CHECKPOINT, GOAL_LM),
              "mlm": (MLM_CHECKPOINT, GOAL_MLM)}
-# Retraining the pre-trained encoder takes 2000 steps (2.5-5 minutes): only with --slow.
-RETRAIN = [pytest.param(name, marks=pytest.mark.slow) if name == "mlm" else name for name in CHAPTER_9]
+# Retraining the pre-trained encoder (2,000 steps, 2.5-5 minutes) and the LM (6,000 steps,
+# 15-20 minutes): only with --slow.
+RETRAIN = [pytest.param(name, marks=pytest.mark.slow) if name in ("mlm", "lm") else name
+           for name in CHAPTER_9]
+SIZE_LIMIT = {"classify": 2**20, "mlm": 2**20, "lm": 4 * 2**20}  # bytes (lm: 0.8M float32 parameters)
 
 
 def _reaches(task, value, goal):
@@ -90,7 +93,7 @@ def _reaches(task, value, goal):
 @pytest.mark.parametrize("name", CHAPTER_9)
 def test_chapter_9_checkpoint_is_small_and_reaches_its_goal(name):
     path, goal = CHAPTER_9[name]
-    assert os.path.getsize(path) < 2**20
+    assert os.path.getsize(path) < SIZE_LIMIT[name]
     model, vocab, state = load_checkpoint(path)
     expected = RECIPES[name].train_config(seed=0)  # `tfcourse train --task NAME --seed 0`
     assert state["train_config"] == {**expected.__dict__, "amp": state["train_config"]["amp"]}

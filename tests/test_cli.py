@@ -346,6 +346,34 @@ def test_a_new_task_never_overwrites_another_tasks_run(tiny_checkpoints, capsys)
     assert lm.read_bytes() == before
 
 
+def test_train_can_start_from_a_checkpoints_weights(tiny_checkpoints, tmp_path, capsys):
+    """--init: a classifier starts from a (tiny) pre-trained encoder, and records where from;
+    a checkpoint of another kind, other settings or another vocabulary is refused in one line."""
+    tiny = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]
+    mlm, out = tmp_path / "mlm.pt", tmp_path / "classify.pt"
+    assert main(["train", "--task", "mlm", "--out", str(mlm), *QUICK, *tiny]) == 0
+    before = torch.load(mlm, weights_only=True)
+    one_step = [*QUICK[2:], "--steps", "1", "--lr", "1e-9"]  # the weights barely move
+    assert main(["train", "--task", "classify", "--init", str(mlm), "--out", str(out),
+                 *one_step, *tiny]) == 0
+    state = torch.load(out, weights_only=True)
+    assert state["init"]["path"] == str(mlm) and state["init"]["task"] == "mlm"
+    assert state["init"]["step"] == 30 and len(state["init"]["sha256"]) == 64
+    for name, weight in before["model"].items():
+        torch.testing.assert_close(state["model"][name], weight, atol=1e-6, rtol=0)
+    capsys.readouterr()
+    lm = str(tiny_checkpoints / "lm.pt")
+    refused = [(["--init", lm, *tiny], "holds a lm model; --task classify trains a classifier"),
+               (["--init", str(mlm), *tiny, "--d-ff", "64"], "--d-ff 32 (this run: 64)"),
+               (["--init", str(mlm), *tiny, "--seed", "1"], "has another vocabulary than"),
+               (["--init", str(mlm), "--resume", *tiny], "--init starts a new run")]
+    for options, message in refused:
+        argv = ["train", "--task", "classify", "--out", str(tmp_path / "new.pt"), *one_step]
+        assert main([*argv, *options]) == 1
+        assert message in one_line_error(capsys)
+    assert not (tmp_path / "new.pt").exists()
+
+
 # ------------------------------------------------- issue 17: what a new user tried, one line each
 
 

@@ -28,6 +28,7 @@ from tfcourse.corpora import (
     lm_task,
     mlm_task,
     stdlib_corpus,
+    unfamiliar_texts,
 )
 from tfcourse.decoding import lm_generate, sampler
 from tfcourse.inference import classify, complete
@@ -89,6 +90,18 @@ def test_language_id_is_deterministic(task):
     assert set(other.test) != set(task.test)
     three = language_id_task(languages=("fr", "es", "it"))
     assert {lang for _, lang in three.train} == {"fr", "es", "it"}
+
+
+def test_unfamiliar_texts_are_in_none_of_the_languages(task):
+    """Names of test items in five other languages and random letters: none is a name in one
+    of the classifier's languages (so every answer on them is wrong), none is seen in
+    training or pre-training, the same for the same seed."""
+    texts = unfamiliar_texts(seed=0)
+    assert len(texts) == 600 and texts == unfamiliar_texts(seed=0)
+    ours = {_clean(name).casefold() for language in LANGUAGES for _, name in cldr_names(language)}
+    assert not {t.casefold() for t in texts} & ours
+    assert not set(texts) & {t for t, _ in mlm_task(seed=0).train}
+    assert "Francijas Polinēzija" in texts  # Latvian
 
 
 def test_language_id_vocabulary(task):

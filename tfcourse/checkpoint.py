@@ -58,12 +58,13 @@ def kinds() -> tuple[str, ...]:
 
 def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, step: int,
                     history: dict | None = None, optimizer: torch.optim.Optimizer | None = None,
-                    scheduler: Any = None) -> None:
+                    scheduler: Any = None, init: dict | None = None) -> None:
     """Write a checkpoint atomically (a temporary file, then os.replace): a crash or a full
     disk while saving leaves the previous checkpoint intact and no temporary file behind
     (a temporary file left by a killed process is removed by the next save). Plain types
     and tensors only, so that torch.load(weights_only=True) reads it. Raises OSError when
-    the file cannot be written."""
+    the file cannot be written. ``init`` records the checkpoint a run started from (its
+    path, task, step and SHA-256; empty for a run from random weights)."""
     state = {
         "kind": model.kind,
         "model": model.state_dict(),
@@ -74,6 +75,7 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
         "classes": list(getattr(task, "classes", ())),  # a classifier's output names
         "step": step,
         "history": history or {},
+        "init": init or {},
     }
     for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is not None:

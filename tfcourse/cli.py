@@ -20,11 +20,12 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import hashlib  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import typing  # noqa: E402
-from dataclasses import fields  # noqa: E402
+from dataclasses import asdict, fields  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -154,6 +155,10 @@ def build_parser():
     tr.add_argument("--resume", action="store_true",
                     help="carry on from the checkpoint in --out with its saved settings: "
                     "options that are given must match them, except --steps")
+    tr.add_argument("--init", metavar="CHECKPOINT",
+                    help="start from this checkpoint's weights (e.g. the pre-trained encoder "
+                    "tfcourse/checkpoints/mlm.pt for --task classify): the same kind of model, "
+                    "model settings and vocabulary; the new run trains them all on --task")
     tr.add_argument("--overwrite", action="store_true",
                     help="replace an existing --out with a new run (without it, an existing "
                     "checkpoint is never overwritten)")
@@ -282,6 +287,7 @@ def _train(args):
         check_fits(16 * size, f"{options} (a model of {size:,} parameters, with their gradients "
                    "and Adam's state)", torch.device("cpu"), "choose a smaller model")
         model = r.build_model(task, config.seed, **given_model)
+    init = _load_init(args.init, model, task) if args.init else None
     if args.amp is not None:
         config.amp = args.amp
     if rank == 0:
@@ -290,7 +296,7 @@ def _train(args):
               f"{len(task.test)} test examples; {n_params:,} parameters; device {device}, "
               f"{threads}", flush=True)
     history = train(model, task, config, device=device, checkpoint=args.out,
-                    resume=args.resume, progress=not args.no_progress)
+                    resume=args.resume, progress=not args.no_progress, init=init)
     if rank != 0:
         return 0
     step = history["step"][-1] if history["step"] else 0
@@ -302,12 +308,39 @@ def _train(args):
     return 0
 
 
+def _load_init(path, model, task):
+    """Copy the weights of the checkpoint at ``path`` into ``model`` (a new run on ``task``);
+    ValueError naming the difference when its model kind, vocabulary or model settings are
+    not the new run's. -> what the checkpoint records as its start (checkpoint.save_checkpoint)."""
+    start, vocab, state = load_checkpoint(path)
+    if start.kind != model.kind:
+        raise ValueError(f"--init {path} holds a {start.kind} model; --task {task.name} "
+                         f"trains a {model.kind} model")
+    if vocab != task.vocab:
+        differ = "".join(sorted(set(vocab.symbols) ^ set(task.vocab.symbols))[:20])
+        raise ValueError(f"--init {path} has another vocabulary than --task {task.name}'s "
+                         f"({len(vocab)} vs {len(task.vocab)} symbols; "
+                         + (f"in one only: {differ!r})" if differ else "in another order)"))
+    ours, theirs = asdict(model.config), state["model_config"]
+    differ = [f"{_option(k)} {theirs.get(k)} (this run: {v})" for k, v in ours.items()
+              if theirs.get(k) != v]
+    if differ:
+        raise ValueError(f"--init {path} has other model settings: {'; '.join(differ)}")
+    model.load_state_dict(start.state_dict())
+    with open(path, "rb") as file:
+        digest = hashlib.sha256(file.read()).hexdigest()
+    return dict(path=path, task=state["task"], step=state["step"], sha256=digest)
+
+
 def _check_out(args):
     """Fail now, not after the first round of training, when --out cannot be used."""
     path = args.out
     if os.path.isdir(path):
         raise ValueError(f"--out {path} is a directory: give a file name, e.g. "
                          f"{os.path.join(path, args.task + '.pt')}")
+    if args.resume and args.init:
+        raise ValueError("--init starts a new run from a checkpoint's weights; --resume carries "
+                         f"on from {path}: give one of them")
     if args.resume and not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint to resume at {path}")
     if not args.resume and os.path.exists(path) and not args.overwrite:

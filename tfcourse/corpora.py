@@ -196,6 +196,35 @@ def language_id_task(seed=0, languages=LANGUAGES, held_out=0.1):
                               classes=tuple(languages))
 
 
+# Languages no model of the course reads (not a class, not in pre-training), for
+# unfamiliar_texts.
+UNFAMILIAR_LANGUAGES = ("lt", "lv", "eu", "sq", "vi")
+
+
+def unfamiliar_texts(seed=0, n=100):
+    """What a user may give language_id_task(seed)'s classifier that is in none of its
+    languages: ``n`` names of its *test* items in each of UNFAMILIAR_LANGUAGES (Lithuanian,
+    Latvian, Basque, Albanian, Vietnamese: never seen in training or pre-training), those
+    that are also a name in one of its languages left out, and ``n`` strings of random
+    letters and spaces ("xqzvt kwpb"). Every answer on them is wrong: what the classifier's
+    confidence must tell apart from its answers on its own test texts."""
+    task = language_id_task(seed)
+    rng = random.Random(seed + 3)
+    split_of = _item_splits(_names(task.classes), seed, 0.1)
+    known = set(_names(task.classes))
+    known = {folded for _, folded in known}
+    texts = []
+    for language in UNFAMILIAR_LANGUAGES:
+        names = sorted({name for (_, folded), (item, name) in _names([language]).items()
+                        if split_of.get(item) == "test" and folded not in known})
+        texts += rng.sample(names, min(n, len(names)))
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    for _ in range(n):
+        texts.append(" ".join("".join(rng.choices(letters, k=rng.randint(2, 8)))
+                              for _ in range(rng.randint(1, 3))))
+    return texts
+
+
 # Unlabelled text for pre-training: CLDR's names in 14 more languages written in the Latin
 # alphabet (none of them a class of language_id_task).
 MLM_EXTRA_LANGUAGES = ("da", "nb", "ca", "ro", "cs", "fi", "hu", "id", "af", "gl", "sk", "sl",

@@ -136,7 +136,8 @@ class Interrupted(KeyboardInterrupt):
 
 def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
           device: torch.device | str | None = None, checkpoint: str | None = None,
-          resume: bool = False, progress: bool = True, stop_at: float | None = None) -> dict:
+          resume: bool = False, progress: bool = True, stop_at: float | None = None,
+          init: dict | None = None) -> dict:
     """Train ``model`` on ``task`` in place (any model and task of tfcourse.interface: the
     encoder-decoder on copy, reverse or dates, chapter 09's kinds).
 
@@ -155,7 +156,8 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
     the checkpoint keeps the last good round. The checkpoint of a finished run holds the
     model without the optimizer's state (a third of the size). Mixed precision is bfloat16
     on GPUs that support it (no loss scaling needed); float32 elsewhere. With ``progress``,
-    a progress bar, then one line with the result. Returns the history: lists for plots.
+    a progress bar, then one line with the result. ``init`` (what the run started from:
+    cli's --init) is recorded in each checkpoint. Returns the history: lists for plots.
     """
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     device = torch.device(device) if device is not None else default_device()
@@ -187,7 +189,7 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
             raise ValueError(f"{checkpoint} was trained on task {state.get('task')!r}, "
                              f"not {task.name!r}")
         model.load_state_dict(state["model"])
-        step, history = state["step"], state["history"]
+        step, history, init = state["step"], state["history"], state.get("init", init)
         if step > config.steps or (step == config.steps and history["val_step"][-1:] == [step]):
             raise ValueError(f"{checkpoint} has done {step} steps already: with steps="
                              f"{config.steps} nothing is left to train")
@@ -206,7 +208,7 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
         if checkpoint is not None and rank == 0:
             states = {} if step >= config.steps else dict(optimizer=optimizer,
                                                           scheduler=scheduler)
-            save_checkpoint(checkpoint, model, task, config, step, history, **states)
+            save_checkpoint(checkpoint, model, task, config, step, history, **states, init=init)
             saved_step = step
 
     def due():  # a validation round at this step that has not happened yet

@@ -390,8 +390,38 @@ def test_generation_beyond_the_positions_slides_a_window():
     torch.testing.assert_close(out, lm_generate(model, prompt, 12, greedy, use_cache=False))
     with torch.no_grad():
         for t in range(5, 17):  # token t from the (at most 8) tokens before it
-            window = out[:, max(0, t - 8): t]
-            assert torch.equal(model(window)[:, -1].argmax(-1), out[:, t])
+            logits = model(out[:, max(0, t - 8): t])[:, -1]
+            logits[:, model.config.pad_id] = float("-inf")  # padding is never picked
+            assert torch.equal(logits.argmax(-1), out[:, t])
+
+
+def test_generation_never_picks_padding():
+    """Padding is no text (its logit never trained: padding targets are ignored), so
+    generation never picks it, even when the model scores it highest; nor the ids it is
+    told are no text (`never`: complete() passes the special tokens)."""
+    from tfcourse.decoding import greedy, lm_generate, sampler
+
+    class PaddingFirst(nn.Module):  # the LM with the specials' logits (ids 0-3) raised
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.config = model, model.config
+
+        def init_cache(self):
+            return self.model.init_cache()
+
+        def forward(self, tokens, cache=None):
+            logits = self.model(tokens, cache=cache)
+            logits[..., self.config.pad_id] += 10.0
+            return logits + 100.0 * (torch.arange(logits.size(-1)) < 4)  # padding's the highest
+
+    model = PaddingFirst(lm(max_len=8))
+    prompt = torch.randint(1, VOCAB, (2, 5))
+    for choose in (greedy, sampler(1.0, None, None, torch.Generator().manual_seed(0))):
+        out = lm_generate(model, prompt, 12, choose)
+        assert out.shape == (2, 17) and not (out[:, 5:] == model.config.pad_id).any()
+        assert (out[:, 5:] < 4).all()  # the other specials, raised, win
+        out = lm_generate(model, prompt, 12, choose, never=range(1, 4))
+        assert not (out[:, 5:] < 4).any()  # nor the ids in `never`
 
 
 # ------------------------------------------------------------------- kinds and their sizes

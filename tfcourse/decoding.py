@@ -19,7 +19,7 @@ a decoder-only language model generates with the same loop from its prompt.
 """
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -101,7 +101,7 @@ def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | N
 @torch.no_grad()
 def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
                 choose: Choose = greedy, eos_id: int | None = None,
-                use_cache: bool = True) -> torch.Tensor:
+                use_cache: bool = True, never: Sequence[int] = ()) -> torch.Tensor:
     """A decoder-only language model continues ``prompt`` (batch, t) ids by up to
     max_new_tokens tokens, each picked by ``choose`` (greedy, or sampler(...)) from its
     next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
@@ -112,7 +112,9 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
     The model reads at most its model.config.max_len positions (the length it was trained
     on, for the course's recipe): a longer text is read through a sliding window, the last
     max_len tokens, recomputed at each step without the cache, so that no prediction ever
-    comes from a position the model never trained."""
+    comes from a position the model never trained. Padding (model.config.pad_id) and the ids
+    in ``never`` (e.g. the special tokens of a character model of running text) are never
+    picked: they are no text, and their logits never trained (no target is one)."""
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.size(1) == 0:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be token ids of shape (batch, t) with t >= 1, got {got}")
@@ -120,12 +122,16 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     window = model.config.max_len
     cache = model.init_cache() if use_cache else None
+    banned = [model.config.pad_id, *never]
 
     def step(tokens):
         if tokens.size(1) > window:  # (batch, window): the last positions only, no cache
-            return F.log_softmax(model(tokens[:, -window:])[:, -1].float(), dim=-1)
-        new = tokens if cache is None else tokens[:, len(cache):]  # (batch, t) or (batch, 1)
-        return F.log_softmax(model(new, cache=cache)[:, -1].float(), dim=-1)  # (batch, vocab)
+            logits = model(tokens[:, -window:])[:, -1].float()
+        else:
+            new = tokens if cache is None else tokens[:, len(cache):]  # (batch, t) or (batch, 1)
+            logits = model(new, cache=cache)[:, -1].float()  # (batch, vocab)
+        logits[:, banned] = float("-inf")  # no text: never a next token
+        return F.log_softmax(logits, dim=-1)
 
     eos_id = -1 if eos_id is None else eos_id  # -1: no token is ever -1
     return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose)

@@ -11,7 +11,7 @@ from torch import nn
 
 from tfcourse.batches import encode_sources, encode_texts, make_batch
 from tfcourse.decoding import beam_search_decode, greedy, greedy_decode, lm_generate, sampler
-from tfcourse.vocab import BOS, EOS, Vocab
+from tfcourse.vocab import BOS, EOS, SPECIALS, Vocab
 
 
 def eval_batches(model: nn.Module, items: Sequence, batch_size: int
@@ -145,5 +145,5 @@ def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
     else:
         generator = torch.Generator(device).manual_seed(seed)
         choose = sampler(temperature or 1.0, top_k, top_p, generator)
-    out = lm_generate(model, ids, max_new_chars, choose)
+    out = lm_generate(model, ids, max_new_chars, choose, never=range(len(SPECIALS)))
     return [vocab.decode(row[ids.size(1):]) for row in out]

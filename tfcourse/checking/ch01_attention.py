@@ -322,12 +322,14 @@ MISTAKES = (
     ),
     Mistake(
         "wrong_axes", "Key transposed on the wrong axes",
-        "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, "
-        "d_k). Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
+        "key is (..., k_len, d_k) for 3-D inputs (batch, seq, d_k) and 4-D ones (batch, heads, "
+        "seq, d_k) alike: transpose its last two axes, whatever the rank: key.transpose(-2, -1).",
         (
             lambda q, k, v, m=None: _raw(q @ k.transpose(1, 2), q, v, m),
             lambda q, k, v, m=None: _raw(q @ k.permute(0, 2, 1), q, v, m),
-        ),
+        ) + tuple(  # any other pair of axes (it raises, or mixes the batch into the scores)
+            (lambda a, b: lambda q, k, v, m=None: _raw(q @ k.transpose(a, b), q, v, m))(a, b)
+            for a, b in ((0, 1), (0, 2), (0, -1), (-3, -1), (-3, -2), (0, -2))),
     ),
     Mistake(
         "three_d_only", "Works only for 3-D inputs",

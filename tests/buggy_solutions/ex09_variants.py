@@ -752,6 +752,12 @@ class lm_new_output_layer_no_bias(_Steps):
         return head(self.norm(x))
 
 
+@wrong("DecoderLM.generator_ignored")
+class lm_embedding_table_as_output(_Steps):
+    def output(self, x):
+        return F.linear(self.norm(x), self.embed.embedding.weight)
+
+
 @wrong("DecoderLM.not_transposed")
 class lm_embedding_not_transposed(_Steps):
     def output(self, x):
@@ -897,7 +903,8 @@ def mean_pool_loop(h, keep):
 
 class DecoderLMSublayers(given.DecoderLM):
     """The layers written out with their sublayers, chapter 06's masks (causal and padding:
-    the logits at padding differ, and are not compared), the tied weight used directly."""
+    the logits at padding differ, and are not compared), the output layer's weight used
+    directly."""
 
     def forward(self, tokens):
         x = self.positional(self.embed(tokens))
@@ -905,7 +912,7 @@ class DecoderLMSublayers(given.DecoderLM):
         for layer in self.layers:
             x = layer.sublayers[0](x, lambda y, layer=layer: layer.self_attn(y, y, y, mask)[0])
             x = layer.sublayers[1](x, layer.feed_forward)
-        return F.linear(self.norm(x), self.embed.embedding.weight)
+        return F.linear(self.norm(x), self.generator.weight)
 
 
 class DecoderLMCausalMask(given.DecoderLM):
@@ -917,7 +924,7 @@ class DecoderLMCausalMask(given.DecoderLM):
         for layer in self.layers:
             x = layer(x, mask=future)
         x = self.norm(x)
-        return x @ self.embed.embedding.weight.transpose(0, 1)
+        return x @ self.generator.weight.transpose(0, 1)
 
 
 RIGHT = {"lm_loss": (lm_loss_log_softmax, lm_loss_padded_targets),

@@ -766,8 +766,11 @@ _LM_MODEL_LADDER = {
     "final_norm_twice": (None, "count the calls to self.norm: once."),
     "norm_each_layer": (None, "is the self.norm line inside your loop, or after it?"),
     "norm_reused": (None, "which tensors go through self.norm: the last layer's output only."),
-    "untied": (None, "print self.generator.weight is self.embed.embedding.weight: True; use "
-               "the module you were given."),
+    "generator_ignored": (None, "build DecoderLMConfig(..., tie_output=False) and print "
+                          "model.generator.weight is model.embed.embedding.weight: False; "
+                          "which of the two do your logits read?"),
+    "untied": (None, "print self.generator: it is made in __init__, with the weight the "
+               "checks copy; use the module you were given."),
     "not_transposed": (None, "print the shape of the matrix you multiply by: (d_model, "
                        "vocab) is what x needs."),
     "softmax": (None, "print your output's .sum(-1): logits need not sum to 1."),
@@ -1035,6 +1038,8 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
         logits = model.generator(x)
     elif output == "not_transposed":
         logits = x @ model.embed.embedding.weight
+    elif output == "embedding":  # tied whatever config.tie_output says
+        logits = x @ model.embed.embedding.weight.T
     else:  # a fresh projection, made in forward (from the seeded random state)
         logits = nn.Linear(c.d_model, c.vocab_size, bias=output == "fresh_bias")(x)
     if seq_first == "back":
@@ -1232,10 +1237,18 @@ DECODER_MISTAKES = (
     ),
     Mistake(
         "untied", "Output layer not tied to the embeddings: a new projection",
-        "the output layer IS the input embedding table (tied): self.generator(x), whose weight "
-        "is self.embed.embedding.weight, or x @ self.embed.embedding.weight.T; a new nn.Linear "
-        "is untrained and untied.",
+        "the output layer is self.generator, made in __init__ (tied to the input embedding "
+        "table when config.tie_output): call self.generator(x); a new nn.Linear is untrained "
+        "and untied.",
         _variants(output=("fresh", "fresh_bias")),
+    ),
+    Mistake(
+        "generator_ignored", "Output layer tied although tie_output=False: self.generator "
+        "ignored",
+        "the logits are self.generator(x). Its weight is the embedding table only when "
+        "config.tie_output is True; with tie_output=False it has its own weight, which "
+        "x @ self.embed.embedding.weight.T (or F.linear with that table) never reads.",
+        _variants(output=("embedding",)),
     ),
     Mistake(
         "not_transposed", "Embedding table used as the output layer without its transpose",
@@ -1301,7 +1314,8 @@ def _decoder_case(seed, lengths, seq, vocab_size, train=False, **config):
                                                  if min(lengths) < seq else "")
              + f", vocab_size={vocab_size}, d_model=16, n_heads=4, n_layers=2, "
              + ("pre-norm" if c.norm_first else "post-norm") + f", {c.positional} positions"
-             + (", in training mode (dropout=0.1)" if train else ""))
+             + (", in training mode (dropout=0.1)" if train else "")
+             + ("" if c.tie_output else ", tie_output=False (the output layer has its own weight)"))
     return Case((tokens,), names=("tokens",), init=(c,), train=train, seed=seed, same=same_at_real,
                 label=label)
 
@@ -1310,6 +1324,7 @@ DECODER_CASES = [
     _decoder_case(0, [6, 6], 6, 11),  # GPT-2's layout: pre-norm, learned positions
     _decoder_case(1, [5, 3, 4], 5, 13, norm_first=False, positional="sinusoidal"),
     _decoder_case(2, [7, 7], 7, 11, train=True),
+    _decoder_case(3, [6, 4], 6, 11, tie_output=False),  # self.generator has its own weight
 ]
 DECODER_LM = Item(
     EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, laddered(DECODER_MISTAKES, _LM_MODEL_LADDER),

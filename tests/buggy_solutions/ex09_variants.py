@@ -356,6 +356,13 @@ def mask_in_place(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator
 # --------------------------------------------------------------------------------- mean_pool
 
 
+@wrong("mean_pool.promoted")
+def mean_pool_count_in_float32(h, keep):
+    total = h.masked_fill(~keep[..., None], 0).sum(1)
+    count = keep.sum(1, keepdim=True).to(torch.float32).clamp(min=1)
+    return total / count
+
+
 @wrong("mean_pool.over_padding")
 def pool_mean(h, keep):
     return h.mean(dim=1)

@@ -724,6 +724,8 @@ _POOL_LADDER = {
     "no_feature_axis": (None, "print keep.shape and h.shape, aligned from the right."),
     "divisor_axis": (None, "print the sum's shape and the count's shape, aligned from the "
                      "right."),
+    "promoted": (None, "pool h.to(torch.bfloat16) and print the result's dtype, and "
+                 "keep.float().dtype: which one wins in the product?"),
 }
 _LM_MODEL_LADDER = {
     "no_causal_mask": (None, "change the last token of a text: the logits at earlier "
@@ -894,6 +896,15 @@ POOL_MISTAKES = (
          lambda h, keep: h.masked_fill(~keep, 0.0)),
     ),
     Mistake(
+        "promoted", "Pooled vectors promoted to {dtype}: they must keep h's dtype",
+        "the pooled vectors keep h's dtype: a float keep (keep.float(), .to(torch.float32), "
+        ".double()) promotes a low-precision h in the product. Convert keep to h's own dtype: "
+        "keep.to(h.dtype).",
+        tuple(member(lambda h, keep, to=to: reference_pool(
+            h.to(torch.promote_types(h.dtype, to)), keep), dtype=str(to).replace("torch.", ""))
+              for to in (torch.float32, torch.float64)),
+    ),
+    Mistake(
         "divisor_axis", "Divisor without its feature axis",
         "the sum is (batch, d_model) and keep.sum(1) is (batch,): divide by keep.sum(1, "
         "keepdim=True), (batch, 1), or by the count of a (batch, seq, 1) keep.",
@@ -902,12 +913,24 @@ POOL_MISTAKES = (
 )
 
 
+def _at_precision(dtype):
+    """Same shape and dtype, values equal to within `dtype`'s precision: a result promoted
+    to float32 matches the promoted mistake, computed in h's dtype first or not."""
+
+    def compare(actual, expected):
+        return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
+                and actual.dtype == expected.dtype and close(actual.to(dtype), expected.to(dtype)))
+
+    return compare
+
+
 def _pool_case(seed, lengths, seq, d_model, dtype=torch.float32, keep=None):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(len(lengths), seq, d_model, generator=g).to(dtype)
     if keep is None:
         keep = torch.arange(seq) < torch.tensor(lengths)[:, None]
-    return Case((h, keep), names=("h", "keep"), seed=seed,
+    low = dtype in (torch.float16, torch.bfloat16)
+    return Case((h, keep), names=("h", "keep"), seed=seed, same=_at_precision(dtype) if low else None,
                 label=describe(h=h, keep=keep) + f", texts of {lengths} tokens")
 
 
@@ -918,6 +941,7 @@ POOL_CASES = [
                                                       [True, False, False, True],
                                                       [True, True, True, True]])),
     _pool_case(3, [2, 0, 3], 4, 5),  # an empty text
+    _pool_case(4, [3, 5], 5, 4, torch.bfloat16),  # the result stays in bfloat16
 ]
 MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, laddered(POOL_MISTAKES, _POOL_LADDER),

@@ -123,7 +123,9 @@ class DecoderLM(nn.Module):
         x = layer(x, causal mask)  for each layer   chapter 06's decoder layer without its
                                                     cross-attention: self-attention + FFN
         logits = Norm(x) E^T                        the final LayerNorm (pre-norm only), and
-                                                    the output layer tied to the embeddings
+                                                    the output layer, self.generator: tied to
+                                                    the embeddings when config.tie_output (the
+                                                    default), its own weight when not
 
     __init__ is given complete, as tfcourse.variants.DecoderLM builds it: keep it as it is
     (the checks copy the reference's weights into your model by name).
@@ -157,7 +159,8 @@ class DecoderLM(nn.Module):
                There is no encoder here: what does that leave of chapter 06's decoder layer?
             3. The mask: bool, True = may attend, (seq, seq). Which keys may query t read?
                Right padding needs no mask of its own: no earlier position ever reads it.
-            4. self.norm once at the end, then the output layer: self.generator, whose weight
-               IS self.embed.embedding.weight. Return logits, not probabilities.
+            4. self.norm once at the end, then the output layer: self.generator (whose weight
+               IS self.embed.embedding.weight when config.tie_output). Return logits, not
+               probabilities.
         """
         raise NotImplementedError

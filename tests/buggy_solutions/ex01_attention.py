@@ -134,6 +134,20 @@ def permute_3d(query, key, value, mask=None):
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
+@wrong("scaled_dot_product_attention.wrong_axes")
+def swapaxes_first_and_last(query, key, value, mask=None):
+    scores = torch.matmul(query, key.swapaxes(0, -1)) / math.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.fill_not_representable")
+def fill_a_float32_sized_literal(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -3.4e38)
+    return _finish(torch.softmax(scores, -1), value, mask)
+
+
 @wrong("scaled_dot_product_attention.wrong_order")
 def weights_first(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))

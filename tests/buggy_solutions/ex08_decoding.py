@@ -275,6 +275,16 @@ def whole_prefix_into_cache(model, tokens, memory, src_mask, cache=None):
     return model.generator(model.decoder(x, memory, src_mask, None, cache))[:, -1].log_softmax(-1)
 
 
+@wrong("decode_step.whole_prefix_cached")
+def whole_prefix_and_its_mask_into_cache(model, tokens, memory, src_mask, cache=None):
+    t = tokens.size(1)
+    below = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    start = 0 if cache is None else len(cache)
+    x = model.positional(model.tgt_embed(tokens), start=start)
+    h = model.decoder(x, memory, src_mask, below, cache=cache)
+    return torch.log_softmax(model.generator(h)[:, -1], dim=-1)
+
+
 @wrong("decode_step.wrong_shape")
 def keeps_time_axis(model, tokens, memory, src_mask, cache=None):
     h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))

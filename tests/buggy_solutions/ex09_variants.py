@@ -356,6 +356,13 @@ def mask_in_place(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator
 # --------------------------------------------------------------------------------- mean_pool
 
 
+@wrong("mean_pool.promoted")
+def mean_pool_count_in_float32(h, keep):
+    total = h.masked_fill(~keep[..., None], 0).sum(1)
+    count = keep.sum(1, keepdim=True).to(torch.float32).clamp(min=1)
+    return total / count
+
+
 @wrong("mean_pool.over_padding")
 def pool_mean(h, keep):
     return h.mean(dim=1)
@@ -752,6 +759,12 @@ class lm_new_output_layer_no_bias(_Steps):
         return head(self.norm(x))
 
 
+@wrong("DecoderLM.generator_ignored")
+class lm_embedding_table_as_output(_Steps):
+    def output(self, x):
+        return F.linear(self.norm(x), self.embed.embedding.weight)
+
+
 @wrong("DecoderLM.not_transposed")
 class lm_embedding_not_transposed(_Steps):
     def output(self, x):
@@ -897,7 +910,8 @@ def mean_pool_loop(h, keep):
 
 class DecoderLMSublayers(given.DecoderLM):
     """The layers written out with their sublayers, chapter 06's masks (causal and padding:
-    the logits at padding differ, and are not compared), the tied weight used directly."""
+    the logits at padding differ, and are not compared), the output layer's weight used
+    directly."""
 
     def forward(self, tokens):
         x = self.positional(self.embed(tokens))
@@ -905,7 +919,7 @@ class DecoderLMSublayers(given.DecoderLM):
         for layer in self.layers:
             x = layer.sublayers[0](x, lambda y, layer=layer: layer.self_attn(y, y, y, mask)[0])
             x = layer.sublayers[1](x, layer.feed_forward)
-        return F.linear(self.norm(x), self.embed.embedding.weight)
+        return F.linear(self.norm(x), self.generator.weight)
 
 
 class DecoderLMCausalMask(given.DecoderLM):
@@ -917,7 +931,7 @@ class DecoderLMCausalMask(given.DecoderLM):
         for layer in self.layers:
             x = layer(x, mask=future)
         x = self.norm(x)
-        return x @ self.embed.embedding.weight.transpose(0, 1)
+        return x @ self.generator.weight.transpose(0, 1)
 
 
 RIGHT = {"lm_loss": (lm_loss_log_softmax, lm_loss_padded_targets),

@@ -492,6 +492,21 @@ def one_more_diagonal(size, window, causal=False):
     return mask.tril() if causal else mask
 
 
+@wrong("sliding_window_mask.side_off_by_one")
+def strict_on_the_right(size, window, causal=False):
+    i = torch.arange(size)
+    ahead = i[None, :] - i[:, None]  # key minus query
+    mask = (ahead >= -window) & (ahead < window)
+    return mask & (ahead <= 0) if causal else mask
+
+
+@wrong("sliding_window_mask.side_off_by_one")
+def one_more_diagonal_below(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    mask = ones.tril(window) & ones.triu(-window - 1)
+    return mask.tril() if causal else mask
+
+
 @wrong("sliding_window_mask.mask_polarity")
 def blocked_is_true(size, window, causal=False):
     i = torch.arange(size)

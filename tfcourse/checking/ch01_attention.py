@@ -160,6 +160,14 @@ NO_GRADIENT = Mistake(
     more=NO_GRADIENT_MORE,
 )
 MISTAKES = (
+    Mistake(
+        "fill_not_representable", "Mask fill value not representable in the scores' dtype",
+        "the scores have the inputs' dtype, and for bfloat16 (or float16) inputs a fill such "
+        "as torch.finfo(torch.float32).min is beyond its range: masked_fill cannot store it. Take "
+        "the fill from the scores' own dtype, torch.finfo(scores.dtype).min, or use "
+        "float('-inf').",
+        (_with(fill=MIN), _with(fill=-3.4e38)),
+    ),
     BUILTIN,
     Mistake(
         "wrong_order", "Output and weights returned in the wrong order",
@@ -322,12 +330,14 @@ MISTAKES = (
     ),
     Mistake(
         "wrong_axes", "Key transposed on the wrong axes",
-        "your code works for 3-D inputs (batch, seq, d_k) but not for 4-D (batch, heads, seq, "
-        "d_k). Transpose the last two axes, whatever the rank: key.transpose(-2, -1).",
+        "key is (..., k_len, d_k) for 3-D inputs (batch, seq, d_k) and 4-D ones (batch, heads, "
+        "seq, d_k) alike: transpose its last two axes, whatever the rank: key.transpose(-2, -1).",
         (
             lambda q, k, v, m=None: _raw(q @ k.transpose(1, 2), q, v, m),
             lambda q, k, v, m=None: _raw(q @ k.permute(0, 2, 1), q, v, m),
-        ),
+        ) + tuple(  # any other pair of axes (it raises, or mixes the batch into the scores)
+            (lambda a, b: lambda q, k, v, m=None: _raw(q @ k.transpose(a, b), q, v, m))(a, b)
+            for a, b in ((0, 1), (0, 2), (0, -1), (-3, -1), (-3, -2), (0, -2))),
     ),
     Mistake(
         "three_d_only", "Works only for 3-D inputs",
@@ -372,6 +382,8 @@ _LADDER = {
     "mask_after_softmax": (_MASKING, "print weights.sum(-1) for a masked row: it should be 1."),
     "masked_to_zero": (_MASKING, "print torch.exp(torch.tensor(0.0)): a blocked score must "
                        "become something whose exp is 0."),
+    "fill_not_representable": (_MASKING, "print torch.finfo(torch.bfloat16).min next to your "
+                               "fill value: which one is further from 0?"),
     "fill_not_low_enough": (_MASKING, "on the case above print scores.min() and your fill "
                             "value: the fill must lose against every score there is."),
     "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
@@ -424,6 +436,8 @@ def _case(seed, batch, q_len, k_len, d_k, d_v, mask=None, dtype=torch.float32, m
     case = Case(args, names=("query", "key", "value", "mask"), seed=seed)
     if magnitude != 1.0:
         case.label += f" (scores of the order of {magnitude**2:.0e})"
+    if dtype in (torch.float16, torch.bfloat16):
+        case.label += f", in {str(dtype).replace('torch.', '')}"
     return case
 
 
@@ -479,6 +493,8 @@ CASES = [
     # scores of the order of 10^6: a finite fill above -10^6 no longer masks (a row whose
     # allowed scores are all below -6 * 10^5)
     _case(9, (2,), 5, 6, 8, 6, mask=_lengths_mask([2, 5], 6), magnitude=1000.0),
+    # bfloat16: a fill beyond its range (float32's min) cannot be stored; -1e9 and -inf can
+    _case(10, (2, 2), 4, 5, 8, 6, mask=_lengths_mask([3, 0], 5)[:, None], dtype=torch.bfloat16),
     GRADIENT,
 ]
 

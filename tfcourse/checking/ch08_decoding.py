@@ -550,7 +550,7 @@ def _step(model, tokens, memory, src_mask, cache=None, start=None, mask=True, lo
     src_mask = src_mask if use_src_mask else None
     if (cache is None and not last_only) or fed == "all":
         x = tokens
-        tgt_mask = causal_mask(tokens.size(1)) if mask and cache is None else None
+        tgt_mask = causal_mask(tokens.size(1)) if mask and (cache is None or causal_cached) else None
     else:
         x, tgt_mask = tokens[:, -1:], causal_mask(tokens.size(1)) if causal_cached else None
     pos = (len(cache) if cache is not None and fed == "new" else 0) if start is None else start(tokens, cache)
@@ -659,7 +659,8 @@ CACHED_MISTAKES = (
         "whole_prefix_cached", "Whole prefix fed with the cache",
         "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
         "keys and values of the earlier ones (yours grows by t at step t).",
-        (_steps(True, fed="all"), _steps(True, fed="all", mask=False)),
+        (_steps(True, fed="all"), _steps(True, fed="all", mask=False),
+         _steps(True, fed="all", causal_cached=True)),
     ),
     Mistake(
         "causal_mask_cached", "Causal mask passed with the cache",

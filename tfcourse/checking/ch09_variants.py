@@ -724,6 +724,8 @@ _POOL_LADDER = {
     "no_feature_axis": (None, "print keep.shape and h.shape, aligned from the right."),
     "divisor_axis": (None, "print the sum's shape and the count's shape, aligned from the "
                      "right."),
+    "promoted": (None, "pool h.to(torch.bfloat16) and print the result's dtype, and "
+                 "keep.float().dtype: which one wins in the product?"),
 }
 _LM_MODEL_LADDER = {
     "no_causal_mask": (None, "change the last token of a text: the logits at earlier "
@@ -766,8 +768,11 @@ _LM_MODEL_LADDER = {
     "final_norm_twice": (None, "count the calls to self.norm: once."),
     "norm_each_layer": (None, "is the self.norm line inside your loop, or after it?"),
     "norm_reused": (None, "which tensors go through self.norm: the last layer's output only."),
-    "untied": (None, "print self.generator.weight is self.embed.embedding.weight: True; use "
-               "the module you were given."),
+    "generator_ignored": (None, "build DecoderLMConfig(..., tie_output=False) and print "
+                          "model.generator.weight is model.embed.embedding.weight: False; "
+                          "which of the two do your logits read?"),
+    "untied": (None, "print self.generator: it is made in __init__, with the weight the "
+               "checks copy; use the module you were given."),
     "not_transposed": (None, "print the shape of the matrix you multiply by: (d_model, "
                        "vocab) is what x needs."),
     "softmax": (None, "print your output's .sum(-1): logits need not sum to 1."),
@@ -891,6 +896,15 @@ POOL_MISTAKES = (
          lambda h, keep: h.masked_fill(~keep, 0.0)),
     ),
     Mistake(
+        "promoted", "Pooled vectors promoted to {dtype}: they must keep h's dtype",
+        "the pooled vectors keep h's dtype: a float keep (keep.float(), .to(torch.float32), "
+        ".double()) promotes a low-precision h in the product. Convert keep to h's own dtype: "
+        "keep.to(h.dtype).",
+        tuple(member(lambda h, keep, to=to: reference_pool(
+            h.to(torch.promote_types(h.dtype, to)), keep), dtype=str(to).replace("torch.", ""))
+              for to in (torch.float32, torch.float64)),
+    ),
+    Mistake(
         "divisor_axis", "Divisor without its feature axis",
         "the sum is (batch, d_model) and keep.sum(1) is (batch,): divide by keep.sum(1, "
         "keepdim=True), (batch, 1), or by the count of a (batch, seq, 1) keep.",
@@ -899,12 +913,24 @@ POOL_MISTAKES = (
 )
 
 
+def _at_precision(dtype):
+    """Same shape and dtype, values equal to within `dtype`'s precision: a result promoted
+    to float32 matches the promoted mistake, computed in h's dtype first or not."""
+
+    def compare(actual, expected):
+        return (isinstance(actual, torch.Tensor) and actual.shape == expected.shape
+                and actual.dtype == expected.dtype and close(actual.to(dtype), expected.to(dtype)))
+
+    return compare
+
+
 def _pool_case(seed, lengths, seq, d_model, dtype=torch.float32, keep=None):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(len(lengths), seq, d_model, generator=g).to(dtype)
     if keep is None:
         keep = torch.arange(seq) < torch.tensor(lengths)[:, None]
-    return Case((h, keep), names=("h", "keep"), seed=seed,
+    low = dtype in (torch.float16, torch.bfloat16)
+    return Case((h, keep), names=("h", "keep"), seed=seed, same=_at_precision(dtype) if low else None,
                 label=describe(h=h, keep=keep) + f", texts of {lengths} tokens")
 
 
@@ -915,6 +941,7 @@ POOL_CASES = [
                                                       [True, False, False, True],
                                                       [True, True, True, True]])),
     _pool_case(3, [2, 0, 3], 4, 5),  # an empty text
+    _pool_case(4, [3, 5], 5, 4, torch.bfloat16),  # the result stays in bfloat16
 ]
 MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, laddered(POOL_MISTAKES, _POOL_LADDER),
@@ -1035,6 +1062,8 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
         logits = model.generator(x)
     elif output == "not_transposed":
         logits = x @ model.embed.embedding.weight
+    elif output == "embedding":  # tied whatever config.tie_output says
+        logits = x @ model.embed.embedding.weight.T
     else:  # a fresh projection, made in forward (from the seeded random state)
         logits = nn.Linear(c.d_model, c.vocab_size, bias=output == "fresh_bias")(x)
     if seq_first == "back":
@@ -1232,10 +1261,18 @@ DECODER_MISTAKES = (
     ),
     Mistake(
         "untied", "Output layer not tied to the embeddings: a new projection",
-        "the output layer IS the input embedding table (tied): self.generator(x), whose weight "
-        "is self.embed.embedding.weight, or x @ self.embed.embedding.weight.T; a new nn.Linear "
-        "is untrained and untied.",
+        "the output layer is self.generator, made in __init__ (tied to the input embedding "
+        "table when config.tie_output): call self.generator(x); a new nn.Linear is untrained "
+        "and untied.",
         _variants(output=("fresh", "fresh_bias")),
+    ),
+    Mistake(
+        "generator_ignored", "Output layer tied although tie_output=False: self.generator "
+        "ignored",
+        "the logits are self.generator(x). Its weight is the embedding table only when "
+        "config.tie_output is True; with tie_output=False it has its own weight, which "
+        "x @ self.embed.embedding.weight.T (or F.linear with that table) never reads.",
+        _variants(output=("embedding",)),
     ),
     Mistake(
         "not_transposed", "Embedding table used as the output layer without its transpose",
@@ -1301,7 +1338,8 @@ def _decoder_case(seed, lengths, seq, vocab_size, train=False, **config):
                                                  if min(lengths) < seq else "")
              + f", vocab_size={vocab_size}, d_model=16, n_heads=4, n_layers=2, "
              + ("pre-norm" if c.norm_first else "post-norm") + f", {c.positional} positions"
-             + (", in training mode (dropout=0.1)" if train else ""))
+             + (", in training mode (dropout=0.1)" if train else "")
+             + ("" if c.tie_output else ", tie_output=False (the output layer has its own weight)"))
     return Case((tokens,), names=("tokens",), init=(c,), train=train, seed=seed, same=same_at_real,
                 label=label)
 
@@ -1310,6 +1348,7 @@ DECODER_CASES = [
     _decoder_case(0, [6, 6], 6, 11),  # GPT-2's layout: pre-norm, learned positions
     _decoder_case(1, [5, 3, 4], 5, 13, norm_first=False, positional="sinusoidal"),
     _decoder_case(2, [7, 7], 7, 11, train=True),
+    _decoder_case(3, [6, 4], 6, 11, tie_output=False),  # self.generator has its own weight
 ]
 DECODER_LM = Item(
     EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, laddered(DECODER_MISTAKES, _LM_MODEL_LADDER),

@@ -18,7 +18,7 @@ from ..long_attention import sliding_window_mask
 from .ch06_decoder import _draw
 from .comparison import same
 from .explanation import difference, structure_problem
-from .mistakes import NO_MATCH, Mistake, laddered
+from .mistakes import NO_MATCH, Mistake, laddered, member
 from .pipeline import Case, Item, fail_on_error, gradient_case
 from .sandbox import call
 
@@ -489,6 +489,8 @@ _WINDOW_LADDER = {
     "window_too_narrow": (None, "print sliding_window_mask(5, 1): each row has 3 True inside "
                           "the band (fewer at the edges)."),
     "window_too_wide": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "side_off_by_one": (None, "print sliding_window_mask(5, 1): row 2 is [0, 1, 1, 1, 0], "
+                        "as many True after the diagonal as before it."),
     "mask_polarity": (None, "print sliding_window_mask(5, 1)[0, 0]: a query may see itself."),
     "causal_ignored": (None, "print sliding_window_mask(5, 1, causal=True): nothing above the "
                        "diagonal."),
@@ -519,15 +521,18 @@ ITEM = Item(
 
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
-          one_side=None):
+          one_side=None, past=0, future=0):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
     band are `combine`d ("and", "or", "causal": the band dropped); `polarity` False: True =
-    blocked; `one_side` ("past", "future"): the band on that side only, causal or not."""
+    blocked; `one_side` ("past", "future"): the band on that side only, causal or not;
+    `past`, `future`: keys added to (or taken from) the window on that side alone."""
     i = torch.arange(size)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
+    if past or future:
+        band = (offset <= window + past) & (-offset <= window + future)
     if one_side is not None:
         band = band & (offset >= 0 if one_side == "past" else offset <= 0)
     if causal and side != "both":
@@ -552,6 +557,15 @@ WINDOW_MISTAKES = (
         "query i may attend key j when |i - j| <= window, not window + 1: a window of 0 sees "
         "itself alone.",
         (_window(reach=lambda w: w + 1),),
+    ),
+    Mistake(
+        "side_off_by_one", "Window one key too {how} on the {side} side only",
+        "query i may attend key j when i - window <= j <= i + window: as many keys after it "
+        "as before it. In a loop, a slice's end is exclusive: mask[i, lo:hi] stops at hi - 1, "
+        "so the last key, i + window, needs hi = i + window + 1.",
+        tuple(member(_window(**{side: delta}), how=how, side=name)
+              for side, name in (("future", "right (later keys)"), ("past", "left (earlier keys)"))
+              for delta, how in ((-1, "narrow"), (1, "wide"))),
     ),
     Mistake(
         "mask_polarity", "Window mask polarity inverted",

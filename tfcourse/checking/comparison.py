@@ -33,6 +33,9 @@ def close(actual, expected: torch.Tensor, margin: float = 1.0) -> bool:
         return False
     if not expected.is_floating_point():
         return torch.equal(actual, expected)
+    if expected.dtype in (torch.float16, torch.bfloat16):  # a few units in the last place
+        tol = margin * 4 * torch.finfo(expected.dtype).eps
+        return torch.allclose(actual, expected, rtol=tol, atol=tol, equal_nan=True)
     tol = margin * (1e-10 if expected.dtype == torch.float64 else 1e-5)
     return torch.allclose(actual, expected, rtol=100 * tol, atol=tol, equal_nan=True)
 

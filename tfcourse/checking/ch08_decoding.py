@@ -658,7 +658,7 @@ CACHED_MISTAKES = (
     Mistake(
         "whole_prefix_cached", "Whole prefix fed with the cache",
         "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
-        "keys and values of the earlier ones (yours grows by t at step t).",
+        "keys and values of the earlier ones (fed again, they would be stored twice).",
         (_steps(True, fed="all"), _steps(True, fed="all", mask=False),
          _steps(True, fed="all", causal_cached=True)),
     ),

@@ -32,13 +32,18 @@ VOCAB = 12  # 3 specials, then symbols 3..11
 
 class ScriptedModel(nn.Module):
     """A stand-in for a trained model, with the interface of tfcourse.model.Transformer
-    (encode, decode, generator, init_cache, config). Whatever tokens it is fed, at position t
-    it predicts script[:, t], sure of itself: the source's symbols, EOS, then the source again
-    (a model that would ramble on if nobody stopped it at EOS)."""
+    (encode, decode, generator, init_cache, config, and decode's parts tgt_embed, positional,
+    decoder). Whatever tokens it is fed, at position t it predicts script[:, t], sure of
+    itself: the source's symbols, EOS, then the source again (a model that would ramble on if
+    nobody stopped it at EOS). The positions travel in the decoder's input, as in the real
+    model: tgt_embed gives zeros, positional adds each position's index."""
 
     def __init__(self, pad_id=PAD):
         super().__init__()
         self.config = TransformerConfig(VOCAB, VOCAB, d_model=VOCAB, n_heads=1, pad_id=pad_id)
+        self.tgt_embed = _ScriptedEmbedding()
+        self.positional = _ScriptedPositions()
+        self.decoder = _ScriptedDecoder()
         self.generator = nn.Identity()
 
     def encode(self, src, src_mask):
@@ -50,15 +55,34 @@ class ScriptedModel(nn.Module):
 
     def decode(self, tgt, memory, src_mask, tgt_mask, cache=None):
         start = len(cache) if cache is not None else 0
-        if cache is not None:
-            cache.length += tgt.size(1)
-        return memory[:, start : start + tgt.size(1)]  # (batch, tgt_len, V): "logits"
+        return self.decoder(self.positional(self.tgt_embed(tgt), start=start), memory, src_mask,
+                            tgt_mask, cache=cache)
 
     def forward(self, src, tgt, src_mask, tgt_mask):
         return self.generator(self.decode(tgt, self.encode(src, src_mask), src_mask, tgt_mask))
 
     def init_cache(self):
         return _Positions()
+
+
+class _ScriptedEmbedding(nn.Module):
+    def forward(self, tgt):
+        return torch.zeros(*tgt.shape, VOCAB)  # (batch, tgt_len, V)
+
+
+class _ScriptedPositions(nn.Module):
+    def forward(self, x, start=0):
+        return x + torch.arange(start, start + x.size(1), dtype=x.dtype)[:, None]
+
+
+class _ScriptedDecoder(nn.Module):
+    layers = ()
+
+    def forward(self, x, memory, src_mask, tgt_mask, cache=None):
+        if cache is not None:
+            cache.length += x.size(1)
+        positions = x[..., 0].round().long().clamp(0, memory.size(1) - 1)  # (batch, tgt_len)
+        return memory.gather(1, positions[..., None].expand(-1, -1, memory.size(-1)))  # "logits"
 
 
 class _Positions:

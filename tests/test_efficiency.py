@@ -240,6 +240,7 @@ def normalised_as_it_goes(query, key, value, mask=None, block_size=128):
     m = torch.full((*query.shape[:-1], 1), float("-inf"), dtype=query.dtype)
     l_old = torch.zeros_like(m)
     o = torch.zeros((*query.shape[:-1], value.size(-1)), dtype=query.dtype)
+    mask = None if mask is None else mask.broadcast_to(*mask.shape[:-1], key.size(-2))
     for j in range(0, key.size(-2), block_size):
         s = torch.einsum("...qd,...kd->...qk", query, key[..., j:j + block_size, :])
         s = s / query.size(-1) ** 0.5
@@ -279,6 +280,8 @@ def reference_read_as_a_learner(query, key, value, mask=None, block_size=128):
     m = torch.full_like(query[..., :1], -math.inf)
     total = torch.zeros_like(m)
     o = torch.zeros_like(query[..., :1]).expand(*query.shape[:-1], value.size(-1))
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], key.size(-2))
     for b in range(n_blocks):
         keys = slice(b * block_size, (b + 1) * block_size)
         s = query @ key[..., keys, :].transpose(-2, -1) * query.size(-1) ** -0.5

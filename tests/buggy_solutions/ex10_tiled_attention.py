@@ -37,6 +37,8 @@ def softmax_over_all_keys(query, key, value, mask=None, block_size=128):
 def every_block_kept(query, key, value, mask=None, block_size=128):
     """Each block's scores kept in a list, to find the global max first (two passes)."""
     blocks = []
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], key.size(-2))
     for start in range(0, key.size(-2), block_size):
         s = query @ key[..., start:start + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
         if mask is not None:
@@ -59,6 +61,8 @@ def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, tot
     total = torch.zeros_like(m)
     o = torch.zeros(query.shape[:-1] + (value.size(-1),), dtype=query.dtype)
     n = key.size(-2)
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
     for j in range(0, n if stop is None else stop(n, block_size), block_size):
         s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
         if mask is not None:
@@ -600,3 +604,72 @@ def band_on_one_side(size, window, causal=False):
     ones = torch.ones(size, size, dtype=torch.bool)
     band = ones.tril(window) & ones.triu(0)  # the sign of one offset lost
     return ones.tril() & ones.triu(-window) if causal else band
+
+
+@wrong("tiled_attention.mask_not_broadcast")
+def mask_sliced_as_given(query, key, value, mask=None, block_size=128):
+    """The mask sliced by block as it comes: a (batch, q_len, 1) mask is empty from block 2."""
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.masked_fill(m_new == -math.inf, 0.0)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
+@wrong("tiled_attention.mask_not_broadcast")
+def mask_block_by_where(query, key, value, mask=None, block_size=128):
+    """torch.where with the block's slice of the mask as it comes (a shape error, told otherwise)."""
+    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = torch.einsum("...qd,...kd->...qk", query, key[..., j:j + block_size, :])
+        s = s / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = torch.where(mask[..., j:j + block_size], s, torch.full_like(s, -math.inf))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - shift)
+        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
+        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@wrong("sliding_window_mask.one_bound")
+def tril_alone(size, window, causal=False):
+    """tril(window) bounds the later keys only: every earlier key stays allowed."""
+    band = torch.ones(size, size, dtype=torch.bool).tril(window)
+    return band.tril() if causal else band
+
+
+@wrong("sliding_window_mask.one_bound")
+def lower_bound_only(size, window, causal=False):
+    i = torch.arange(size)
+    band = i[None, :] >= i[:, None] - window  # (size, size): j >= i - window, no upper bound
+    return band & (i[None, :] <= i[:, None]) if causal else band
+
+
+@wrong("sliding_window_mask.window_past_size")
+def diagonals_one_by_one(size, window, causal=False):
+    """The band built one diagonal at a time: torch.ones(size - |k|) fails for |k| > size."""
+    band = torch.zeros(size, size, dtype=torch.bool)
+    for k in range(0 if causal else -window, window + 1):
+        band |= torch.diag(torch.ones(size - abs(k), dtype=torch.bool), -k)
+    return band
+
+
+@wrong("sliding_window_mask.window_past_size")
+def diagonals_summed(size, window, causal=False):
+    """The diagonals summed in one expression: the same failure past the sequence's length."""
+    low = 0 if causal else -window
+    return sum(torch.diag(torch.ones(size - abs(k)), k) for k in range(low, window + 1)).t() > 0

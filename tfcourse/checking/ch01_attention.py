@@ -336,7 +336,7 @@ MISTAKES = (
             lambda q, k, v, m=None: _raw(q @ k.transpose(1, 2), q, v, m),
             lambda q, k, v, m=None: _raw(q @ k.permute(0, 2, 1), q, v, m),
         ) + tuple(  # any other pair of axes (it raises, or mixes the batch into the scores)
-            (lambda a, b: lambda q, k, v, m=None: _raw(q @ k.transpose(a, b), q, v, m))(a, b)
+            (lambda i, j: lambda q, k, v, m=None: _raw(q @ k.transpose(i, j), q, v, m))(a, b)
             for a, b in ((0, 1), (0, 2), (0, -1), (-3, -1), (-3, -2), (0, -2))),
     ),
     Mistake(

@@ -8,6 +8,7 @@ for e^s, masked keys with the largest scores). Once every case passes, a long se
 checks that the learner's code never holds all q_len x k_len scores at once.
 """
 
+import dataclasses
 import math
 
 import torch
@@ -34,7 +35,7 @@ def _sqrt_d_k(q, k, v):
 def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
            running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
            blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
-           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF):
+           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF, expand_mask=True):
     """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
     mistakes make (the defaults give the reference):
 
@@ -61,9 +62,11 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     axes         the key's axes that are swapped
     start        the running output starts as zeros (..., q_len, d_v), or like the "query"
     first_max    what the running maximum starts at (a finite number: only "very negative")
+    expand_mask  the mask broadcast over the keys before it is sliced by block (False: a mask
+                 of one flag per query is empty from the second block on, and raises)
     """
     k_len = k.size(-2)
-    if m is not None:
+    if m is not None and expand_mask:
         m = m.expand(*m.shape[:-1], k_len)
     stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
             "last": k_len - block_size}[blocks]
@@ -128,6 +131,16 @@ WHOLE_MATRIX = Mistake(
     "and let them go before the next block (no softmax over all keys, no list of every "
     "block's scores, no chapter 01 attention inside).",
 )
+def _mask_expanded(case):
+    """The case with its mask broadcast to (..., q_len, k_len): what code that slices the mask
+    by block before broadcasting it gets right."""
+    if len(case.args) < 4 or case.args[3].size(-1) != 1:
+        return None
+    q, k, v, mask = case.args
+    full = mask.expand(*mask.shape[:-1], k.size(-2))
+    return dataclasses.replace(case, args=(q, k, v, full))
+
+
 MISTAKES = (
     BUILTIN,
     Mistake(
@@ -297,6 +310,15 @@ MISTAKES = (
         "a large score then sets m, and e^(s - m) of every allowed key underflows to 0.",
         (_with(mask_at="exp"), _with(mask_at="exp", empty="nan")),
     ),
+    Mistake(
+        "mask_not_broadcast", "Mask sliced by block before it was broadcast to the keys",
+        "a mask may hold one flag per query, (..., q_len, 1), and broadcast over every key: "
+        "its key axis has size 1, so mask[..., start:start + block_size] is empty from the "
+        "second block on. Broadcast the mask to (..., q_len, k_len) first (expand), then "
+        "slice each block.",
+        (_with(expand_mask=False),),
+        probe=lambda case, error: _mask_expanded(case),
+    ),
 )
 
 
@@ -371,6 +393,14 @@ def _empty_rows():
     return mask
 
 
+def _query_flags():
+    """(batch, q_len, 1): which queries may attend at all (padding on the queries' side), a
+    mask that broadcasts over every key."""
+    flags = torch.ones(2, 5, 1, dtype=torch.bool)
+    flags[0, 1] = flags[1, 3:] = False
+    return flags
+
+
 GRADIENT = gradient_case(
     _random(9, (2,), 4, 7, 4, 3, 3, mask=torch.ones(4, 7, dtype=torch.bool).tril(2),
             dtype=torch.float64), "query")
@@ -396,6 +426,9 @@ CASES = [
     # "very negative" number is then above every real score
     _very_negative_scores(12, masked=False),
     _very_negative_scores(13, masked=True),
+    # a mask that broadcasts over the keys: last, so that any other mistake is named first
+    _random(14, (2,), 5, 11, 8, 6, 4, mask=_query_flags(),
+            note=" (one flag per query, broadcast over the keys)"),
 ]
 
 # After every case passes: a long sequence. Its q_len x k_len scores take 64 KiB; tiled
@@ -482,6 +515,8 @@ _TILED_LADDER = {
                      "first block, and e^(S - m')."),
     "masked_max": (None, "on the case above print the block's max with and without the "
                    "masked keys."),
+    "mask_not_broadcast": (None, "print the shape of each block's slice of the mask: it must "
+                           "have the block's keys on its last axis, not 0 or 1."),
     "whole_matrix": (None, "print the shape of the largest scores tensor you make: (..., "
                      "q_len, block_size) at most."),
 }
@@ -497,6 +532,10 @@ _WINDOW_LADDER = {
     "wrong_side": (None, "print sliding_window_mask(5, 1, causal=True): row 0 is [1, 0, 0, 0, "
                    "0]."),
     "one_sided": (None, "print sliding_window_mask(5, 1): row 2 is [0, 1, 1, 1, 0]."),
+    "one_bound": (None, "print sliding_window_mask(7, 1): row 6 sees keys 5 and 6 only, row 0 "
+                  "keys 0 and 1 only."),
+    "window_past_size": (None, "try sliding_window_mask(3, 5): every key of every row is "
+                         "allowed, as with window 2."),
     "causal_or_window": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees "
                          "keys 4 and 5 only."),
     "window_dropped": (None, "print sliding_window_mask(6, 1, causal=True): row 5 sees keys "
@@ -521,24 +560,36 @@ ITEM = Item(
 
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
-          one_side=None, past=0, future=0):
+          one_side=None, past=0, future=0, bound=None):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
     band are `combine`d ("and", "or", "causal": the band dropped); `polarity` False: True =
     blocked; `one_side` ("past", "future"): the band on that side only, causal or not;
-    `past`, `future`: keys added to (or taken from) the window on that side alone."""
+    `past`, `future`: keys added to (or taken from) the window on that side alone; `bound`
+    ("later", "earlier"): only that side of the band bounded, the other side open."""
     i = torch.arange(size)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
     if past or future:
         band = (offset <= window + past) & (-offset <= window + future)
+    if bound is not None:  # "later": j <= i + window only; "earlier": j >= i - window only
+        band = -offset <= window if bound == "later" else offset <= window
     if one_side is not None:
         band = band & (offset >= 0 if one_side == "past" else offset <= 0)
     if causal and side != "both":
         past = offset >= 0 if side == "past" else offset <= 0
         band = {"and": band & past, "or": band | past, "causal": past}[combine]
     return band if polarity else ~band
+
+
+def _window_within(case):
+    """The case with the window cut to size - 1, which gives the same mask: what code that
+    fails on a window wider than the sequence gets right."""
+    size, window, causal = case.args
+    if window < size:
+        return None
+    return dataclasses.replace(case, args=(size, max(size - 1, 0), causal))
 
 
 def _window(**bug):
@@ -591,6 +642,21 @@ WINDOW_MISTAKES = (
         "window: tril(.., window) keeps j <= i + window and triu(.., -window) keeps j >= "
         "i - window; both offsets, with opposite signs, make the band.",
         (_window(one_side="future"), _window(one_side="past")),
+    ),
+    Mistake(
+        "one_bound", "Window bounded on one side only: every {open} key allowed",
+        "query i may attend key j when i - window <= j <= i + window: two bounds. tril(.., "
+        "window) alone bounds the later keys only (j <= i + window) and lets every earlier key "
+        "through; triu(.., -window) alone does the opposite: the band needs both.",
+        (member(_window(bound="later"), open="earlier"),
+         member(_window(bound="earlier"), open="later")),
+    ),
+    Mistake(
+        "window_past_size", "Fails when the window is wider than the sequence",
+        "window may exceed size (the docstring allows it): every key is then within the "
+        "window. A diagonal, a slice or a torch.ones(size - k) with k >= size has a negative "
+        "or empty length: keep the offsets within the sequence.",
+        probe=lambda case, error: _window_within(case),
     ),
     Mistake(
         "causal_or_window", "Causal mask and window combined with OR",

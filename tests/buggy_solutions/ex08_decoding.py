@@ -522,6 +522,38 @@ def embedding_scaled_again(model, tokens, memory, src_mask, cache=None):
     return F.log_softmax(model.generator(h[:, -1]), dim=-1)
 
 
+@wrong("greedy_decode.batch_normalized")
+def softmax_over_the_batch(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    pad = model.config.pad_id
+    for _ in range(max_len):
+        logits = _next(model, ys, memory, src_mask)
+        nxt = F.softmax(logits, dim=0).argmax(dim=-1).masked_fill(done, pad)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.batch_normalized")
+def log_softmax_over_the_batch_of_every_position(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+        log_probs = model.generator(h).log_softmax(0)  # (batch, t, vocab)
+        token = torch.where(finished, model.config.pad_id, log_probs[:, -1].argmax(1))
+        ys = torch.cat((ys, token.unsqueeze(1)), dim=1)
+        finished = finished | (token == eos_id)
+        if bool(finished.all()):
+            break
+    return ys[:, 1:]
+
+
 @wrong("greedy_decode.sampled")
 def samples_the_next_token(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)

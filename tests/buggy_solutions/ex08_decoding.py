@@ -285,6 +285,23 @@ def whole_prefix_and_its_mask_into_cache(model, tokens, memory, src_mask, cache=
     return torch.log_softmax(model.generator(h)[:, -1], dim=-1)
 
 
+@wrong("decode_step.whole_prefix_cached")
+def whole_prefix_into_cache_from_its_length(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1), tokens.device))
+    else:
+        x = model.positional(model.tgt_embed(tokens), start=len(cache))
+        h = model.decoder(x, memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+@wrong("decode_step.whole_prefix_cached")
+def whole_prefix_through_decode_with_the_cache(model, tokens, memory, src_mask, cache=None):
+    mask = causal_mask(tokens.size(1)) if cache is None else None
+    logits = model.generator(model.decode(tokens, memory, src_mask, mask, cache=cache))
+    return logits[:, -1].log_softmax(dim=-1)
+
+
 @wrong("decode_step.wrong_shape")
 def keeps_time_axis(model, tokens, memory, src_mask, cache=None):
     h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))

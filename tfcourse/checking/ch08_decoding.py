@@ -697,7 +697,8 @@ CACHED_MISTAKES = (
         "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
         "keys and values of the earlier ones (fed again, they would be stored twice).",
         (_steps(True, fed="all"), _steps(True, fed="all", mask=False),
-         _steps(True, fed="all", causal_cached=True)),
+         _steps(True, fed="all", causal_cached=True),
+         _steps(True, fed="all", start=lambda t, c: len(c))),  # at len(cache) on: duplicates
     ),
     Mistake(
         "causal_mask_cached", "Causal mask passed with the cache",

@@ -789,6 +789,28 @@ def kl_divergence(logits, target, eps=0.1, pad_id=PAD):
     return loss[keep].sum() / keep.sum()
 
 
+@wrong("label_smoothing_loss.kl_divergence")
+def annotated_kl_divergence_over_v_minus_2(logits, target, eps=0.1, pad_id=PAD):
+    # the Annotated Transformer's LabelSmoothing: eps / (V - 2), padding's column zeroed, KL
+    V = logits.size(-1)
+    log_p = F.log_softmax(logits, dim=-1).reshape(-1, V)
+    t = target.reshape(-1)
+    true_dist = torch.full_like(log_p, eps / (V - 2))
+    true_dist.scatter_(1, t.unsqueeze(1), 1.0 - eps)
+    true_dist[:, pad_id] = 0
+    true_dist[t == pad_id] = 0
+    kl = F.kl_div(log_p, true_dist, reduction="sum")
+    return kl / (t != pad_id).sum()
+
+
+@wrong("label_smoothing_loss.kl_divergence")
+def kl_divergence_over_v_minus_1(logits, target, eps=0.1, pad_id=PAD):
+    V = logits.size(-1)
+    q = torch.full_like(logits, eps / (V - 1)).scatter(-1, target[..., None], 1 - eps)
+    per_token = (torch.xlogy(q, q) - q * logits.log_softmax(-1)).sum(-1)
+    return per_token[target != pad_id].mean()
+
+
 @wrong("train_step.not_flattened")
 def logits_not_flattened(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                          autocast_dtype=None):

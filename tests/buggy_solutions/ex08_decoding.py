@@ -285,6 +285,23 @@ def whole_prefix_and_its_mask_into_cache(model, tokens, memory, src_mask, cache=
     return torch.log_softmax(model.generator(h)[:, -1], dim=-1)
 
 
+@wrong("decode_step.whole_prefix_cached")
+def whole_prefix_into_cache_from_its_length(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1), tokens.device))
+    else:
+        x = model.positional(model.tgt_embed(tokens), start=len(cache))
+        h = model.decoder(x, memory, src_mask, None, cache=cache)
+    return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+@wrong("decode_step.whole_prefix_cached")
+def whole_prefix_through_decode_with_the_cache(model, tokens, memory, src_mask, cache=None):
+    mask = causal_mask(tokens.size(1)) if cache is None else None
+    logits = model.generator(model.decode(tokens, memory, src_mask, mask, cache=cache))
+    return logits[:, -1].log_softmax(dim=-1)
+
+
 @wrong("decode_step.wrong_shape")
 def keeps_time_axis(model, tokens, memory, src_mask, cache=None):
     h = model.decode(tokens, memory, src_mask, causal_mask(tokens.size(1)))
@@ -520,6 +537,38 @@ def embedding_scaled_again(model, tokens, memory, src_mask, cache=None):
     x = model.tgt_embed(tokens[:, -1:]) * model.config.d_model**0.5
     h = model.decoder(model.positional(x, start=len(cache)), memory, src_mask, None, cache=cache)
     return F.log_softmax(model.generator(h[:, -1]), dim=-1)
+
+
+@wrong("greedy_decode.batch_normalized")
+def softmax_over_the_batch(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    pad = model.config.pad_id
+    for _ in range(max_len):
+        logits = _next(model, ys, memory, src_mask)
+        nxt = F.softmax(logits, dim=0).argmax(dim=-1).masked_fill(done, pad)
+        ys = torch.cat([ys, nxt[:, None]], dim=1)
+        done |= nxt == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.batch_normalized")
+def log_softmax_over_the_batch_of_every_position(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+        log_probs = model.generator(h).log_softmax(0)  # (batch, t, vocab)
+        token = torch.where(finished, model.config.pad_id, log_probs[:, -1].argmax(1))
+        ys = torch.cat((ys, token.unsqueeze(1)), dim=1)
+        finished = finished | (token == eos_id)
+        if bool(finished.all()):
+            break
+    return ys[:, 1:]
 
 
 @wrong("greedy_decode.sampled")

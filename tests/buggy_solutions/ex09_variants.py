@@ -232,6 +232,37 @@ def mask_cls(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
                    may=tokens != pad_id)
 
 
+@wrong("mask_tokens.any_position_chosen")
+def mask_any_position(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                      pad_id=PAD):
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[sorted({*special_ids, mask_id, pad_id})] = False
+    n = ordinary[tokens].sum(1)
+    k = (rate * n).round().long().clamp(min=1).minimum(n)
+    scores = torch.rand(tokens.shape, generator=generator)  # ordinary or not
+    chosen = scores.argsort(1).argsort(1) < k[:, None]
+    draw = torch.rand(tokens.shape, generator=generator)
+    ordinary_ids = ordinary.nonzero()[:, 0]
+    rand_ids = ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), rand_ids, inputs)
+    return inputs, torch.where(chosen, tokens, pad_id)
+
+
+@wrong("mask_tokens.any_position_chosen")
+def mask_randperm_of_the_row(tokens, mask_id, special_ids, vocab_size, rate=0.15,
+                             generator=None, pad_id=PAD):
+    def choose(scores, may, generator):
+        chosen = torch.zeros_like(may)
+        for row in range(may.size(0)):
+            k = max(1, round(rate * int(may[row].sum())))
+            chosen[row, torch.randperm(may.size(1), generator=generator)[:k]] = True
+        return chosen
+
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   choose=choose)
+
+
 @wrong("mask_tokens.rate_over_all")
 def mask_rate_of_length(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
                         pad_id=PAD):

@@ -251,7 +251,8 @@ _LOSS_LADDER = {
     "per_sentence": (None, "give one sentence 1 real token and another 9: does each TOKEN "
                      "count the same in your mean?"),
     "kl_divergence": (None, "with eps = 0.1 print your loss and F.cross_entropy(..., "
-                      "label_smoothing=0.1): they differ by the same amount on every input."),
+                      "label_smoothing=0.1): a KL divergence with the right q is below it by "
+                      "the same amount, q's entropy, on every input.{mass_more}"),
     "divided_by_sentences": (None, "print the number you divide by next to (target != "
                              "pad_id).sum()."),
     "pad_logit_blocked": (None, "print log_softmax(logits)[..., pad_id]: it must be finite."),
@@ -398,6 +399,48 @@ def _kl(reduce):
     return compute
 
 
+def _kl_masses(true, other, not_pad=False):
+    """KL(q || p) with q = true(eps, V) at the true class and other(eps, V) at every other
+    class (not_pad: but padding's, 0 there, as the Annotated Transformer's), averaged over the
+    real target tokens: the cross entropy with that q less q's entropy."""
+
+    def compute(logits, target, eps, pad_id):
+        log_p = F.log_softmax(logits.double(), dim=-1)
+        n_classes = logits.size(-1)
+        t = torch.tensor(float(true(eps, n_classes)), dtype=torch.float64)
+        o = torch.tensor(float(other(eps, n_classes)), dtype=torch.float64)
+        log_true = log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        others = log_p.sum(-1) - log_true - (log_p[..., pad_id] if not_pad else 0)
+        n_others = n_classes - (2 if not_pad else 1)
+        per_position = (torch.xlogy(t, t) + n_others * torch.xlogy(o, o)
+                        - t * log_true - o * others)
+        keep = (target != pad_id).double()
+        return (per_position * keep).sum() / keep.sum()
+
+    return compute
+
+
+def _kl_family():
+    """KL divergence with the right q (reduced three ways), and with q's masses off by a term
+    (any member of masses_off's family, and the Annotated Transformer's eps / (V - 2) with the
+    padding class left out): the mass named when it differs."""
+    right = tuple(member(c, mass="", mass_hint="", mass_more="") for c in (
+        _kl(lambda loss, keep: loss.sum() / keep.sum()), _kl(lambda loss, keep: loss.sum()),
+        _kl(lambda loss, keep: loss.sum() / loss.size(0))))
+    off = [(t_name, t, o_name, o, False) for o_name, o, t_name, t in _mass_members()
+           if (t_name, o_name) != ("1", "0")]  # q one-hot: no entropy, KL is the cross entropy
+    off.append(("1 - eps", _TRUE_SHARES["1 - eps"], "eps / (V - 2)", _SPREADS["eps / (V - 2)"], True))
+    return right + tuple(
+        member(_kl_masses(t, o, not_pad),
+               mass=f", and q's masses off (yours: {t_name} at the true class, {o_name} at "
+                    f"every other class{' but padding, 0 there' if not_pad else ''})",
+               mass_hint=" Your q is off too: the true class gets 1 - eps + eps / V, every other "
+                         "class eps / V, padding's included, and q sums to 1.",
+               mass_more=" Then print q for one position next to 1 - eps + eps / V (the true "
+                         "class) and eps / V (every other).")
+        for t_name, t, o_name, o, not_pad in off)
+
+
 def _narrow_one_hot(logits, target, eps, pad_id):
     """q built with F.one_hot(target): too narrow when the largest target id is below V - 1."""
     log_p = F.log_softmax(logits, dim=-1)
@@ -443,7 +486,8 @@ _TRUE_SHARES = {"1 - eps": lambda e, v: 1 - e, "1": lambda e, v: 1.0,
                 "1 - 1 / V": lambda e, v: 1 - 1 / v, "eps": lambda e, v: e}
 
 
-def _mass_family():
+def _mass_members():
+    """(other's name, other, true's name, true) of every mass off by a term."""
     members = []
     for (o_name, o), (t_name, t) in product(_SPREADS.items(), _TRUE_SHARES.items()):
         for added in (False, True):
@@ -453,8 +497,13 @@ def _mass_family():
             true_name = f"{t_name} + {o_name}" if added else t_name
             if (o_name, true_name) == ("eps / V", "1 - eps + eps / V"):
                 continue  # the right masses
-            members.append(member(_masses(true, o), true=true_name, other=o_name))
-    return tuple(members)
+            members.append((o_name, o, true_name, true))
+    return members
+
+
+def _mass_family():
+    return tuple(member(_masses(true, o), true=true_name, other=o_name)
+                 for o_name, o, true_name, true in _mass_members())
 
 
 def _log_of_softmax_loss(logits, target, eps, pad_id):
@@ -546,12 +595,12 @@ LOSS_MISTAKES = (
         (_loss_with(reduce="sentence"),),
     ),
     Mistake(
-        "kl_divergence", "KL divergence instead of cross entropy",
+        "kl_divergence", "KL divergence instead of cross entropy (the entropy of q left "
+        "out){mass}",
         "this loss is the cross entropy H(q, p) = -sum q log p, as F.cross_entropy(..., "
-        "label_smoothing=eps) computes it; KL(q || p) (nn.KLDivLoss, as in the Annotated "
-        "Transformer) is smaller by the entropy of q.",
-        (_kl(lambda loss, keep: loss.sum() / keep.sum()), _kl(lambda loss, keep: loss.sum()),
-         _kl(lambda loss, keep: loss.sum() / loss.size(0))),
+        "label_smoothing=eps) computes it; KL(q || p) (nn.KLDivLoss, F.kl_div, as in the "
+        "Annotated Transformer) is smaller by the entropy of q, -sum q log q.{mass_hint}",
+        _kl_family(),
     ),
     Mistake(
         "divided_by_sentences", "Divided by the number of sentences",

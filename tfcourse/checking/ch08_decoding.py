@@ -130,7 +130,8 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad"
     """Greedy decoding with the variations mistakes make. fill: what a finished sequence
     gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id).
     pick: "argmax" (right), or "sample" / "sample_replace": torch.multinomial on the softmax
-    (without or with replacement, as torch.distributions.Categorical draws). use_src_mask:
+    (without or with replacement, as torch.distributions.Categorical draws), or
+    "batch_softmax": the argmax of a softmax over the batch axis. use_src_mask:
     True (right), False (not given to decode), "encode" (not given to encode) or "neither"."""
     memory = model.encode(src, None if use_src_mask in ("encode", "neither") else src_mask)
     ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
@@ -143,6 +144,8 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad"
         logits = model.generator(h[:, position]) if generator else h[:, position]
         if pick == "argmax":
             token = logits.argmax(-1)
+        elif pick == "batch_softmax":  # normalized over the batch, then the argmax
+            token = logits.softmax(0).argmax(-1)
         else:
             token = torch.multinomial(logits.softmax(-1), 1, pick == "sample_replace")[:, 0]
         if one_row:  # the first sentence's token for every sentence
@@ -231,6 +234,14 @@ GREEDY_MISTAKES = (
         (_greedy_with(pick="sample"), _greedy_with(pick="sample_replace")),
     ),
     Mistake(
+        "batch_normalized", "Next token's probabilities normalized over the batch axis",
+        "a softmax over dim=0 mixes the sentences: each sentence's choice then depends on the "
+        "others in the batch (with one sentence every probability is 1 and the argmax is token "
+        "0). Each sentence's distribution is over the vocabulary, the last axis; the argmax "
+        "of the logits themselves needs no softmax at all.",
+        (_greedy_with(pick="batch_softmax"),),
+    ),
+    Mistake(
         "wrong_position", "Next token not taken from the last position of the whole prefix",
         "without a cache the decoder must see the whole prefix, BOS y_1 ... y_t, at every step "
         "(it has no memory of the earlier steps), and the next token comes from its LAST "
@@ -304,6 +315,8 @@ _GREEDY_LADDER = {
     "eos_dropped": (None, "print the last token of a finished sentence's row before the "
                     "padding: EOS."),
     "sampled": (None, "run your function twice: greedy decoding gives the same tokens."),
+    "batch_normalized": (None, "decode a batch of one sentence, then the same sentence in "
+                         "a batch of three: its tokens must be the same."),
     "wrong_position": (None, "print the shape of the logits you take the argmax of: (batch, "
                        "vocab), from the last position of the whole prefix."),
     "no_generator": (None, "print the size of the last axis you take the argmax over: the "
@@ -684,7 +697,8 @@ CACHED_MISTAKES = (
         "with a cache feed only the newest token, tokens[:, -1:]: the cache already holds the "
         "keys and values of the earlier ones (fed again, they would be stored twice).",
         (_steps(True, fed="all"), _steps(True, fed="all", mask=False),
-         _steps(True, fed="all", causal_cached=True)),
+         _steps(True, fed="all", causal_cached=True),
+         _steps(True, fed="all", start=lambda t, c: len(c))),  # at len(cache) on: duplicates
     ),
     Mistake(
         "causal_mask_cached", "Causal mask passed with the cache",

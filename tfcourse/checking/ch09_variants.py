@@ -325,8 +325,10 @@ def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
     ordinary = torch.ones(vocab_size, dtype=torch.bool)
     ordinary[special] = False
     may = {"ordinary": ordinary[tokens], "not_pad": tokens != pad_id,
-           "not_special": ~torch.isin(tokens, torch.tensor([*special_ids, mask_id]))}[eligible]
+           "not_special": ~torch.isin(tokens, torch.tensor([*special_ids, mask_id])),
+           "any": ordinary[tokens]}[eligible]  # any: counted right, chosen anywhere
     n = may.sum(1)  # (batch,)
+    may = torch.ones_like(may) if eligible == "any" else may
     k = {"round": lambda: (rate * n).round().long().clamp(min=1),
          "no_min": lambda: (rate * n).round().long(),
          "floor": lambda: (rate * n).long().clamp(min=1),
@@ -600,6 +602,14 @@ MASKING_MISTAKES = (
         (_masking_with(eligible="not_pad"),),
     ),
     Mistake(
+        "any_position_chosen", "Positions chosen among all tokens: padding and special tokens "
+        "too",
+        "the k positions are drawn from the whole row, so padding, [CLS] and the other "
+        "special tokens can be chosen (and changed, or given a target): draw them among the "
+        "ordinary positions only, the others never ranking among the first k.",
+        (_masking_with(eligible="any"),),
+    ),
+    Mistake(
         "rate_over_all", "Rate taken over all tokens instead of the ordinary ones",
         "n is the number of the text's ORDINARY tokens (not its length with padding, nor with "
         "[CLS] and other special tokens): choose round(rate * n).",
@@ -687,6 +697,9 @@ _MASKING_LADDER = {
                        "positions: none in the padding."),
     "specials_chosen": (None, "run it on a row that starts with [CLS] many times: is one "
                         "ever chosen?"),
+    "any_position_chosen": (None, "run it many times on a row of [CLS], 5 ordinary "
+                            "tokens and 10 padding, with rate=0.5: print the chosen positions, "
+                            "always among the 5 ordinary ones."),
     "rate_over_all": (None, "on a row with 10 ordinary tokens and 10 padding, rate=0.5, "
                       "count the chosen: 5."),
     "no_minimum": (None, "on a row with 2 ordinary tokens, count the chosen: 1."),

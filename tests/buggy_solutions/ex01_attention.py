@@ -269,6 +269,22 @@ def scaled_by_key_length(query, key, value, mask=None):
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
+@wrong("scaled_dot_product_attention.scaled_by_wrong_size")
+def d_k_from_axis_2(query, key, value, mask=None):
+    d_k = query.shape[2]  # d_k of (batch, q_len, d_k); q_len of (batch, heads, q_len, d_k)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return _finish(torch.softmax(scores, dim=-1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.scaled_by_wrong_size")
+def d_k_from_key_axis_2(query, key, value, mask=None):
+    scale = key.size(2) ** -0.5  # k_len on 4-D inputs
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    return _finish(torch.softmax(_masked(scores, mask), -1), value, mask)
+
+
 @wrong("scaled_dot_product_attention.scaled_after_softmax")
 def scaled_after_softmax(query, key, value, mask=None):
     weights = torch.softmax(_masked(query @ key.transpose(-2, -1), mask, -1e9), dim=-1)

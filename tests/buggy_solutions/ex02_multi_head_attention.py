@@ -34,6 +34,21 @@ def split_transpose_forgotten(x, n_heads):
     return x.view(batch, seq, n_heads, d_model // n_heads)
 
 
+@wrong("split_heads.batch_heads_unflattened")
+def split_seq_first_like_torch(x, n_heads):
+    batch, seq, d_model = x.shape
+    # (seq, batch * heads, d_head) as in torch's multi_head_attention_forward, then back
+    y = x.transpose(0, 1).reshape(seq, batch * n_heads, d_model // n_heads).transpose(0, 1)
+    return y.reshape(n_heads, batch, seq, d_model // n_heads).transpose(0, 1)
+
+
+@wrong("split_heads.batch_heads_unflattened")
+def split_folded_then_unfolded_heads_first(x, n_heads):
+    batch, seq, _ = x.shape
+    folded = x.view(batch, seq, n_heads, -1).transpose(1, 2).reshape(batch * n_heads, seq, -1)
+    return folded.view(n_heads, batch, seq, -1).permute(1, 0, 2, 3)
+
+
 @wrong("split_heads.split_strided")
 def split_strided(x, n_heads):
     batch, seq, d_model = x.shape
@@ -75,6 +90,22 @@ def merge_heads_interleaved(x):
 @wrong("merge_heads.merge_order")
 def merge_last_axes_swapped(x):
     return x.transpose(-1, -2).reshape(x.size(0), x.size(2), -1)
+
+
+@wrong("merge_heads.concatenated_wrong_axis")
+def merge_cat_along_positions(x):
+    return torch.cat([x[:, h] for h in range(x.size(1))], dim=1)
+
+
+@wrong("merge_heads.concatenated_wrong_axis")
+def merge_heads_stacked_as_positions(x):
+    batch, heads, seq, d_head = x.shape
+    return x.reshape(batch, heads * seq, d_head)
+
+
+@wrong("merge_heads.concatenated_wrong_axis")
+def merge_cat_along_batch(x):
+    return torch.cat(torch.unbind(x, dim=1))
 
 
 @wrong("merge_heads.view_after_transpose")
@@ -135,6 +166,29 @@ class SplitByView(_Buggy):
         v = self.w_v(value).view(b, h, -1, self.d_head)
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         return self.w_o(merge_heads(out)), weights if need_weights else None
+
+
+@wrong("MultiHeadAttention.split_merge_without_transpose")
+class SplitAndMergeByView(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        b = query.size(0)
+        q = self.w_q(query).view(b, self.n_heads, -1, self.d_head)
+        k = self.w_k(key).view(b, self.n_heads, -1, self.d_head)
+        v = self.w_v(value).view(b, self.n_heads, -1, self.d_head)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = self.w_o(out.reshape(b, -1, self.n_heads * self.d_head))
+        return out, (weights if need_weights else None)
+
+
+@wrong("MultiHeadAttention.split_merge_without_transpose")
+class HeadsNeverTransposed(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        def split(x):  # (batch, seq, heads, d_head): no transpose
+            return x.unflatten(-1, (self.n_heads, self.d_head))
+
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return self.w_o(out.flatten(-2)), weights if need_weights else None
 
 
 @wrong("MultiHeadAttention.split_strided")

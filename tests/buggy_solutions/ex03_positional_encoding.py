@@ -402,6 +402,27 @@ def book_loop_doubled_exponent(max_len, d_model):
     return pe
 
 
+@wrong("sinusoidal_encoding.blog_loop")
+def blog_loop_per_feature(max_len, d_model):
+    """The blog post's loop: 2 * i with i = 0, 2, 4, ..., and 2 * (i + 1) for the cosine."""
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+            pe[pos, i + 1] = math.cos(pos / (10000 ** ((2 * (i + 1)) / d_model)))
+    return pe
+
+
+@wrong("sinusoidal_encoding.blog_loop")
+def blog_loop_vectorized(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    even, odd = torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)
+    pe = torch.empty(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos / torch.pow(10000.0, 2 * even / d_model))
+    pe[:, 1::2] = torch.cos(pos / torch.pow(10000.0, 2 * odd / d_model))
+    return pe
+
+
 @wrong("PositionalEncoding.one_row")
 class OneRowForEveryPosition(PositionalEncoding):
     """pe[start], the encoding of one position, added to every position."""

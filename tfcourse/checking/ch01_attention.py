@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention as reference
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import NO_GRADIENT_MORE, Case, Item
 
 EXERCISE = "ex01_attention"
@@ -106,6 +106,20 @@ def _scaled_output(q, k, v, m):
     return output / _scale(q, k, v), weights
 
 
+_FROM_THE_FRONT = ("{}'s axis 2, counted from the front: the d_k of a 3-D (batch, seq, d_k) "
+                   "input, but the {} of a 4-D (batch, heads, seq, d_k) one")
+# (name, what it is, the size) of each size taken for d_k; the first that gives a learner's
+# result names it (on 3-D inputs q.size(1) is q_len, and q.size(-3) the batch size).
+_WRONG_SIZES = (
+    ("q_len", "the number of queries, query's axis -2", lambda q, k: q.size(-2)),
+    ("k_len", "the number of keys, key's axis -2", lambda q, k: k.size(-2)),
+    ("q_len", _FROM_THE_FRONT.format("query", "q_len"), lambda q, k: q.shape[2]),
+    ("k_len", _FROM_THE_FRONT.format("key", "k_len"), lambda q, k: k.shape[2]),
+    ("batch", "the batch size, query's axis 0", lambda q, k: q.size(0)),
+    ("heads", "the number of heads, axis 1 of 4-D inputs", lambda q, k: q.size(-3)),
+)
+
+
 BUILTIN = Mistake(
     "builtin", "Built-in attention called",
     "you called torch.nn.functional.scaled_dot_product_attention; the exercise is to write "
@@ -197,12 +211,12 @@ MISTAKES = (
         (_with(scale=lambda q, k, v: 1 / _scale(q, k, v)),),
     ),
     Mistake(
-        "scaled_by_wrong_size", "Scaled by the square root of the wrong size",
-        "d_k is the width of each query and key vector, query.size(-1): not a sequence length, "
-        "the batch size or the number of heads.",
-        tuple(_with(scale=lambda q, k, v, size=size: math.sqrt(size(q, k)))
-              for size in (lambda q, k: q.size(-2), lambda q, k: k.size(-2),
-                           lambda q, k: q.size(1), lambda q, k: q.size(0))),
+        "scaled_by_wrong_size", "Scaled by sqrt({size}) instead of sqrt(d_k)",
+        "you took the square root of {how}. d_k is the width of each query and key vector, "
+        "the LAST axis of query (and key), however many axes come before it: not a sequence "
+        "length, the batch size or the number of heads.",
+        tuple(member(_with(scale=lambda q, k, v, size=size: math.sqrt(size(q, k))), size=name,
+                     how=how) for name, how, size in _WRONG_SIZES),
     ),
     Mistake(
         "scaled_after_softmax", "Scaled after the softmax",
@@ -366,8 +380,9 @@ _LADDER = {
                            "input's last axis is it?"),
     "multiplied": (_SCALING, "print scores.std() before and after your scaling: it should go "
                    "down."),
-    "scaled_by_wrong_size": (_SCALING, "print the size you take the square root of, for the "
-                             "case above: it should be the queries' (and keys') last axis."),
+    "scaled_by_wrong_size": (_SCALING, "print query.shape and the size you take the square "
+                             "root of, for the case above (and for a 3-D and a 4-D input): it "
+                             "should be the queries' (and keys') last axis."),
     "scaled_after_softmax": (_SCALING, "print weights.sum(-1): after the softmax every row "
                              "must still sum to 1."),
     "softmax_wrong_axis": (None, "print weights.sum(-1): each query's row must sum to 1."),

@@ -13,7 +13,7 @@ from ..multi_head import MultiHeadAttention, merge_heads, split_heads
 from .ch01_attention import FULLY_MASKED
 from .comparison import describe
 from .explanation import shape_error
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
 EXERCISE = "ex02_multi_head_attention"
@@ -65,6 +65,15 @@ def _split_transpose_first(x, n_heads):
     return x.transpose(1, 2).reshape(batch, n_heads, seq, d_model // n_heads)
 
 
+def _split_heads_batch_major(x, n_heads):
+    """(batch * heads, seq, d_head), flattened batch-major (row b * heads + h), read back as
+    (heads, batch, seq, d_head): heads get the features of other sequences (torch's seq-first
+    (seq, batch * heads, d_head) detour, unflattened in the wrong order)."""
+    batch, seq, d_model = x.shape
+    folded = x.transpose(0, 1).reshape(seq, batch * n_heads, d_model // n_heads).transpose(0, 1)
+    return folded.reshape(n_heads, batch, seq, d_model // n_heads).transpose(0, 1)
+
+
 def _merge_without_transpose(x):
     """(batch, heads, seq, d_head) viewed straight to (batch, seq, d_model): positions mixed."""
     batch, heads, seq, d_head = x.shape
@@ -83,6 +92,18 @@ def _merge_strided(x):
     return x.permute(0, 2, 3, 1).reshape(batch, seq, heads * d_head)
 
 
+def _merge_concatenated(dim):
+    """The heads concatenated along axis `dim` of each head's (batch, seq, d_head), not the
+    features: torch.cat([x[:, h] for h in heads], dim)."""
+    return lambda x: torch.cat(x.unbind(1), dim=dim)
+
+
+def _merge_heads_last(x):
+    """(batch, seq, heads, d_head), split without any transpose, flattened back: right for
+    that layout, but attention ran over the heads axis as if it were the positions."""
+    return x.flatten(2)
+
+
 def _merge_by_view(x):
     """view after the transpose: raises, the transposed tensor is not contiguous."""
     batch, heads, seq, d_head = x.shape
@@ -95,6 +116,15 @@ SPLIT_WITHOUT_TRANSPOSE = Mistake(
     "A single view to (batch, heads, seq, d_head) fills each head with pieces of several "
     "positions: positions get mixed.",
     (_split_without_transpose, _split_heads_last),
+)
+SPLIT_UNFLATTENED_HEADS_FIRST = Mistake(
+    "batch_heads_unflattened", "Batch and heads unflattened in the wrong order",
+    "heads folded into the batch, (batch * heads, ...), are batch-major: row b * heads + h is "
+    "sequence b's head h (whether they came from (batch, seq, ...) or, as in torch's own "
+    "multi-head attention, from the seq-first (seq, batch * heads, d_head)). Reading that axis "
+    "back as (heads, batch) gives heads the features of other sequences: unflatten an axis in "
+    "the order it was flattened, or keep the batch first and never fold it.",
+    (_split_heads_batch_major,),
 )
 SPLIT_STRIDED = Mistake(
     "split_strided", "Head features taken with a stride",
@@ -132,6 +162,14 @@ MERGE_ORDER = Mistake(
     "and 2), then reshape to (batch, seq, d_model): each position concatenates its own heads, "
     "head 0 first.",
     (_merge_without_transpose, _merge_feature_major, _merge_strided),
+)
+MERGE_CONCATENATED = Mistake(
+    "concatenated_wrong_axis", "Heads concatenated along the {axis} axis",
+    "Concat(head_1, ..., head_h) puts each position's heads side by side, along the "
+    "features: (batch, seq, heads * d_head). Concatenated along the {axis} axis, the heads "
+    "come one after another as extra {rows}.",
+    (member(_merge_concatenated(1), axis="sequence", rows="positions"),
+     member(_merge_concatenated(0), axis="batch", rows="sequences")),
 )
 MERGE_BY_VIEW = Mistake(
     "view_after_transpose", "view after a transpose",
@@ -295,6 +333,20 @@ WEIGHTS_NOT_ASKED = Mistake(
 )
 MISTAKES = (
     SPLIT_WITHOUT_TRANSPOSE.computing(_variant(split=_split_without_transpose)),
+    Mistake(
+        "split_merge_without_transpose", "Heads split and merged by view, without the transposes",
+        "{how}. Split: view as (batch, seq, heads, d_head), then swap axes 1 and 2; merge: swap "
+        "them back first, then reshape.",
+        (member(_variant(split=_split_without_transpose, merge=_merge_without_transpose),
+                how="a single view of (batch, seq, d_model) to (batch, heads, seq, d_head) fills "
+                "each head with pieces of several positions, and the view back to (batch, seq, "
+                "d_model) undoes it, so the round trip looks right: but each head attended over "
+                "rows that are not positions"),
+         member(_variant(split=_split_heads_last, merge=_merge_heads_last),
+                how="left as (batch, seq, heads, d_head), the heads sit where attention expects "
+                "the positions: each position's heads attended to one another, and no position "
+                "to another")),
+    ),
     SPLIT_STRIDED.computing(_variant(split=_split_strided)),
     SPLIT_SWAPPED.computing(_variant(split=_split_count_and_width_swapped)),
     SPLIT_TRANSPOSE_FIRST.computing(_variant(split=_split_transpose_first)),
@@ -498,6 +550,16 @@ _LADDER = {
     "split_without_transpose": (_SPLIT, "run split_heads on torch.arange(12.).view(1, 3, 4) with 2 "
                                 "heads and print head 0: it should hold the first two features "
                                 "of each of the 3 positions, nothing else."),
+    "batch_heads_unflattened": (_SPLIT, "on x = torch.arange(8.).view(2, 1, 4) (two sequences, one "
+                                "position) with 2 heads, print split_heads(x, 2)[0]: sequence "
+                                "0's heads must hold only 0 ... 3."),
+    "split_merge_without_transpose": (_SPLIT, "split torch.arange(12.).view(1, 3, 4) into 2 heads "
+                                      "as your forward does, and print the shape and [:, 0]: "
+                                      "(batch, heads, seq, d_head), head 0 holding the first two "
+                                      "features of each of the 3 positions, one row per "
+                                      "position."),
+    "concatenated_wrong_axis": (_MERGE, "print your result's shape next to (batch, seq, heads * "
+                                "d_head): which axis grew, and which one should have?"),
     "split_strided": (_SPLIT, "on torch.arange(8.).view(1, 1, 8) with 2 heads, head 0 should be "
                       "[0, 1, 2, 3]: print yours."),
     "split_axes": (_SPLIT, "print the shape after each step: (batch, seq, heads, d_head), then "
@@ -563,12 +625,13 @@ _LADDER = {
 SPLIT = Item(
     EXERCISE, "split_heads", split_heads, SPLIT_CASES,
     laddered((SPLIT_WITHOUT_TRANSPOSE, SPLIT_STRIDED, SPLIT_AXES, SPLIT_FOLDED, SPLIT_SWAPPED,
-              SPLIT_TRANSPOSE_FIRST), _LADDER),
+              SPLIT_TRANSPOSE_FIRST, SPLIT_UNFLATTENED_HEADS_FIRST), _LADDER),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
     section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
 )
 MERGE = Item(
-    EXERCISE, "merge_heads", merge_heads, MERGE_CASES, laddered((MERGE_ORDER, MERGE_BY_VIEW), _LADDER),
+    EXERCISE, "merge_heads", merge_heads, MERGE_CASES,
+    laddered((MERGE_ORDER, MERGE_BY_VIEW, MERGE_CONCATENATED), _LADDER),
     formula="merge_heads(split_heads(x, n)) must give x back.",
     section=("02_multi_head_attention", "Merge, then project"),
 )

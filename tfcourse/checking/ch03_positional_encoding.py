@@ -59,6 +59,15 @@ def _cos_with_2i_plus_1(max_len, d_model):
     return pe
 
 
+def _blog_loop(max_len, d_model):
+    """A well-known blog post's loop, `for i in range(0, d_model, 2)`: the sine of feature i
+    with exponent 2 * i / d_model (2i counted twice), the cosine of feature i + 1 with
+    2 * (i + 1) / d_model (a frequency of its own)."""
+    pe = _table(max_len, d_model, exponent=lambda two_i, d: 2 * two_i / d)
+    pe[:, 1::2] = _table(max_len, d_model, exponent=lambda two_i, d: 2 * (two_i + 1) / d)[:, 1::2]
+    return pe
+
+
 TABLE_MISTAKES = (
     Mistake(
         "sin_cos_swapped", "sin and cos swapped",
@@ -84,6 +93,15 @@ TABLE_MISTAKES = (
         "IS the paper's 2i, so 10000^(2 * i / d_model) doubles it: the exponents run up to "
         "almost 2 instead of almost 1, and the slow wavelengths are far too long.",
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: 2 * two_i / d),),
+    ),
+    Mistake(
+        "blog_loop", "Exponents 2 * 2i for the sines and 2 * (2i+1) for the cosines",
+        "the loop of a well-known blog post: `for i in range(0, d_model, 2)` steps i through "
+        "0, 2, 4, ..., so that i already IS the paper's 2i, and 2 * i counts it twice "
+        "(exponents up to almost 2, not 1); and the cosine at feature i + 1 takes a frequency "
+        "of its own from i + 1. Features 2i and 2i+1 are the sine and the cosine of ONE "
+        "angle, pos / 10000^(2i / d_model).",
+        (_blog_loop,),
     ),
     Mistake(
         "cos_exponent_2i_plus_1", "Cosine features use exponent 2i+1",
@@ -172,6 +190,8 @@ _LADDER = {
                    "10000^(-6/8), about 0.001."),
     "exponent_doubled": (_WAVES, "print the values your exponent takes for d_model = 8: they "
                          "must be 0, 2/8, 4/8, 6/8, never above 1."),
+    "blog_loop": (_WAVES, "for d_model = 8 print the exponent your code uses for each feature: "
+                  "features 2i and 2i+1 share one, and the four pairs' are 0, 2/8, 4/8, 6/8."),
     "cos_exponent_2i_plus_1": (None, "print the frequency of feature 2 and of feature 3: a "
                                "sin/cos pair shares one."),
     "frequencies_inverted": (_WAVES, "print your angles at pos = 1: they must fall from 1 "

@@ -148,6 +148,28 @@ def fill_a_float32_sized_literal(query, key, value, mask=None):
     return _finish(torch.softmax(scores, -1), value, mask)
 
 
+@wrong("scaled_dot_product_attention.fill_not_representable")
+def fill_minus_1e9_in_float16(query, key, value, mask=None):
+    """-1e9 (HF transformers' and many tutorials' fill) is beyond float16's -65504."""
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.fill_not_representable")
+def fill_minus_1e30_full_like(query, key, value, mask=None):
+    """Another constant no computation of the catalogue uses: named by the probe."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.full_like(scores, -1e30))
+    return _finish(scores.softmax(-1), value, mask)
+
+
 @wrong("scaled_dot_product_attention.wrong_order")
 def weights_first(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))

@@ -69,6 +69,18 @@ def _as_3d(case, error):
     return dataclasses.replace(case, args=tuple(flat))
 
 
+def _in_float32(case, error):
+    """A float16 or bfloat16 case that masked_fill could not fill ('value cannot be converted
+    to type ... without overflow'), in float32: what code whose fill fits float32 only gets
+    right."""
+    q = case.args[0]
+    if "without overflow" not in str(error) or q.dtype not in (torch.float16, torch.bfloat16):
+        return None
+    args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                 for a in case.args)
+    return dataclasses.replace(case, args=args)
+
+
 def _added(q, k, v, m=None):
     """The bool mask added to the scores, as if it were an additive float mask."""
     scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
@@ -176,11 +188,13 @@ NO_GRADIENT = Mistake(
 MISTAKES = (
     Mistake(
         "fill_not_representable", "Mask fill value not representable in the scores' dtype",
-        "the scores have the inputs' dtype, and for bfloat16 (or float16) inputs a fill such "
-        "as torch.finfo(torch.float32).min is beyond its range: masked_fill cannot store it. Take "
-        "the fill from the scores' own dtype, torch.finfo(scores.dtype).min, or use "
-        "float('-inf').",
-        (_with(fill=MIN), _with(fill=-3.4e38)),
+        "the scores have the inputs' dtype, and a fill beyond that dtype's range cannot be "
+        "stored: masked_fill raises. float16 reaches only -65504, so a constant such as -1e9 "
+        "does not fit in it, and torch.finfo(torch.float32).min fits neither bfloat16 nor "
+        "float16. Take the fill from the scores' own dtype, torch.finfo(scores.dtype).min, or "
+        "use float('-inf').",
+        (_with(fill=MIN), _with(fill=-3.4e38), _with(fill=-1e9)),
+        probe=_in_float32,
     ),
     BUILTIN,
     Mistake(
@@ -397,8 +411,9 @@ _LADDER = {
     "mask_after_softmax": (_MASKING, "print weights.sum(-1) for a masked row: it should be 1."),
     "masked_to_zero": (_MASKING, "print torch.exp(torch.tensor(0.0)): a blocked score must "
                        "become something whose exp is 0."),
-    "fill_not_representable": (_MASKING, "print torch.finfo(torch.bfloat16).min next to your "
-                               "fill value: which one is further from 0?"),
+    "fill_not_representable": (_MASKING, "print torch.finfo(torch.float16).min and "
+                               "torch.finfo(torch.bfloat16).min next to your fill value: which "
+                               "one is further from 0?"),
     "fill_not_low_enough": (_MASKING, "on the case above print scores.min() and your fill "
                             "value: the fill must lose against every score there is."),
     "mask_ignored": (_MASKING, "print your weights with and without the mask: they should "
@@ -511,6 +526,9 @@ CASES = [
     # bfloat16: a fill beyond its range (float32's min) cannot be stored; -1e9 and -inf can
     _case(10, (2, 2), 4, 5, 8, 6, mask=_lengths_mask([3, 0], 5)[:, None], dtype=torch.bfloat16),
     GRADIENT,
+    # float16: -1e9 cannot be stored either (its lowest is -65504). Last: many a wrong
+    # solution fills with -1e9, and its own mistake shows on a case before this one
+    _case(11, (2,), 4, 5, 8, 6, mask=_offset_causal(4, 5, 1), dtype=torch.float16),
 ]
 
 ITEM = Item(

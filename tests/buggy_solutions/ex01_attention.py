@@ -163,7 +163,7 @@ def fill_minus_1e9_in_float16(query, key, value, mask=None):
 
 @wrong("scaled_dot_product_attention.fill_not_representable")
 def fill_minus_1e30_full_like(query, key, value, mask=None):
-    """Another constant no computation of the catalogue uses: named by the probe."""
+    """Another constant: any fill beyond float16's range raises alike."""
     scores = torch.matmul(query, key.transpose(-1, -2)) * query.size(-1) ** -0.5
     if mask is not None:
         scores = torch.where(mask, scores, torch.full_like(scores, -1e30))

@@ -69,18 +69,6 @@ def _as_3d(case, error):
     return dataclasses.replace(case, args=tuple(flat))
 
 
-def _in_float32(case, error):
-    """A float16 or bfloat16 case that masked_fill could not fill ('value cannot be converted
-    to type ... without overflow'), in float32: what code whose fill fits float32 only gets
-    right."""
-    q = case.args[0]
-    if "without overflow" not in str(error) or q.dtype not in (torch.float16, torch.bfloat16):
-        return None
-    args = tuple(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
-                 for a in case.args)
-    return dataclasses.replace(case, args=args)
-
-
 def _added(q, k, v, m=None):
     """The bool mask added to the scores, as if it were an additive float mask."""
     scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
@@ -193,8 +181,8 @@ MISTAKES = (
         "does not fit in it, and torch.finfo(torch.float32).min fits neither bfloat16 nor "
         "float16. Take the fill from the scores' own dtype, torch.finfo(scores.dtype).min, or "
         "use float('-inf').",
+        # any fill beyond the dtype's range raises alike: float32's min names -1e30 in float16
         (_with(fill=MIN), _with(fill=-3.4e38), _with(fill=-1e9)),
-        probe=_in_float32,
     ),
     BUILTIN,
     Mistake(

@@ -73,6 +73,22 @@ def softmax_dim_1(query, key, value, mask=None):
     return _finish(_masked(scores, mask, -1e9).softmax(1), value, mask)
 
 
+@wrong("scaled_dot_product_attention.softmax_wrong_axis")
+def softmax_dim_2(query, key, value, mask=None):
+    # dim=2 is the key axis of 3-D scores, but the query axis of 4-D (batch, heads, q, k) ones
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return _finish(torch.softmax(scores, dim=2), value, mask)
+
+
+@wrong("scaled_dot_product_attention.softmax_wrong_axis")
+def softmax_module_dim_2(query, key, value, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) / query.shape[-1] ** 0.5
+    weights = torch.nn.Softmax(dim=2)(_masked(scores, mask)).nan_to_num(0.0)
+    return weights @ value, weights
+
+
 @wrong("scaled_dot_product_attention.mask_inverted")
 def mask_inverted(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))

@@ -231,7 +231,8 @@ MISTAKES = (
     Mistake(
         "softmax_wrong_axis", "Softmax over the wrong axis",
         "each query's weights must sum to 1 over the keys: the last axis of the scores (dim=-1).",
-        tuple(_with(dim=d) for d in (-2, -3, -4, 0, 1)),
+        # dim=2: the keys of 3-D scores (batch, q_len, k_len), the queries of 4-D ones
+        tuple(_with(dim=d) for d in (-2, -3, -4, 0, 1, 2)),
     ),
     Mistake(
         "no_softmax", "Softmax missing",

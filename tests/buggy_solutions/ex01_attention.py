@@ -470,3 +470,24 @@ def softmax_by_hand_max_over_every_key(query, key, value, mask=None):
     total = e.sum(-1, keepdim=True)
     weights = torch.where(total > 0, e / total, torch.zeros_like(e))
     return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.softmax_overflow")
+def softmax_by_hand_without_max(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    e = torch.exp(scores)
+    denom = e.sum(dim=-1, keepdim=True)
+    weights = torch.where(denom > 0, e / denom.clamp(min=1e-30), torch.zeros_like(e))
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.softmax_overflow")
+def softmax_by_hand_mask_multiplied(query, key, value, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) / math.sqrt(query.size(-1))
+    e = scores.exp()
+    if mask is not None:
+        e = e * mask
+    weights = (e / e.sum(-1, keepdim=True)).nan_to_num(0.0)
+    return weights @ value, weights

@@ -161,6 +161,35 @@ def _max_over_masked(q, k, v, m=None):
     return weights @ v, weights
 
 
+def _exp_over_sum(guard):
+    """A hand-written softmax, exp(s) / sum exp(s), with no maximum subtracted: exp of a large
+    score is inf, and inf / inf NaN. Masked scores filled with -inf; `guard`, how fully masked
+    rows (a sum of 0) get weights 0: "where" (where the sum is 0), "any" (the rows with no
+    allowed key, zeroed afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every
+    NaN made 0, the overflowed ones too)."""
+
+    def compute(q, k, v, m=None):
+        scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+        if m is not None and guard != "multiplied":
+            scores = scores.masked_fill(~m, float("-inf"))
+        e = torch.exp(scores)
+        if m is not None and guard == "multiplied":
+            e = e * m
+        total = e.sum(-1, keepdim=True)
+        if guard in ("where", "multiplied"):
+            weights = torch.where(total > 0, e / total.clamp(min=torch.finfo(e.dtype).tiny),
+                                  torch.zeros_like(e))
+        else:
+            weights = e / total
+            if guard == "nan_to_num":
+                weights = weights.nan_to_num(0.0)
+            elif m is not None:
+                weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+        return weights @ v, weights
+
+    return compute
+
+
 FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
@@ -335,6 +364,14 @@ MISTAKES = (
         (_max_over_masked,),
     ),
     Mistake(
+        "softmax_overflow", "Softmax written without subtracting the row's maximum",
+        "exp() of a score above about 88 is inf in float32, and inf / inf is NaN: on scores of "
+        "the order of 10^6 a softmax written as exp(s) / exp(s).sum() overflows. softmax(s) = "
+        "softmax(s - c) for any c: subtract each row's largest (allowed) score before exp, so "
+        "that no exp exceeds 1, or use torch.softmax.",
+        tuple(_exp_over_sum(guard) for guard in ("where", "any", "multiplied", "nan_to_num")),
+    ),
+    Mistake(
         "mask_ignored", "Mask ignored",
         "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
         (lambda q, k, v, m=None: reference(q, k, v),),
@@ -427,6 +464,8 @@ _LADDER = {
     "max_over_masked": (_MASKING, "on the case above print the largest score of a row and "
                         "the largest allowed score of that row: which one does your softmax "
                         "subtract?"),
+    "softmax_overflow": (None, "print torch.exp(torch.tensor(100.0)) and the largest score "
+                         "of the case above: what does exp make of it, and what is inf / inf?"),
     "query_key_swapped": (None, "with q_len != k_len print your scores' shape: (..., q_len, "
                           "k_len)."),
     "wrong_axes": (None, "on a 4-D key (batch, heads, k_len, d_k), print the shape after your "

@@ -487,6 +487,19 @@ def split_folded_into_the_batch(x, n_heads):
     return x.view(batch, seq, n_heads, -1).transpose(1, 2).reshape(batch * n_heads, seq, -1)
 
 
+@wrong("split_heads.split_folded")
+def split_folded_by_one_view(x, n_heads):
+    b, s, d = x.shape
+    return x.view(b * n_heads, -1, d // n_heads)
+
+
+@wrong("split_heads.split_folded")
+def split_folded_heads_major(x, n_heads):
+    batch, seq, d_model = x.shape
+    heads = x.reshape(batch, seq, n_heads, d_model // n_heads).permute(2, 0, 1, 3)
+    return heads.flatten(0, 1)
+
+
 @wrong("split_heads.split_count_width_swapped")
 def split_minus_one_in_place_of_the_heads(x, n_heads):
     return x.reshape(x.size(0), x.size(1), -1, n_heads).transpose(1, 2)

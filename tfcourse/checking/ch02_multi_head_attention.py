@@ -53,6 +53,20 @@ def _split_folded(x, n_heads):
         batch * n_heads, seq, d_model // n_heads)
 
 
+def _split_folded_by_view(x, n_heads):
+    """(batch * heads, seq, d_head) by a single view, without the transpose: folded, and the
+    positions mixed too."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch * n_heads, seq, d_model // n_heads)
+
+
+def _split_folded_heads_major(x, n_heads):
+    """(heads * batch, seq, d_head): folded head-major, row h * batch + b."""
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, seq, n_heads, d_model // n_heads).permute(2, 0, 1, 3).reshape(
+        n_heads * batch, seq, d_model // n_heads)
+
+
 def _split_count_and_width_swapped(x, n_heads):
     """(batch, d_head, seq, heads): the last axis cut as (d_head, heads), then transposed."""
     batch, seq, d_model = x.shape
@@ -142,7 +156,7 @@ SPLIT_FOLDED = Mistake(
     "split_folded", "Heads folded into the batch",
     "return (batch, heads, seq, d_head), 4-D: torch.nn.MultiheadAttention folds the heads into "
     "the batch axis, (batch * heads, seq, d_head); this course keeps them on an axis of their own.",
-    (_split_folded,),
+    (_split_folded, _split_folded_by_view, _split_folded_heads_major),
 )
 SPLIT_SWAPPED = Mistake(
     "split_count_width_swapped", "Number of heads and head width swapped",

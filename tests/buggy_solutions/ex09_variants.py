@@ -652,6 +652,28 @@ class lm_no_positions(_Steps):
         return self.embed(tokens)
 
 
+@wrong("DecoderLM.positions_skipped_single_token")
+class lm_positions_only_beyond_one_token(given.DecoderLM):
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        if tokens.size(1) > 1:
+            x = self.positional(x)
+        seq = tokens.size(1)
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.generator(self.norm(x))
+
+
+@wrong("DecoderLM.positions_skipped_single_token")
+class lm_positions_skipped_at_one_step(_Steps):
+    """One token has no order to tell, so (wrongly) no position."""
+
+    def inputs(self, tokens):
+        x = self.embed(tokens)
+        return x if x.shape[-2] == 1 else self.positional(x)
+
+
 @wrong("DecoderLM.positional_twice")
 class lm_positions_twice(_Steps):
     def block(self, layer, x, mask):

@@ -758,6 +758,9 @@ _LM_MODEL_LADDER = {
                    "self.embed(tokens).std()."),
     "no_positional": (None, "swap two tokens of a text: the logits must change beyond the "
                       "two positions."),
+    "positions_skipped_single_token": (None, "run your forward on tokens of shape (1, 1) and "
+                                       "(1, 2), and print whether self.positional is called "
+                                       "each time."),
     "positional_twice": (None, "count the calls to self.positional: one."),
     "positional_dropout": (None, "in training mode, call self.positional: it applies its own "
                            "dropout; does your forward go through it?"),
@@ -1041,7 +1044,8 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
     x = {"module": lambda: model.positional(e), "none": lambda: e,
          "twice": lambda: model.positional(model.positional(e)),
          "embed_twice": lambda: e + model.positional(e),
-         "by_hand": lambda: e + _positions(model.positional, tokens.size(1))}[positional]()
+         "by_hand": lambda: e + _positions(model.positional, tokens.size(1)),
+         "beyond_one": lambda: model.positional(e) if tokens.size(1) > 1 else e}[positional]()
     if embed == "after":  # the scale again, after the positions were added
         x = x * math.sqrt(c.d_model)
     if seq_first:
@@ -1178,6 +1182,13 @@ DECODER_MISTAKES = (
         "self-attention does not know the order of its inputs: add the positions, "
         "x = self.positional(self.embed(tokens)).",
         _variants(positional=("none",)),
+    ),
+    Mistake(
+        "positions_skipped_single_token", "Positional encoding skipped for a one-token input",
+        "a single token has a position too, position 0, and the model was trained with it: "
+        "generation feeds short inputs (a one-token prompt, or one new token at a time). Add "
+        "the positions to every input, whatever its length: no condition on tokens.size(1).",
+        _variants(positional=("beyond_one",)),
     ),
     Mistake(
         "positional_twice", "Positional encoding added twice",
@@ -1362,6 +1373,11 @@ DECODER_CASES = [
     _decoder_case(1, [5, 3, 4], 5, 13, norm_first=False, positional="sinusoidal"),
     _decoder_case(2, [7, 7], 7, 11, train=True),
     _decoder_case(3, [6, 4], 6, 11, tie_output=False),  # self.generator has its own weight
+    # one token (a one-token prompt, a step of generation): it has position 0 too; in a batch
+    # of 2, then a batch of 1 (code that squeezes the batch axis away). Last: code that skips
+    # the positions of one token is right on every longer input
+    _decoder_case(4, [1, 1], 1, 11),
+    _decoder_case(5, [1], 1, 13, norm_first=False, positional="sinusoidal"),
 ]
 DECODER_LM = Item(
     EXERCISE, "DecoderLM", DecoderLM, DECODER_CASES, laddered(DECODER_MISTAKES, _LM_MODEL_LADDER),

@@ -253,6 +253,24 @@ class NormOnTheResidual(SublayerConnection):
         return self.norm(x) + self.dropout(sublayer(x))
 
 
+@wrong("SublayerConnection.normalized_twice")
+class PreNormNormalizedTwice(SublayerConnection):
+    """Pre-norm that also normalizes the sum at the end."""
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.norm(x + self.dropout(sublayer(self.norm(x))))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@wrong("SublayerConnection.normalized_twice")
+class NormalizedTwiceInBothModes(SublayerConnection):  # norm_first ignored
+    def forward(self, x, sublayer):
+        h = self.norm(x)
+        y = x + self.dropout(sublayer(h))
+        return self.norm(y)
+
+
 @wrong("SublayerConnection.residual_normalized")
 class ResidualFromNormalized(SublayerConnection):
     def forward(self, x, sublayer):

@@ -241,6 +241,9 @@ _SUBLAYER_LADDER = {
                     "on x."),
     "norm_misplaced": (None, "write both branches as formulas, and for each one mark where "
                        "self.norm is applied: once, and on which side of the sum?"),
+    "normalized_twice": (None, "in pre-norm, pass a sublayer that returns zeros: the output "
+                         "must be x itself, not LayerNorm(x). Count the calls of self.norm "
+                         "in each branch."),
     "residual_normalized": (None, "in pre-norm, pass a sublayer that returns zeros: the output "
                             "must be x itself."),
     "no_norm": (None, "in post-norm, print the mean and std of one output row: 0 and 1 "
@@ -502,14 +505,21 @@ SUBLAYER_MISTAKES = (
         "gradient) always has a direct path through the layer.",
         (_sub_with(order="none"), _sub_with(order="none", use_norm=False)),
     ),
+    Mistake(  # before norm_misplaced: a norm on both sides is not a norm on the wrong one
+        "normalized_twice", "Normalized twice: before the sublayer and after the sum",
+        "each mode applies self.norm once: post-norm (norm_first=False) normalizes the sum only, "
+        "pre-norm (norm_first=True) the sublayer's input only, and returns the sum as it is.",
+        (_sub_with(norm_first_only=True, order="both"), _sub_with(order="both"),
+         _sub_with(norm_first_only=False, order="both")),
+    ),
     Mistake(
         "norm_misplaced", "Norm on the wrong side of the residual (pre- and post-norm mixed up)",
         "post-norm (norm_first=False, the paper): LayerNorm(x + Sublayer(x)); pre-norm "
         "(norm_first=True): x + Sublayer(LayerNorm(x)), the input itself is not normalized.",
-        (_sub_with(order="flipped"), _sub_with(order="norm_sum"), _sub_with(order="both"),
+        (_sub_with(order="flipped"), _sub_with(order="norm_sum"),
          _sub_with(norm_first=True), _sub_with(norm_first=False),
          *(_sub_with(norm_first_only=mode, order=order) for mode in (True, False)
-           for order in ("norm_sum", "both", "norm_branch", "norm_output"))),
+           for order in ("norm_sum", "norm_branch", "norm_output"))),
     ),
     Mistake(
         "residual_normalized", "Residual taken from the normalized input",

@@ -659,6 +659,21 @@ def lower_bound_only(size, window, causal=False):
     return band & (i[None, :] <= i[:, None]) if causal else band
 
 
+@wrong("sliding_window_mask.offsets_swapped")
+def band_diagonals_swapped(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    band = ones.triu(diagonal=window) & ones.tril(diagonal=-window)
+    return band & ones.tril() if causal else band
+
+
+@wrong("sliding_window_mask.offsets_swapped")
+def offsets_compared_the_wrong_way(size, window, causal=False):
+    i = torch.arange(size)
+    offset = i[None, :] - i[:, None]  # j - i
+    band = (offset >= window) & (offset <= -window)
+    return band & (offset <= 0) if causal else band
+
+
 @wrong("sliding_window_mask.window_past_size")
 def diagonals_one_by_one(size, window, causal=False):
     """The band built one diagonal at a time: torch.ones(size - |k|) fails for |k| > size."""

@@ -441,7 +441,10 @@ def _check_memory(item, target):
     q_len, k_len, d, block_size = LONG
     q, k, v = _inputs(12, (1,), q_len, k_len, d, d)
     label = f"query {tuple(q.shape)}, key {tuple(k.shape)}, value {tuple(v.shape)}, block_size={block_size}"
-    memory = ForwardMemory()
+    shapes = {tuple(sorted(t.shape)) for t in (k, v)}  # (1, 2048, 32): no scores' shape
+    # a copy of the keys or values (a cast, a .contiguous(), a transposed copy) is not scores:
+    # a right solution may compute in float64 on copies of the whole key and value
+    memory = ForwardMemory(ignore=lambda t: tuple(sorted(t.shape)) in shapes)
 
     def run():
         with torch.no_grad(), memory:
@@ -454,7 +457,8 @@ def _check_memory(item, target):
     if memory.peak >= scores / 2:
         WHOLE_MATRIX.fail(f"  on {label}",
                           detail=f"on {q_len} queries and {k_len:,} keys your code held "
-                                 f"{memory.peak / 1024:,.0f} KiB of tensors at once; the scores "
+                                 f"{memory.peak / 1024:,.0f} KiB of tensors at once (copies of "
+                                 f"key and value aside); the scores "
                                  f"of all keys take {scores / 1024:,.0f} KiB, one block's "
                                  f"{q_len * block_size * 4 / 1024:,.0f} KiB")
     if not same(outcome.value, expected):

@@ -39,6 +39,21 @@ def test_a_constant_factor_is_told_with_its_value():
     assert line.startswith("Wrong rates on ") and "no common mistake matches" not in line, line
 
 
+def test_a_factor_of_the_settings_alone_is_told_for_each_setting():
+    # not one constant over all the cases (d_model and warmup differ among them), but one
+    # over the steps of each (d_model, warmup): the scale is wrong, not the schedule's shape
+    def noam_lr(step, d_model, warmup):
+        if step < 1:
+            raise ValueError("step counts from 1")
+        return (d_model * warmup) ** 0.3 * min(step**-0.5, step * warmup**-1.5)
+
+    line = first_line(entry.item("ex07_training.noam_lr"), noam_lr)
+    assert line.startswith("Wrong rates on ") and "no common mistake matches" not in line, line
+    assert ("your rates are the expected times a factor that depends on d_model and warmup "
+            "alone, the same at every step (1.77e+03 for d_model=512, warmup=4000; 111 for "
+            "d_model=64, warmup=100;") in line, line
+
+
 def test_a_constant_offset_is_told_with_its_value():
     def mean_pool(h, keep):
         k = keep[..., None].to(h.dtype)

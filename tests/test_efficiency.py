@@ -14,6 +14,7 @@ from tfcourse.checking.ch10_tiled_attention import ITEM
 from tfcourse.data import copy_task
 from tfcourse.decoding import greedy_decode
 from tfcourse.efficiency import (
+    ForwardMemory,
     PeakMemory,
     autocast_dtype,
     checkpoint_layers,
@@ -296,8 +297,34 @@ def reference_read_as_a_learner(query, key, value, mask=None, block_size=128):
     return torch.where(total > 0, o / total, 0.0)
 
 
+def float64_on_whole_copies(query, key, value, mask=None, block_size=128):
+    """Running statistics in float64, on float64 copies of the whole key and value (each as
+    large as the scores of all keys on the check's long sequence), cast back at the end."""
+    q, k, v = query.double(), key.double(), value.double()
+    k_len = k.size(-2)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    run_max = torch.full((*lead, q.size(-2), 1), float("-inf"), dtype=torch.float64)
+    run_sum = torch.zeros((*lead, q.size(-2), 1), dtype=torch.float64)
+    acc = torch.zeros((*lead, q.size(-2), v.size(-1)), dtype=torch.float64)
+    for start in range(0, k_len, block_size):
+        stop = min(start + block_size, k_len)
+        s = torch.einsum("...qd,...kd->...qk", q, k[..., start:stop, :]) / math.sqrt(q.size(-1))
+        if mask is not None:
+            allowed = mask.expand(*mask.shape[:-1], k_len)[..., start:stop]
+            s = torch.where(allowed, s, torch.tensor(float("-inf"), dtype=s.dtype))
+        new_max = torch.maximum(run_max, s.amax(dim=-1, keepdim=True))
+        safe = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)
+        p = torch.exp(s - safe)
+        corr = torch.exp(run_max - safe)
+        run_sum = corr * run_sum + p.sum(-1, keepdim=True)
+        acc = corr * acc + torch.einsum("...qk,...kd->...qd", p, v[..., start:stop, :])
+        run_max = new_max
+    kept = torch.where(run_sum > 0, run_sum, torch.ones_like(run_sum))
+    return torch.where(run_sum > 0, acc / kept, torch.zeros_like(acc)).to(query.dtype)
+
+
 @pytest.mark.parametrize("solution", [normalised_as_it_goes, running_log_sum_exp,
-                                      reference_read_as_a_learner])
+                                      reference_read_as_a_learner, float64_on_whole_copies])
 def test_exercise_check_passes_right_solutions_in_other_styles(solution):
     ITEM.check(solution)
 
@@ -318,6 +345,14 @@ def test_peak_memory_counts_what_is_made_inside_and_frees_it():
     assert memory.current == 5_000
     del b, view, c
     assert memory.current == 0
+
+
+def test_forward_memory_leaves_aside_what_it_is_told_to():
+    x = torch.ones(1000)
+    with ForwardMemory(ignore=lambda t: t.shape == x.shape) as memory:
+        copy = x.double()  # 8,000 bytes, the shape of x: left aside  # noqa: F841
+        other = torch.zeros(250)  # 1,000  # noqa: F841
+    assert memory.peak == 1_000
 
 
 def test_peak_memory_sees_the_backward_pass():

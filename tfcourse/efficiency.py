@@ -48,12 +48,14 @@ from tfcourse.training import train_step
 class _LiveBytes:
     """Counts the bytes of the tensors that operations create inside the `with` block: `peak`
     is the most alive at one time, `current` what is still alive. Not counted: tensors that
-    existed before the block (inputs, weights), views, and results written in place."""
+    existed before the block (inputs, weights), views, results written in place, and the
+    tensors that `ignore` (a function of a tensor, or None) says to leave out."""
 
-    def __init__(self):
+    def __init__(self, ignore=None):
         super().__init__()
         self.current = self.peak = 0
         self._live = {}  # address of a storage made in the block -> its bytes
+        self.ignore = ignore
 
     def _count(self, args, kwargs, out):
         inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
@@ -65,6 +67,8 @@ class _LiveBytes:
             address, size = storage.data_ptr(), storage.nbytes()
             if size == 0 or address in inputs or address in self._live:
                 continue  # a view of a tensor, an in-place result, or already counted
+            if self.ignore is not None and self.ignore(t):
+                continue
             self._live[address] = size
             self.current += size
             self.peak = max(self.peak, self.current)

@@ -253,6 +253,24 @@ class NormOnTheResidual(SublayerConnection):
         return self.norm(x) + self.dropout(sublayer(x))
 
 
+@wrong("SublayerConnection.normalized_twice")
+class PreNormNormalizedTwice(SublayerConnection):
+    """Pre-norm that also normalizes the sum at the end."""
+
+    def forward(self, x, sublayer):
+        if self.norm_first:
+            return self.norm(x + self.dropout(sublayer(self.norm(x))))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+@wrong("SublayerConnection.normalized_twice")
+class NormalizedTwiceInBothModes(SublayerConnection):  # norm_first ignored
+    def forward(self, x, sublayer):
+        h = self.norm(x)
+        y = x + self.dropout(sublayer(h))
+        return self.norm(y)
+
+
 @wrong("SublayerConnection.residual_normalized")
 class ResidualFromNormalized(SublayerConnection):
     def forward(self, x, sublayer):
@@ -307,12 +325,33 @@ class ScaledResidual(SublayerConnection):
 # Mistakes found by thinking like a learner
 
 
-@wrong("LayerNorm.no_square_root")
+@wrong("LayerNorm.wrong_power")
 class DividedByVariance(LayerNorm):
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
         return self.weight * (x - mean) / (var + self.eps) + self.bias
+
+
+@wrong("LayerNorm.wrong_power")
+class VarPlusEpsSquared(LayerNorm):
+    """(var + eps) ** 2 where ** 0.5 was meant."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        std = (var + self.eps) ** 2
+        return self.weight * (x - mean) / std + self.bias
+
+
+@wrong("LayerNorm.wrong_power")
+class DividedByRsqrt(LayerNorm):
+    """torch.rsqrt, 1 / std, divided by instead of multiplied."""
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return (x - mean) / torch.rsqrt(var + self.eps) * self.weight + self.bias
 
 
 @wrong("LayerNorm.not_centered")

@@ -143,6 +143,25 @@ class branches_swapped(_Layer):
         return norm(x + self.dropout(function(x)))
 
 
+@wrong("EncoderLayer.norm_on_branch")
+class post_norm_inside_the_residual(given.EncoderLayer):
+    """Post-norm written x + LayerNorm(Sublayer(x)): the norm on the sublayer's branch."""
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
+            return x + self.dropout(self.feed_forward(self.norm2(x)))
+        x = x + self.norm1(self.dropout(self.self_attn(x, x, x, mask)[0]))
+        return x + self.norm2(self.dropout(self.feed_forward(x)))
+
+
+@wrong("EncoderLayer.norm_on_branch")
+class sublayer_output_normalized(_Layer):  # in both modes, before the dropout
+    def sublayer(self, x, function, norm):
+        return x + self.dropout(norm(function(x)))
+
+
 @wrong("EncoderLayer.residual_normalized")
 class residual_from_normalized(_Layer):
     def sublayer(self, x, function, norm):

@@ -294,6 +294,20 @@ def no_d_model(step, d_model, warmup):
     return min(step**-0.5, step * warmup**-1.5)
 
 
+@wrong("noam_lr.d_model_factor")
+def warmup_normalized(step, d_model, warmup):  # ESPnet's WarmupLR: a peak of 1
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return warmup**0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@wrong("noam_lr.d_model_factor")
+def peak_of_one(step, d_model, warmup):  # the same, the factor folded into each branch
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return min(math.sqrt(warmup / step), step / warmup)
+
+
 @wrong("noam_lr.step_zero")
 def divides_by_zero_at_step_0(step, d_model, warmup):
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)

@@ -405,6 +405,23 @@ def penalty_of_the_length_alone(scores, log_probs, lengths, alpha=0.6):
     return _top(candidates / lp[:, :, None], candidates, scores.size(1))
 
 
+@wrong("beam_search_step.penalty_formula")
+def penalty_length_off_by_one(scores, log_probs, lengths, alpha=0.6):
+    """lengths + 1, as if the start symbol counted."""
+    batch, beam, vocab = log_probs.shape
+    candidates = scores[:, :, None] + log_probs
+    lp = ((5.0 + (lengths + 1)) / 6.0) ** alpha
+    best = (candidates / lp[:, :, None]).flatten(1).topk(beam, dim=-1).indices
+    return candidates.flatten(1).gather(1, best), best // vocab, best % vocab
+
+
+@wrong("beam_search_step.penalty_formula")
+def penalty_times_alpha(scores, log_probs, lengths, alpha=0.6):
+    candidates = scores[:, :, None] + log_probs
+    lp = (5 + lengths) / 6 * alpha
+    return _top(candidates / lp[:, :, None], candidates, scores.size(1))
+
+
 @wrong("beam_search_step.smallest")
 def sorted_ascending(scores, log_probs, lengths, alpha=0.6):
     batch, beam, vocab = log_probs.shape

@@ -52,6 +52,21 @@ def every_block_kept(query, key, value, mask=None, block_size=128):
     return out / total.clamp_min(1e-30)
 
 
+@wrong("tiled_attention.whole_matrix")
+def all_scores_on_float64_copies(query, key, value, mask=None, block_size=128):
+    """Copies of key and value in float64 (which the memory check leaves aside), then all
+    the scores at once from them (which it must not)."""
+    q, k, v = query.double(), key.double(), value.double()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    out = torch.zeros(*q.shape[:-1], v.size(-1), dtype=torch.float64)
+    for start in range(0, k.size(-2), block_size):
+        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)[..., start:start + block_size]
+        out = out + w @ v[..., start:start + block_size, :]
+    return out.to(query.dtype)
+
+
 def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, total, o: (r * total, r * o),
           fill=-math.inf, stop=None, running=True, start=-math.inf):
     """A learner's loop with one knob per mistake below (right where not given)."""
@@ -657,6 +672,21 @@ def lower_bound_only(size, window, causal=False):
     i = torch.arange(size)
     band = i[None, :] >= i[:, None] - window  # (size, size): j >= i - window, no upper bound
     return band & (i[None, :] <= i[:, None]) if causal else band
+
+
+@wrong("sliding_window_mask.offsets_swapped")
+def band_diagonals_swapped(size, window, causal=False):
+    ones = torch.ones(size, size, dtype=torch.bool)
+    band = ones.triu(diagonal=window) & ones.tril(diagonal=-window)
+    return band & ones.tril() if causal else band
+
+
+@wrong("sliding_window_mask.offsets_swapped")
+def offsets_compared_the_wrong_way(size, window, causal=False):
+    i = torch.arange(size)
+    offset = i[None, :] - i[:, None]  # j - i
+    band = (offset >= window) & (offset <= -window)
+    return band & (offset <= 0) if causal else band
 
 
 @wrong("sliding_window_mask.window_past_size")

@@ -12,7 +12,7 @@ from torch.nn import functional as F
 from ..feed_forward import PositionWiseFeedForward
 from ..normalization import LayerNorm, SublayerConnection
 from .comparison import describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex04_feed_forward_and_norm"
@@ -36,7 +36,7 @@ DROPOUT_IN_EVAL_HINT = (
 
 
 def _norm(module, x, dim=-1, correction=0, eps="inside", affine="after", center=True,
-          root=True):
+          power=0.5):
     """Layer normalization with the variations that mistakes make."""
     w, b, e = module.weight, module.bias, module.eps
     mean = x.mean(dim, keepdim=True) if center else 0
@@ -47,7 +47,7 @@ def _norm(module, x, dim=-1, correction=0, eps="inside", affine="after", center=
     if isinstance(eps, float):  # a number of the learner's own instead of self.eps
         e, eps = eps, "inside"
     if eps == "inside":
-        std = torch.sqrt(var + e) if root else var + e
+        std = torch.sqrt(var + e) if power == 0.5 else (var + e) ** power
     else:
         std = torch.sqrt(var) + (e if eps == "outside" else 0)
     y = (x - mean) / std + (e if eps == "after" else 0)
@@ -115,10 +115,21 @@ NORM_MISTAKES = (
         tuple(_norm_with(dim=d) for d in (0, 1, 2, -2, (-2, -1), (0, 1), (0, -1), (1, 2), (0, 1, 2))),
     ),
     Mistake(
-        "no_square_root", "Divided by the variance instead of the standard deviation",
-        "normalize by sqrt(var + eps), the standard deviation: dividing by the variance leaves "
-        "the features with a spread of 1 / std, not 1.",
-        (_norm_with(root=False),),
+        "wrong_power", "Wrong power of (var + eps): {which}",
+        "normalize by the standard deviation, the square root of (var + eps), as in the "
+        "docstring's formula. {effect}",
+        tuple(member(_norm_with(power=p), which=which, effect=effect) for p, which, effect in (
+            (1, "no square root at all (divided by the variance itself)",
+             "Dividing by the variance leaves the features with a spread of 1 / std, not 1."),
+            (2, "squared instead of square-rooted",
+             "Dividing by (var + eps) ** 2 leaves the features with a spread of 1 / std ** 3, "
+             "not 1."),
+            (-0.5, "the reciprocal square root, then divided by it",
+             "(var + eps) ** -0.5 (torch.rsqrt) is 1 / std already: multiply by it, or divide by "
+             "the root itself."),
+            (1.5, "raised to 1.5 instead of 0.5",
+             "Dividing by (var + eps) ** 1.5 leaves the features with a spread of 1 / var, not 1."),
+        )),
     ),
     Mistake(
         "not_centered", "Mean not subtracted",
@@ -188,8 +199,8 @@ _NORM_LADDER = {
                     "your forward uses?"),
     "wrong_axis": (None, "on a (batch, seq, d_model) x, print your mean's shape: it must be "
                    "(batch, seq, 1), one mean per position."),
-    "no_square_root": (None, "print the std of one normalized row before the gain: it must be "
-                       "about 1."),
+    "wrong_power": (None, "print the std of one normalized row before the gain: it must be "
+                    "about 1. Which power of (var + eps) is the standard deviation?"),
     "not_centered": (None, "print the mean of one normalized row before the gain: it must be "
                      "about 0."),
     "variance_not_centered": (None, "for the row [1., 2., 3.] the variance is 2/3: print "
@@ -230,6 +241,9 @@ _SUBLAYER_LADDER = {
                     "on x."),
     "norm_misplaced": (None, "write both branches as formulas, and for each one mark where "
                        "self.norm is applied: once, and on which side of the sum?"),
+    "normalized_twice": (None, "in pre-norm, pass a sublayer that returns zeros: the output "
+                         "must be x itself, not LayerNorm(x). Count the calls of self.norm "
+                         "in each branch."),
     "residual_normalized": (None, "in pre-norm, pass a sublayer that returns zeros: the output "
                             "must be x itself."),
     "no_norm": (None, "in post-norm, print the mean and std of one output row: 0 and 1 "
@@ -491,14 +505,21 @@ SUBLAYER_MISTAKES = (
         "gradient) always has a direct path through the layer.",
         (_sub_with(order="none"), _sub_with(order="none", use_norm=False)),
     ),
+    Mistake(  # before norm_misplaced: a norm on both sides is not a norm on the wrong one
+        "normalized_twice", "Normalized twice: before the sublayer and after the sum",
+        "each mode applies self.norm once: post-norm (norm_first=False) normalizes the sum only, "
+        "pre-norm (norm_first=True) the sublayer's input only, and returns the sum as it is.",
+        (_sub_with(norm_first_only=True, order="both"), _sub_with(order="both"),
+         _sub_with(norm_first_only=False, order="both")),
+    ),
     Mistake(
         "norm_misplaced", "Norm on the wrong side of the residual (pre- and post-norm mixed up)",
         "post-norm (norm_first=False, the paper): LayerNorm(x + Sublayer(x)); pre-norm "
         "(norm_first=True): x + Sublayer(LayerNorm(x)), the input itself is not normalized.",
-        (_sub_with(order="flipped"), _sub_with(order="norm_sum"), _sub_with(order="both"),
+        (_sub_with(order="flipped"), _sub_with(order="norm_sum"),
          _sub_with(norm_first=True), _sub_with(norm_first=False),
          *(_sub_with(norm_first_only=mode, order=order) for mode in (True, False)
-           for order in ("norm_sum", "both", "norm_branch", "norm_output"))),
+           for order in ("norm_sum", "norm_branch", "norm_output"))),
     ),
     Mistake(
         "residual_normalized", "Residual taken from the normalized input",

@@ -108,6 +108,9 @@ _LAYER_LADDER = {
                         "k_len): which axis of the scores does the mask's last axis meet?"),
     "mask_ignored": (_PADDING, "change a padding token of the input: the outputs at the real "
                      "positions must not move."),
+    "norm_on_branch": (None, "in post-norm, print the mean and std of one output row: 0 and "
+                       "1 (before the norm's gain and bias) only if the norm is the last "
+                       "thing applied."),
     "pre_post_mixed": (None, "write the two branches as formulas and mark where each norm is "
                        "applied: before the sublayer, or after the sum?"),
     "residual_normalized": (None, "keep two names: x, the input, and h = the norm of x. Which "
@@ -178,7 +181,7 @@ EMBEDDINGS = Item(
 
 def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
            dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True,
-           ffn_reads_input=False, post_too=False, bare=(), skip=()):
+           ffn_reads_input=False, post_too=False, bare=(), skip=(), norm_at=None):
     """The reference layer's computation, with the variations that mistakes make.
 
     residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
@@ -191,7 +194,9 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward
     sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
     that also normalizes each residual sum. bare: the sublayers (0: attention, 1: feed-forward)
-    without a residual; skip: the sublayers not run at all.
+    without a residual; skip: the sublayers not run at all. norm_at: post-norm's norm on the
+    sublayer's branch instead of the sum, "branch" (x + norm(dropout(sublayer(x)))) or
+    "output" (x + dropout(norm(sublayer(x)))).
     """
     if mask_t and mask is not None:
         mask = mask.transpose(-2, -1)
@@ -217,8 +222,13 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
             out = out[0] if unpacked else out
         else:
             out = layer.feed_forward(given)
+        branch = norm_at is not None and not pre
+        if branch and norm_at == "output":
+            out = norm(out)
         if dropout in ("sublayer", "residual", "residual_after"):
             out = drop(out)
+        if branch and norm_at == "branch":
+            out = norm(out)
         if dropout == "residual_after":
             kept = drop(x)
         residual_x = kept if chained or i == order[0] else first
@@ -226,7 +236,7 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         y = {"x": residual_x, "normalized": h, "normalized_always": h, None: 0}[kind] + out
         if dropout == "sum":
             y = drop(y)
-        if not pre or post_too:
+        if (not pre and not branch) or post_too:
             y = norm(y)
         x = drop(y) if dropout == "end" else y
     return x
@@ -257,6 +267,14 @@ LAYER_MISTAKES = (
         (lambda layer, x, mask=None: _layer(layer, x, mask,
                                             norm_first=not layer.sublayers[0].norm_first),
          _layer_with(norm_first=True), _layer_with(norm_first=False)),
+    ),
+    Mistake(
+        "norm_on_branch", "Norm on the sublayer's branch instead of the residual sum",
+        "post-norm (norm_first=False, the paper) normalizes the whole sum, x and the sublayer's "
+        "output together: x = LayerNorm(x + Dropout(Sublayer(x))). Normalizing the sublayer's "
+        "output alone leaves the residual stream itself unnormalized.",
+        tuple(_layer_with(norm_at=at, **mode) for mode in ({}, {"norm_first": False})
+              for at in ("branch", "output")),
     ),
     Mistake(
         "residual_normalized", "Residual taken from the normalized input",

@@ -800,9 +800,18 @@ NOAM_MISTAKES = (
         (_all(pick=max),),
     ),
     Mistake(
-        "d_model_factor", "d_model factor wrong",
-        "the whole schedule is scaled by d_model^-0.5: wider models take smaller steps.",
-        tuple(_all(d=e) for e in (0.0, 0.5, -1.0, -1.5)),
+        "d_model_factor", "d_model factor wrong: {which}",
+        "the whole schedule is scaled by d_model^-0.5: wider models take smaller steps.{why}",
+        tuple(member(_all(**variant), which=which, why=why) for variant, which, why in (
+            ({"d": 0.0}, "missing", ""),
+            ({"d": 0.5}, "d_model^0.5, the exponent's sign flipped", ""),
+            ({"d": -1.0}, "d_model^-1, the exponent -1 instead of -0.5", ""),
+            ({"d": -1.5}, "d_model^-1.5, the exponent -1.5 instead of -0.5", ""),
+            ({"d": 0.5, "width": "warmup"}, "replaced by warmup^0.5",
+             " warmup^0.5 makes the peak rate 1 whatever the model (ESPnet's WarmupLR, which "
+             "multiplies by a learning rate of its own); the paper's peak is "
+             "(d_model * warmup)^-0.5."),
+        )),
     ),
     Mistake(
         "scaled_by_warmup", "Schedule scaled by warmup^-0.5 instead of d_model^-0.5",

@@ -19,7 +19,7 @@ from ..decoding import length_penalty
 from ..masks import causal_mask, padding_mask
 from ..model import Transformer, TransformerConfig
 from .comparison import close, describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
 EXERCISE = "ex08_decoding"
@@ -461,13 +461,24 @@ BEAM_MISTAKES = (
         (_beam_with(normalize="multiply"),),
     ),
     Mistake(
-        "penalty_formula", "Length penalty formula wrong",
-        "lp = ((5 + length) / 6) ** alpha: the whole fraction is raised to alpha.",
-        tuple(_beam_with(penalty=p) for p in (lambda n, a: (5 + n) / 6 * a,
-                                               lambda n, a: ((6 + n) / 6) ** a,
-                                               lambda n, a: ((4 + n) / 6) ** a,
-                                               lambda n, a: ((5 + n) / 6) ** -a,
-                                               lambda n, a: n ** a)),
+        "penalty_formula", "Length penalty formula wrong: {which}",
+        "lp = ((5 + length) / 6) ** alpha{why}",
+        tuple(member(_beam_with(penalty=p), which=which, why=why) for p, which, why in (
+            (lambda n, a: (5 + n) / 6 * a, "alpha multiplies the fraction",
+             ": the whole fraction is raised to the power alpha."),
+            (lambda n, a: ((6 + n) / 6) ** a, "a length one too long",
+             ", with `lengths` as given: it already counts each candidate's new token (and "
+             "not the start symbol), so nothing is added to it."),
+            (lambda n, a: ((4 + n) / 6) ** a, "a length one too short",
+             ", with `lengths` as given: it already counts each candidate's new token, so "
+             "nothing is taken from it."),
+            (lambda n, a: ((5 + n) / 6) ** -a, "the exponent's sign flipped",
+             ": a longer candidate gets a larger lp (alpha > 0), and dividing its negative log P "
+             "by it favours longer sentences."),
+            (lambda n, a: n ** a, "the length alone raised to alpha",
+             ": GNMT's (5 + length) / 6 (1 at length 1) keeps short sentences from being "
+             "penalized too much."),
+        )),
     ),
     Mistake(
         "alpha_ignored", "`alpha` ignored",

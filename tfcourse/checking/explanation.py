@@ -290,8 +290,8 @@ def first_difference(value, expected, what: str, parts) -> tuple[str, str, bool]
     if (isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple))
             and len(value) == len(expected) > 1
             and all(isinstance(x, numbers) for x in (*value, *expected))):
-        told = resemblance(torch.tensor(value, dtype=torch.float64),
-                           torch.tensor(expected, dtype=torch.float64), what)
+        a, e = (torch.tensor(v, dtype=torch.float64) for v in (value, expected))
+        told = resemblance(a, e, what) or grouped_factor(a, e, what, parts)
         return what, told or "its values differ", bool(told)
     for v, e, name in _leaves(value, expected, what, parts):
         if v.shape == e.shape and not safely(close, v, e):
@@ -302,6 +302,49 @@ def first_difference(value, expected, what: str, parts) -> tuple[str, str, bool]
                 return name, "its values differ", False
     return what, "its values differ", False
 
+
+
+_SETTING = re.compile(r"(\w+)=([^,\s)]+)")
+
+
+def grouped_factor(actual: torch.Tensor, expected: torch.Tensor, what: str, parts) -> str:
+    """'your rates are the expected times a factor that depends on d_model and warmup alone
+    (the same at every step): ...' when each number of a result is told by its settings
+    (`parts`, one per number, as "... step=1, d_model=512, warmup=4000") and the result is the
+    expected times one constant over each group of numbers that share all settings but one
+    (a factor of the other settings: a scale written wrong, not the formula's shape); ''
+    when not."""
+    settings = [dict(_SETTING.findall(p)) for p in parts or ()]
+    if (len(settings) != actual.numel() or actual.dim() != 1 or not all(settings)
+            or len({tuple(f) for f in settings}) != 1
+            or not (torch.isfinite(actual).all() and torch.isfinite(expected).all())):
+        return ""
+    names = list(settings[0])
+    for varying in names:
+        others = [n for n in names if n != varying]
+        groups = {}
+        for i, f in enumerate(settings):
+            groups.setdefault(tuple(f[n] for n in others), []).append(i)
+        if not others or len(groups) < 2 or max(map(len, groups.values())) < 2:
+            continue
+        factors = {}
+        for key, index in groups.items():
+            a, e = actual[index], expected[index]
+            if not (e.abs() > 0).all():
+                break
+            factor = float((a * e).sum() / (e * e).sum())
+            if not _fits(a, factor * e):
+                break
+            factors[key] = factor
+        else:
+            if len({f"{f:.4g}" for f in factors.values()}) < 2:
+                continue  # one constant for all: resemblance's to tell
+            shown = "; ".join(f"{factor:.3g} for {', '.join(f'{n}={v}' for n, v in zip(others, key))}"
+                              for key, factor in factors.items())
+            return (f"your {what} {_is(what)} the expected times a factor that depends on "
+                    f"{' and '.join(others)} alone, the same at every {varying} ({shown}): a "
+                    f"scale written wrong, not the way {varying} enters")
+    return ""
 
 
 def fail_if_reordered(result, expected, what: str, parts, compare, label: str) -> None:

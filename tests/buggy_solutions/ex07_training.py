@@ -256,6 +256,19 @@ def minus_one_half(step, d_model, warmup):
     return d_model ** -1/2 * min(step ** -1/2, step * warmup ** -1.5)  # noqa: E225
 
 
+@wrong("noam_lr.precedence_half")
+def minus_three_halves(step, d_model, warmup):  # a real wrong solution's: (warmup ** -3) / 2
+    if step < 1:
+        raise ValueError("step must be >= 1")
+    return d_model ** -0.5 * min(step ** -0.5, step * warmup ** -3 / 2)  # noqa: E225
+
+
+@wrong("noam_lr.precedence_half")
+def every_power_over_two(step, d_model, warmup):
+    scale, fall = d_model ** -1 / 2, step ** -1 / 2  # noqa: E225
+    return scale * min(fall, step * warmup ** -3 / 2)
+
+
 @wrong("noam_lr.not_a_float")
 def rate_as_a_tensor(step, d_model, warmup):
     if step < 1:

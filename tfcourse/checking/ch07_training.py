@@ -276,7 +276,7 @@ _NOAM_LADDER = {
                        "when the step doubles."),
     "decay_exponent": (None, "print your rate at steps 4 * warmup and 16 * warmup: the second "
                        "is half the first."),
-    "precedence_half": (None, "print 4 ** -1/2 and 4 ** -0.5 in Python."),
+    "precedence_half": (None, "print 4 ** {power} and 4 ** {value} in Python."),
     "max": (None, "print your rate at step 1: it should be tiny."),
     "d_model_factor": (None, "print your rate for d_model = 512 and 2048 at the same step: the "
                        "second is half the first."),
@@ -744,7 +744,8 @@ LOSS = Item(
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
           grouped=False, swapped=False, halved=(), width=None, floor=None):
-    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"); width:
+    """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"), or
+    warmup ** -3/2, which is (warmup ** -3) / 2 ("warm"); width:
     what stands for d_model in the scale ("warmup"); floor: the shifted step kept at least
     this (step - 1, but 1 at step 1)."""
     step = step + shift if floor is None else max(step + shift, floor)
@@ -752,6 +753,8 @@ def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=
     scale = d_model**-1 / 2 if "d" in halved else d_model**d
     fall = step**-1 / 2 if "decay" in halved else step**decay
     warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
+    if "warm" in halved:
+        warmup_branch = step * warmup**-3 / 2
     if swapped:  # warmup * step^-1.5
         warmup_branch = warmup * step**warm
     if factor == "all":
@@ -789,10 +792,21 @@ NOAM_MISTAKES = (
         tuple(_all(decay=e) for e in (-1.0, 0.5, -1.5, -2.0)),
     ),
     Mistake(
-        "precedence_half", "x ** -1/2 computes (x ** -1) / 2",
-        "** binds tighter than /: step ** -1/2 is 1 / (2 * step), not 1 / sqrt(step). Write "
-        "step ** -0.5 (and d_model ** -0.5), or 1 / math.sqrt(step).",
-        tuple(_all(halved=h) for h in (("d", "decay"), ("decay",), ("d",))),
+        "precedence_half", "{written} computes {computed}",
+        "** binds tighter than /: {example} Write the power as a decimal ({decimal}) or in "
+        "parentheses.",
+        tuple(member(_all(halved=h), written=w, computed=c, example=e, decimal=d, power=pw,
+                     value=v)
+              for h, w, c, e, d, pw, v in (
+                  *(((h, "x ** -1/2", "(x ** -1) / 2",
+                      "step ** -1/2 is 1 / (2 * step), not 1 / sqrt(step).",
+                      "step ** -0.5, d_model ** -0.5", "-1/2", "-0.5"))
+                    for h in (("d", "decay"), ("decay",), ("d",))),
+                  *(((h, "warmup ** -3/2", "(warmup ** -3) / 2",
+                      "warmup ** -3/2 is 1 / (2 * warmup^3), not warmup^-1.5.",
+                      "warmup ** -1.5", "-3/2", "-1.5"))
+                    for h in (("warm",), ("d", "decay", "warm"))),
+              )),
     ),
     Mistake(
         "max", "max instead of min",

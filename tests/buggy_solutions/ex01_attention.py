@@ -156,6 +156,21 @@ def swapaxes_first_and_last(query, key, value, mask=None):
     return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
 
 
+@wrong("scaled_dot_product_attention.wrong_axes")
+def transpose_2_3(query, key, value, mask=None):  # a real wrong solution's: 4-D inputs only
+    temperature = query.size(-1) ** 0.5
+    attn = torch.matmul(query / temperature, key.transpose(2, 3))
+    if mask is not None:
+        attn = attn.masked_fill(mask == 0, -1e9)
+    return _finish(torch.softmax(attn, dim=-1), value, mask)
+
+
+@wrong("scaled_dot_product_attention.wrong_axes")
+def permute_heads_layout(query, key, value, mask=None):
+    scores = query @ key.permute(0, 1, 3, 2) / math.sqrt(query.size(-1))
+    return _finish(torch.softmax(_masked(scores, mask, -1e9), -1), value, mask)
+
+
 @wrong("scaled_dot_product_attention.fill_not_representable")
 def fill_a_float32_sized_literal(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))

@@ -389,9 +389,11 @@ MISTAKES = (
         (
             lambda q, k, v, m=None: _raw(q @ k.transpose(1, 2), q, v, m),
             lambda q, k, v, m=None: _raw(q @ k.permute(0, 2, 1), q, v, m),
-        ) + tuple(  # any other pair of axes (it raises, or mixes the batch into the scores)
+            lambda q, k, v, m=None: _raw(q @ k.permute(0, 1, 3, 2), q, v, m),  # 4-D only
+        ) + tuple(  # any other pair of axes (it raises, or mixes the batch into the scores);
+            # (2, 3): right on 4-D inputs only, an IndexError on 3-D ones
             (lambda i, j: lambda q, k, v, m=None: _raw(q @ k.transpose(i, j), q, v, m))(a, b)
-            for a, b in ((0, 1), (0, 2), (0, -1), (-3, -1), (-3, -2), (0, -2))),
+            for a, b in ((0, 1), (0, 2), (0, -1), (-3, -1), (-3, -2), (0, -2), (2, 3))),
     ),
     Mistake(
         "three_d_only", "Works only for 3-D inputs",

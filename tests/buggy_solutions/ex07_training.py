@@ -173,6 +173,25 @@ def smoothing_over_v_minus_1(logits, target, eps=0.1, pad_id=PAD):
     return loss[target != pad_id].mean()
 
 
+@wrong("label_smoothing_loss.other_classes_only")
+def smoothing_over_v_minus_1_summed(logits, target, eps=0.1, pad_id=PAD):  # a real wrong solution's
+    n_class = logits.size(-1)
+    pred, gold = logits.reshape(-1, n_class), target.reshape(-1)
+    one_hot = torch.zeros_like(pred).scatter(1, gold.view(-1, 1), 1)
+    one_hot = one_hot * (1 - eps) + (1 - one_hot) * eps / (n_class - 1)
+    loss = -(one_hot * F.log_softmax(pred, dim=1)).sum(dim=1)
+    return loss.masked_select(gold.ne(pad_id)).sum()
+
+
+@wrong("label_smoothing_loss.other_classes_only")
+def annotated_smoothing_summed(logits, target, eps=0.1, pad_id=PAD):
+    q = torch.full_like(logits, eps / (logits.size(-1) - 2))
+    q.scatter_(-1, target.unsqueeze(-1), 1 - eps)
+    q[..., pad_id] = 0
+    q = q.masked_fill((target == pad_id).unsqueeze(-1), 0)
+    return -(q * F.log_softmax(logits, -1)).sum()
+
+
 @wrong("label_smoothing_loss.masses_off")
 def smoothing_with_where_over_v_minus_2(logits, target, eps=0.1, pad_id=PAD):
     n_classes = logits.size(-1)

@@ -537,11 +537,17 @@ LOSS_MISTAKES = (
         (_loss_with(smooth="pad"), _loss_with(smooth_pad_positions=True)),
     ),
     Mistake(
-        "other_classes_only", "Smoothing spread over the other classes only",
+        "other_classes_only", "Smoothing spread over the other classes only{also}",
         "this course follows PyTorch: eps / V onto every class, the true one included "
         "(q_true = 1 - eps + eps / V), so the loss equals F.cross_entropy(..., "
-        "label_smoothing=eps). The Annotated Transformer spreads eps / (V - 2) instead.",
-        (_loss_with(smooth="others"), _loss_with(smooth="others_not_pad")),
+        "label_smoothing=eps). The Annotated Transformer spreads eps / (V - 2) instead.{more}",
+        tuple(member(_loss_with(smooth=smooth, **reduce), also=also, more=more)
+              for reduce, also, more in (
+                  ({}, "", ""),
+                  ({"reduce": "sum"}, ", and the loss summed instead of averaged",
+                   " Then divide the summed loss by the number of real (non-padding) target "
+                   "tokens, so that it does not grow with the batch."))
+              for smooth in ("others", "others_not_pad")),
     ),
     Mistake(
         "true_share_overwritten", "True class's eps / V share overwritten",

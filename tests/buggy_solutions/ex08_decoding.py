@@ -66,6 +66,50 @@ def one_sentence_at_a_time_no_stop(model, src, src_mask, max_len, bos_id, eos_id
     return torch.tensor(rows)
 
 
+@wrong("greedy_decode.keeps_bos")
+def annotated_keeps_bos_never_stops(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)  # a real wrong solution's: BOS counted in max_len
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len - 1):
+        ys = torch.cat((ys, _next(model, ys, memory, src_mask).argmax(-1)[:, None]), 1)
+    return ys
+
+
+@wrong("greedy_decode.keeps_bos")
+def keeps_bos_stops_without_padding(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        ys = torch.cat((ys, _next(model, ys, memory, src_mask).argmax(-1, keepdim=True)), 1)
+        if (ys == eos_id).any(1).all():
+            break
+    return ys
+
+
+@wrong("greedy_decode.batch_of_one")
+def breaks_on_eos(model, src, src_mask, max_len, bos_id, eos_id):  # a real wrong solution's
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        next_word = _next(model, ys, memory, src_mask).argmax(-1)
+        ys = torch.cat([ys, next_word[:, None]], dim=1)
+        if next_word == eos_id:
+            break
+    return ys[:, 1:]
+
+
+@wrong("greedy_decode.batch_of_one")
+def stops_on_item(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    for _ in range(max_len):
+        token = _next(model, ys, memory, src_mask).argmax(-1)
+        ys = torch.cat([ys, token.unsqueeze(1)], dim=1)
+        if bool(token == eos_id):
+            break
+    return ys[:, 1:]
+
+
 @wrong("greedy_decode.stops_at_first")
 def stops_at_first_eos(model, src, src_mask, max_len, bos_id, eos_id):
     memory = model.encode(src, src_mask)

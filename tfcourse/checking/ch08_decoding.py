@@ -7,6 +7,7 @@ known step, and then on a small random Transformer; beam_search_step needs no mo
 decode_step runs on a small random Transformer, seeded.
 """
 
+import dataclasses
 import math
 
 import torch
@@ -166,6 +167,15 @@ def _greedy_with(**bug):
     return lambda m, s, sm, n, b, e: _greedy(m, s, sm, n, b, e, **bug)
 
 
+def _one_sentence(case, error):
+    """The case's first sentence alone: what code that works only for a batch of one gets
+    right (it raised asking for the truth value of a tensor of the batch's tokens)."""
+    model, src, src_mask, *rest = case.args
+    if src.size(0) == 1 or "ambiguous" not in str(error):
+        return None
+    return dataclasses.replace(case, args=(model, src[:1], src_mask[:1], *rest))
+
+
 GREEDY_MISTAKES = (
     Mistake(
         "no_stop", "Greedy decoding does not stop at EOS",
@@ -181,9 +191,25 @@ GREEDY_MISTAKES = (
         (_greedy_with(first=True), _greedy_with(first=True, fill=None)),
     ),
     Mistake(
-        "keeps_bos", "BOS included in the output",
-        "return the generated tokens y_1 ... y_n only: drop the BOS column you started with.",
-        (_greedy_with(keep_bos=True),),
+        "keeps_bos", "BOS included in the output{also}",
+        "return the generated tokens y_1 ... y_n only: drop the BOS column you started "
+        "with.{more}",
+        (member(_greedy_with(keep_bos=True), also="", more=""),
+         *(member(_greedy_with(keep_bos=True, steps=steps, **no_stop),
+                  also=", and decoding does not stop at EOS",
+                  more=" And once a sequence has produced EOS it is finished: from then on "
+                  "give it padding (model.config.pad_id), and stop the loop as soon as every "
+                  "sequence is finished.")
+           for steps in (0, -1)  # -1: BOS counted in max_len, as in the Annotated Transformer
+           for no_stop in ({"stop": False, "fill": None}, {"fill": None}, {"stop": False},
+                           {"stop": False, "fill": EOS}))),
+    ),
+    Mistake(
+        "batch_of_one", "Works only for a batch of one",
+        "`if next_word == eos_id:` asks Python for one True or False, but next_word holds one "
+        "token per sentence, (batch,): with more than one sentence that is ambiguous. Keep a "
+        "(batch,) tensor of finished flags and ask whether ALL of them are set.",
+        probe=_one_sentence,
     ),
     Mistake(
         "eos_filled", "Finished sequences filled with EOS, not padding",
@@ -301,6 +327,8 @@ def _greedy_case(make, lengths, max_len, seed, pad=PAD):
 _GREEDY_LADDER = {
     "no_stop": (None, "print ys after each step for a batch of 2 where one sentence ends "
                 "first: what does the finished one get next?"),
+    "batch_of_one": (None, "decode a batch of two sentences: print next_word == eos_id, "
+                     "and what `if` would have to make of it."),
     "stops_at_first": (None, "print the finished flags at each step: when may the loop end?"),
     "keeps_bos": (None, "print your output's first column: it must be a generated token, "
                   "not BOS."),

@@ -86,6 +86,23 @@ def frequencies_inverted(max_len, d_model):
     return _interleave(angle.sin(), angle.cos())
 
 
+@wrong("sinusoidal_encoding.half_dim_minus_1")
+def fairseq_spacing(max_len, d_model):  # a real wrong solution's (interleaved)
+    half_dim = d_model // 2
+    emb = math.log(10000) / (half_dim - 1)
+    emb = torch.exp(torch.arange(half_dim, dtype=torch.float) * -emb)
+    emb = torch.arange(max_len, dtype=torch.float).unsqueeze(1) * emb.unsqueeze(0)
+    return torch.stack([torch.sin(emb), torch.cos(emb)], dim=-1).view(max_len, -1)
+
+
+@wrong("sinusoidal_encoding.half_dim_minus_1")
+def tensor2tensor_timing_signal(max_len, d_model):  # sines, then cosines
+    increment = math.log(10000.0) / (d_model // 2 - 1)
+    inv_timescales = torch.exp(torch.arange(d_model // 2).float() * -increment)
+    scaled_time = torch.arange(max_len).float()[:, None] * inv_timescales[None, :]
+    return torch.cat([scaled_time.sin(), scaled_time.cos()], dim=1)
+
+
 @wrong("sinusoidal_encoding.positions_from_1")
 def positions_from_1(max_len, d_model):
     angle = _angles(max_len, d_model, start=1)

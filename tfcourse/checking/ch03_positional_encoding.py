@@ -166,6 +166,17 @@ TABLE_MISTAKES = (
         "the first position is pos = 0 (row 0 is [0, 1, 0, 1, ...]); use torch.arange(max_len).",
         (lambda n, d: _table(n, d, first=1),),
     ),
+    Mistake(
+        "half_dim_minus_1", "Frequencies spaced by log(10000) / (d_model/2 - 1) (tensor2tensor's "
+        "and fairseq's convention)",
+        "this course follows the paper: pair i's exponent is 2i / d_model, so the frequencies "
+        "fall from 1 towards 1/10000 without reaching it. Spacing the log-frequencies by "
+        "log(10000) / (d_model/2 - 1) makes the last pair reach 1/10000 exactly: another "
+        "table, whose every pair but the first has another wavelength.",
+        tuple((lambda n, d, interleave=interleave: _table(
+            n, d, interleave=interleave, exponent=lambda two_i, d: two_i / (d - 2)))
+              for interleave in (True, False)),
+    ),
 )
 
 
@@ -206,6 +217,8 @@ _LADDER = {
                    "for the first pair; for a large d_model the last nears 1 / 10000."),
     "one_function": (None, "print row 1 of your table: even and odd features must differ."),
     "positions_not_integers": (None, "print your positions: 0, 1, 2, ... one step apart."),
+    "half_dim_minus_1": (_WAVES, "for d_model = 8 print your exponent of each pair, "
+                         "-log(rate) / log(10000): the paper's are 0, 2/8, 4/8, 6/8."),
     "positions_from_1": (None, "print your row 0: it should be [0, 1, 0, 1, ...]."),
     "multiplied": (_MODULE, "print x + pe and x * pe for a row of x that is all zeros: which "
                    "one keeps the position?"),

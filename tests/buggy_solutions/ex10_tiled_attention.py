@@ -182,6 +182,43 @@ def softmax_per_block(query, key, value, mask=None, block_size=128):
 
 
 @wrong("tiled_attention.normalised_per_block")
+def per_block_softmax_rescaled_averaged(query, key, value, mask=None, block_size=128):
+    k_len = key.size(-2)  # a real wrong solution's
+    scale = 1 / math.sqrt(query.size(-1))
+    lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    m = query.new_full((*lead, query.size(-2), 1), -math.inf)
+    o = query.new_zeros((*lead, query.size(-2), value.size(-1)))
+    for start in range(0, k_len, block_size):
+        blk = slice(start, start + block_size)
+        s = query @ key[..., blk, :].transpose(-2, -1) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask.expand(*mask.shape[:-1], k_len)[..., blk], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - safe)
+        bl = p.sum(-1, keepdim=True)
+        o = torch.exp(m - safe) * o + (p / bl.clamp(min=1e-30)) @ value[..., blk, :]
+        m = m_new
+    return o / max(1, math.ceil(k_len / block_size))
+
+
+@wrong("tiled_attention.normalised_per_block")
+def per_block_softmax_rescaled_summed(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        shift = m_new.masked_fill(m_new.isinf(), 0)
+        weights = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        o = torch.exp(m - shift) * o + weights @ value[..., j:j + block_size, :]
+        m = m_new
+    return o
+
+
+@wrong("tiled_attention.normalised_per_block")
 def divided_inside_the_loop(query, key, value, mask=None, block_size=128):
     m = torch.full_like(query[..., :1], -math.inf)
     total = torch.zeros_like(m)

@@ -47,7 +47,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     fill         what masked scores become ("min": the dtype's lowest)
     subtract     subtract m' at all
     normalize    "end" (o / l), "block_sum" / "block_mean" (each block's own softmax, summed
-                 or averaged), "inside" / "inside_end" (o / l in the loop, and again at the
+                 or averaged; with "_rescaled", the sum so far multiplied by e^(m - m') at each
+                 block all the same), "inside" / "inside_end" (o / l in the loop, and again at the
                  end), "none"
     blocks       "all", "whole" (the last, shorter block dropped), "last" (the last block
                  dropped), "end" (every block ends at block_size: the later ones are empty)
@@ -98,8 +99,12 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
             p_values = p.masked_fill(~allowed, 0.0)
             p = p_values if mask_at == "exp" else p
         n_blocks += 1
-        if normalize in ("block_sum", "block_mean"):
+        if normalize.startswith(("block_sum", "block_mean")):
             total = p.sum(dim=-1, keepdim=True)
+            if normalize.endswith("_rescaled"):  # the sum of the blocks' softmaxes rescaled
+                numer = rescale**rescale_out * numer  # by e^(m - m') all the same
+                if update:
+                    run_max = new_max
             numer = numer + p_values @ v_block / total.masked_fill(total == 0, 1.0)
             continue
         denom = rescale ** rescale_sum * denom + p.sum(dim=-1, keepdim=True)
@@ -108,9 +113,9 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
             numer = numer / denom.masked_fill(denom == 0, 1.0)
         if update:
             run_max = new_max
-    if normalize == "block_mean":
+    if normalize.startswith("block_mean"):
         return numer / max(n_blocks, 1)
-    if normalize in ("block_sum", "inside", "none"):
+    if normalize.startswith("block_sum") or normalize in ("inside", "none"):
         return numer
     return numer / (denom.masked_fill(denom == 0, 1.0) if empty == "zero" else denom)
 
@@ -233,7 +238,8 @@ MISTAKES = (
         "a block's softmax over its own keys is not the softmax over all keys: keep the "
         "unnormalised running sum l and output o, and divide o by l once, after the last block.",
         (_with(normalize="block_sum"), _with(normalize="block_mean"), _with(normalize="inside"),
-         _with(normalize="inside_end")),
+         _with(normalize="inside_end"), _with(normalize="block_mean_rescaled"),
+         _with(normalize="block_sum_rescaled")),
     ),
     Mistake(
         "not_divided", "Output not divided by the running sum",

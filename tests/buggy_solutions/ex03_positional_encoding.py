@@ -86,6 +86,27 @@ def frequencies_inverted(max_len, d_model):
     return _interleave(angle.sin(), angle.cos())
 
 
+@wrong("sinusoidal_encoding.low_precision")
+def float16_positions(max_len, d_model):  # a real wrong solution's
+    position = torch.arange(max_len, dtype=torch.float16)[:, None]
+    div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float16)
+                         * (-math.log(10000.0) / d_model))
+    angle = (position * div_term).float()
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe
+
+
+@wrong("sinusoidal_encoding.low_precision")
+def bfloat16_table(max_len, d_model):
+    pos = torch.arange(max_len).to(torch.bfloat16).unsqueeze(1)
+    angle = pos / 10000 ** (torch.arange(0, d_model, 2).to(torch.bfloat16) / d_model)
+    pe = torch.empty(max_len, d_model, dtype=torch.bfloat16)
+    pe[:, 0::2], pe[:, 1::2] = angle.sin(), angle.cos()
+    return pe.float()
+
+
 @wrong("sinusoidal_encoding.half_dim_minus_1")
 def fairseq_spacing(max_len, d_model):  # a real wrong solution's (interleaved)
     half_dim = d_model // 2

@@ -9,7 +9,7 @@ from torch.nn import functional as F
 
 from ..positional import PositionalEncoding, sinusoidal_encoding
 from .comparison import close, describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex03_positional_encoding"
@@ -57,6 +57,29 @@ def _cos_with_2i_plus_1(max_len, d_model):
     pe = _table(max_len, d_model)
     pe[:, 1::2] = _table(max_len, d_model, exponent=lambda two_i, d: (two_i + 1) / d)[:, 1::2]
     return pe
+
+
+def _low_precision(dtype, how, sines_too):
+    """The table with its positions and angles in `dtype` (float16, bfloat16), as code that
+    builds them there computes it: how = "exp" (rates e^(2i * -ln(10000) / d_model)) or
+    "pow" (pos / 10000^(2i / d_model)); the sines taken in float32, or `sines_too` in
+    `dtype` as well. The result says it is one (`low_precision`): it is told from the
+    reference by closer tolerances than the other mistakes (see _roughly)."""
+
+    def table(max_len, d_model):
+        position = torch.arange(max_len, dtype=dtype)[:, None]
+        two_i = torch.arange(0, d_model, 2, dtype=dtype)
+        if how == "pow":
+            angle = position / 10000.0 ** (two_i / d_model)
+        else:
+            angle = position * torch.exp(two_i * (-math.log(10000.0) / d_model))
+        if not sines_too:
+            angle = angle.float()
+        pe = torch.stack((angle.sin(), angle.cos()), -1).flatten(1).to(torch.get_default_dtype())
+        pe.low_precision = True
+        return pe
+
+    return table
 
 
 def _blog_loop(max_len, d_model):
@@ -167,6 +190,17 @@ TABLE_MISTAKES = (
         (lambda n, d: _table(n, d, first=1),),
     ),
     Mistake(
+        "low_precision", "Positions and angles computed in {dtype}",
+        "{dtype} keeps only about {digits} significant decimal digits: an angle near 50 is "
+        "then off by up to {error}, and its sine and cosine with it. Build the positions and "
+        "angles in the default float32 (torch.arange(max_len) with no dtype, or "
+        "dtype=torch.float), or in float64.",
+        tuple(member(_low_precision(dtype, how, sines_too),
+                     dtype=str(dtype).removeprefix("torch."), digits=digits, error=error)
+              for dtype, digits, error in ((torch.float16, 3, "0.03"), (torch.bfloat16, 2, "0.25"))
+              for how in ("exp", "pow") for sines_too in (False, True)),
+    ),
+    Mistake(
         "half_dim_minus_1", "Frequencies spaced by log(10000) / (d_model/2 - 1) (tensor2tensor's "
         "and fairseq's convention)",
         "this course follows the paper: pair i's exponent is 2i / d_model, so the frequencies "
@@ -183,6 +217,11 @@ TABLE_MISTAKES = (
 def _roughly(actual, predicted):
     """Equal up to float32 rounding of large angles (inverted frequencies reach pos * 10^4,
     where sin in float32 is off by ~0.01); the mistakes differ from each other by ~1."""
+    if getattr(actual, "low_precision", False) or getattr(predicted, "low_precision", False):
+        # a table of low precision is off by ~0.01 everywhere: told by 1e-3
+        return close(actual, predicted) or (
+            isinstance(actual, torch.Tensor) and actual.shape == predicted.shape
+            and torch.allclose(actual.double(), predicted.double(), atol=1e-3, rtol=0))
     return close(actual, predicted) or (
         isinstance(actual, torch.Tensor) and actual.shape == predicted.shape
         and torch.allclose(actual.double(), predicted.double(), atol=0.05))
@@ -217,6 +256,9 @@ _LADDER = {
                    "for the first pair; for a large d_model the last nears 1 / 10000."),
     "one_function": (None, "print row 1 of your table: even and odd features must differ."),
     "positions_not_integers": (None, "print your positions: 0, 1, 2, ... one step apart."),
+    "low_precision": (None, "print the dtype of your positions and of your angles: "
+                      "float32 (or float64), and torch.arange(50, dtype=torch.{dtype}) * "
+                      "0.1 next to torch.arange(50) * 0.1."),
     "half_dim_minus_1": (_WAVES, "for d_model = 8 print your exponent of each pair, "
                          "-log(rate) / log(10000): the paper's are 0, 2/8, 4/8, 6/8."),
     "positions_from_1": (None, "print your row 0: it should be [0, 1, 0, 1, ...]."),

@@ -2,14 +2,28 @@
 first second goes to loading torch; Ctrl-C then ends it with one line, not a traceback."""
 
 import os
+import signal
 import sys
+
+
+def _load_cli():
+    """tfcourse.cli.main, imported with Ctrl-C held back until the import is done: an interrupt
+    inside a C extension's first import (numpy's, under torch) leaves it half-loaded, and
+    Python then fails with an ImportError instead of KeyboardInterrupt."""
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        from tfcourse.cli import main as run
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+    return run
 
 
 def main() -> int:
     try:
-        from tfcourse.cli import main as run
-
-        code = run()
+        code = _load_cli()()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

@@ -68,7 +68,7 @@ def all_scores_on_float64_copies(query, key, value, mask=None, block_size=128):
 
 
 def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, total, o: (r * total, r * o),
-          fill=-math.inf, stop=None, running=True, start=-math.inf):
+          fill=-math.inf, stop=None, running=True, start=-math.inf, expand=True):
     """A learner's loop with one knob per mistake below (right where not given)."""
     d_k = query.size(-1)
     scale = math.sqrt(d_k) if scale is None else scale
@@ -76,7 +76,7 @@ def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, tot
     total = torch.zeros_like(m)
     o = torch.zeros(query.shape[:-1] + (value.size(-1),), dtype=query.dtype)
     n = key.size(-2)
-    if mask is not None:
+    if mask is not None and expand:
         mask = mask.expand(*mask.shape[:-1], n)
     for j in range(0, n if stop is None else stop(n, block_size), block_size):
         s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
@@ -661,20 +661,7 @@ def band_on_one_side(size, window, causal=False):
 @wrong("tiled_attention.mask_not_broadcast")
 def mask_sliced_as_given(query, key, value, mask=None, block_size=128):
     """The mask sliced by block as it comes: a (batch, q_len, 1) mask is empty from block 2."""
-    m = torch.full(query.shape[:-1] + (1,), -math.inf, dtype=query.dtype)
-    total = torch.zeros_like(m)
-    o = query.new_zeros(*query.shape[:-1], value.size(-1))
-    for j in range(0, key.size(-2), block_size):
-        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
-        if mask is not None:
-            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
-        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
-        shift = m_new.masked_fill(m_new == -math.inf, 0.0)
-        p = torch.exp(s - shift)
-        total = torch.exp(m - shift) * total + p.sum(-1, keepdim=True)
-        o = torch.exp(m - shift) * o + p @ value[..., j:j + block_size, :]
-        m = m_new
-    return o / total.masked_fill(total == 0, 1.0)
+    return _loop(query, key, value, mask, block_size, expand=False)
 
 
 @wrong("tiled_attention.mask_not_broadcast")

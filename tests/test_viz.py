@@ -574,11 +574,15 @@ def test_figure_1_labels_every_part_with_its_chapter_and_highlights_one_chapter(
                                 and p.get_edgecolor() == to_rgba(HIGHLIGHT)} == {
             "positional encoding 2.6", "positional encoding 8.2"}
         assert chapter != 9 or red == {"frame Encoder", "frame Decoder"}
+        assert chapter != 11 or red == {"box Input Embedding", "box Output Embedding", "Inputs",
+                                        "Outputs\n(shifted right)", "Output\nProbabilities"}
+        assert chapter != 12 or "frame Encoder" not in red and {
+            "frame Decoder", "box Feed Forward", "positional encoding 8.2"} <= red
         assert f"you are here: {chapter:02d}" in ax.get_title()
     fig = you_are_here(2)
     assert fig.get_figwidth() < 4 and sum(isinstance(p, FancyBboxPatch) for p in fig.axes[0].patches) > 10
     with pytest.raises(ValueError, match="chapter must be None or one of"):
-        draw_transformer(11)
+        draw_transformer(13)
 
 
 # ----------------------------------------------------------------------------- the explorer

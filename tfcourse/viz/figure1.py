@@ -10,6 +10,7 @@ CHAPTERS = {
     1: "scaled dot-product attention", 2: "multi-head attention", 3: "positional encoding",
     4: "feed-forward and normalization", 5: "the encoder", 6: "the decoder", 7: "training",
     8: "decoding", 9: "encoder-only and decoder-only variants", 10: "efficiency and scale",
+    11: "tokens", 12: "the modern block",
 }
 COLORS = {"embedding": "#f9d3d0", "attention": "#fbe2c2", "norm": "#f3f1b8",
           "ffn": "#cde6f6", "linear": "#ddd5f0", "softmax": "#d3ecd0", "frame": "#f2f2f2"}
@@ -22,35 +23,35 @@ XMIN, XSPAN, YMIN, YSPAN = -0.9, 12.3, -0.35, 13.75  # the drawing's extent
 
 # Each part: (kind, label, x, y, chapters that build it, chapters also about it), bottom to top.
 PARTS = [
-    ("embedding", "Input\nEmbedding", ENC, 1.3, (5,), ()),
-    ("embedding", "Output\nEmbedding", DEC, 1.3, (5,), ()),
+    ("embedding", "Input\nEmbedding", ENC, 1.3, (5,), (11,)),
+    ("embedding", "Output\nEmbedding", DEC, 1.3, (5,), (11,)),
     ("attention", "Multi-Head\nAttention", ENC, 4.1, (1, 2), (10,)),
     ("norm", "Add & Norm", ENC, 5.0, (4,), ()),
     ("ffn", "Feed\nForward", ENC, 6.25, (4,), ()),
     ("norm", "Add & Norm", ENC, 7.15, (4,), ()),
-    ("attention", "Masked\nMulti-Head\nAttention", DEC, 4.1, (2, 6), (10,)),
-    ("norm", "Add & Norm", DEC, 5.0, (4,), ()),
+    ("attention", "Masked\nMulti-Head\nAttention", DEC, 4.1, (2, 6), (10, 12)),
+    ("norm", "Add & Norm", DEC, 5.0, (4,), (12,)),
     ("attention", "Multi-Head\nAttention", DEC, 6.5, (2, 6), (10,)),
     ("norm", "Add & Norm", DEC, 7.4, (4,), ()),
-    ("ffn", "Feed\nForward", DEC, 8.65, (4,), ()),
-    ("norm", "Add & Norm", DEC, 9.55, (4,), ()),
+    ("ffn", "Feed\nForward", DEC, 8.65, (4,), (12,)),
+    ("norm", "Add & Norm", DEC, 9.55, (4,), (12,)),
     ("linear", "Linear", DEC, 11.0, (6,), ()),
     ("softmax", "Softmax", DEC, 11.9, (6,), (7,)),
 ]
 FRAMES = [  # (label, x, bottom, top, chapters, also, the side of its "N×")
     ("Encoder", ENC, 3.3, 7.75, (5,), (9,), -1),
-    ("Decoder", DEC, 3.3, 10.15, (6,), (9,), 1),
+    ("Decoder", DEC, 3.3, 10.15, (6,), (9, 12), 1),
 ]
 TEXTS = [  # (label, x, y, chapters, also)
-    ("Inputs", ENC, 0.25, (), ()),
-    ("Outputs\n(shifted right)", DEC, 0.2, (7,), (8,)),
-    ("Output\nProbabilities", DEC, 12.85, (8,), (7,)),
+    ("Inputs", ENC, 0.25, (), (11,)),
+    ("Outputs\n(shifted right)", DEC, 0.2, (7,), (8, 11)),
+    ("Output\nProbabilities", DEC, 12.85, (8,), (7, 11)),
 ]
 
 
 def draw_transformer(chapter=None, *, ax=None, width=7.0, title=None):
     """Figure 1 of the paper, each part with a badge naming the chapter(s) that build it.
-    chapter: None, or 1-10: that chapter's parts outlined in red, the others greyed out.
+    chapter: None, or 1-12: that chapter's parts outlined in red, the others greyed out.
     Returns the Axes (of a new figure `width` inches wide when ax is None)."""
     if chapter is not None and chapter not in CHAPTERS:
         raise ValueError(f"chapter must be None or one of {sorted(CHAPTERS)}, got {chapter!r}")
@@ -95,7 +96,7 @@ def draw_transformer(chapter=None, *, ax=None, width=7.0, title=None):
                 fontweight="bold" if on else "normal")
         pen.badge(x + 1.0, y + 0.3, built, lit, label)
 
-    _wires(pen, *style((3,)))
+    _wires(pen, *style((3, 12)))  # 12: rotary positions replace the added encoding
     ax.set_xlim(XMIN, XMIN + XSPAN)
     ax.set_ylim(YMIN, YMIN + YSPAN)
     ax.set_aspect("equal")

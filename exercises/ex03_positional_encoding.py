@@ -9,8 +9,9 @@ or from a notebook:
     from tfcourse.checking import check
     check("ex03_positional_encoding")
 
-Each item is checked on its own (PositionalEncoding is checked with the reference table,
-so you can do the items in any order). When your result matches a common mistake, the
+Each item is checked on its own, so you can do them in any order: PositionalEncoding's
+given __init__ takes its table from the course's tfcourse.positional.sinusoidal_encoding,
+not from yours below. When your result matches a common mistake, the
 first line of the failure names it and gives a hint (never the answer).
 """
 
@@ -18,6 +19,8 @@ import math  # noqa: F401  (you will likely need these)
 
 import torch  # noqa: F401
 from torch import nn
+
+from tfcourse import positional as reference
 
 
 def sinusoidal_encoding(max_len, d_model):
@@ -46,16 +49,17 @@ def sinusoidal_encoding(max_len, d_model):
 
 
 class PositionalEncoding(nn.Module):
-    """x -> x + PE[start : start + seq]   (dropout is 0 in the checks)
+    """x -> dropout(x + PE[start : start + seq])
 
-    __init__ is given: it stores the table as the buffer `self.pe` (max_len, d_model).
-    Write forward.
+    __init__ is given: it stores the table as the buffer `self.pe` (max_len, d_model), the
+    course's table (equal to the one your sinusoidal_encoding makes once it passes, so this
+    class works before it does). Write forward.
     """
 
     def __init__(self, d_model, max_len=5000, dropout=0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.register_buffer("pe", reference.sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, x, start=0):
         """
@@ -69,7 +73,9 @@ class PositionalEncoding(nn.Module):
         Hints:
             1. Slice the rows of self.pe that belong to x; broadcasting adds them to every
                sequence of the batch.
-            2. Do not change x in place (no x += ...).
+            2. Call self.dropout, which drops only in training mode (the checks run one case
+               with dropout=0.5 in training mode, the others in eval mode).
+            3. Do not change x in place (no x += ...).
         """
         raise NotImplementedError
 

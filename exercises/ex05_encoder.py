@@ -27,11 +27,16 @@ from tfcourse import feed_forward, multi_head, normalization
 
 
 class Embeddings(nn.Module):
-    """Token ids -> vectors, scaled by sqrt(d_model) (paper, section 3.4)."""
+    """Token ids -> vectors, scaled by sqrt(d_model) (paper, section 3.4).
+
+    The table starts from N(0, 1/d_model), as the course's (notebook 05 shows why), not
+    from nn.Embedding's N(0, 1). The checks copy the reference's weights in anyway.
+    """
 
     def __init__(self, vocab_size, d_model):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)  # rows of norm ~1
 
     def forward(self, tokens):
         """tokens (batch, seq) integer ids -> (batch, seq, d_model).
@@ -50,16 +55,19 @@ class EncoderLayer(nn.Module):
 
         norm_first=False (post-norm, the paper):  x = LayerNorm(x + Dropout(Sublayer(x)))
         norm_first=True  (pre-norm):               x = x + Dropout(Sublayer(LayerNorm(x)))
+
+    self.sublayers[0] (around self-attention) and self.sublayers[1] (around the feed-forward
+    network) are the course's SublayerConnection of chapter 04 (exercise 04): sublayer(x, f)
+    computes the line above for the function f, in the placement that norm_first says.
     """
 
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False, activation="relu"):
         super().__init__()
         self.self_attn = multi_head.MultiHeadAttention(d_model, n_heads, dropout)
         self.feed_forward = feed_forward.PositionWiseFeedForward(d_model, d_ff, dropout, activation)
-        self.norm1 = normalization.LayerNorm(d_model)  # the norm of the self-attention sublayer
-        self.norm2 = normalization.LayerNorm(d_model)  # the norm of the feed-forward sublayer
-        self.dropout = nn.Dropout(dropout)  # on each sublayer's output
-        self.norm_first = norm_first
+        self.sublayers = nn.ModuleList(  # each holds its own .norm and .dropout, and .norm_first
+            normalization.SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
+        )
 
     def forward(self, x, mask=None):
         """x (batch, seq, d_model) -> (batch, seq, d_model).
@@ -70,8 +78,9 @@ class EncoderLayer(nn.Module):
         Hints:
             1. self.self_attn(query, key, value, mask) returns a tuple (output, weights).
                In self-attention, query, key and value are all the same tensor.
-            2. Write the residual connection yourself, for both values of self.norm_first.
-               What does the residual path carry: x, or its normalized copy?
+            2. self.sublayers[i](x, f) calls f on x (or on its normalized copy) and does the
+               residual, the dropout and the norm. f takes one tensor: which function of
+               it is the attention sublayer?
             3. The mask is already in the shape attention wants: pass it on as it is.
             4. Do not change x in place (no x += ...).
         """

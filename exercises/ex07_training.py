@@ -19,8 +19,9 @@ import math  # noqa: F401  (you will likely need these)
 import torch  # noqa: F401
 import torch.nn.functional as F  # noqa: F401
 
-from tfcourse.data import BOS, EOS, PAD, Batch, pad_sequences  # noqa: F401
+from tfcourse.batches import Batch, pad_sequences  # noqa: F401  (as notebook 07 imports them)
 from tfcourse.masks import padding_mask, target_mask  # noqa: F401
+from tfcourse.vocab import BOS, EOS, PAD  # noqa: F401
 
 
 def make_batch(pairs, vocab):
@@ -28,11 +29,14 @@ def make_batch(pairs, vocab):
 
     Args:
         pairs: a list of (source, target) strings, e.g. [("May 3, 1999", "1999-05-03"), ...]
-        vocab: a tfcourse.data.Vocab; vocab.encode(text) gives a list of ids
+        vocab: a tfcourse.vocab.Vocab; vocab.encode(text) gives one id per character and
+            nothing more: no BOS, no EOS (you add them where they belong)
 
     Returns:
         Batch(src, tgt_in, tgt_out, src_mask, tgt_mask) with
-        src      (batch, src_len)  the sources' ids, padded with PAD on the right
+        src      (batch, src_len)  the sources' ids, x_1 ... x_m (no BOS, no EOS: the
+                                   encoder reads the whole source at once), padded
+                                   with PAD on the right
         tgt_in   (batch, tgt_len)  what the decoder reads:  BOS y_1 ... y_n, padded
         tgt_out  (batch, tgt_len)  what it must predict:    y_1 ... y_n EOS, padded
         src_mask (batch, 1, 1, src_len)        True at real source tokens

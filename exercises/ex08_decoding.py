@@ -84,11 +84,14 @@ def decode_step(model, tokens, memory, src_mask, cache=None):
     tokens (batch, t) (BOS y_1 ... y_{t-1}).
 
     Without a cache: run the whole prefix through the decoder and use the last position.
+    model.decode(tokens, memory, src_mask, tgt_mask) may do it (tgt_mask: causal), or the
+    two lines below with start=0.
 
     With a cache (from model.init_cache(); it holds the t - 1 earlier positions' keys and
     values, and len(cache) says how many): put only the newest token, tokens[:, -1:],
-    through the decoder; every layer appends its keys and values to the cache. Write it
-    from the parts, do not call model.decode (it would do the next line for you):
+    through the decoder; every layer appends its keys and values to the cache. Here do not
+    call model.decode: it would choose the new token's position for you (its start), which
+    is what this branch asks of you. Write its two lines yourself:
         x = model.positional(model.tgt_embed(new_tokens), start=...)   # which position?
         h = model.decoder(x, memory, src_mask, tgt_mask, cache=cache)
     (with the cache, tgt_mask=None: the one new token may see every cached position).

@@ -59,8 +59,10 @@ def mask_tokens(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=N
     """BERT's masked-LM corruption (Devlin et al. 2019, section 3.1 and appendix A.1).
 
     In each sequence (row), choose round(rate * n) of its n ordinary tokens, at least one
-    when n > 0, at random positions. Ordinary means: not in special_ids, not mask_id, not
-    pad_id ([CLS], [MASK] and padding are never chosen). Of the chosen tokens
+    when n > 0, at random positions. round is torch.round (or Python's round): a half
+    rounds to the even neighbour, so 0.15 * 30 = 4.5 gives 4 and 0.15 * 70 = 10.5 gives 10
+    (not int(x + 0.5), which rounds every half up). Ordinary means: not in special_ids,
+    not mask_id, not pad_id ([CLS], [MASK] and padding are never chosen). Of the chosen tokens
         80% become mask_id,
         10% become a random ordinary token (drawn uniformly from the ordinary ids),
         10% stay as they are,
@@ -129,6 +131,15 @@ class DecoderLM(nn.Module):
 
     __init__ is given complete, as tfcourse.variants.DecoderLM builds it: keep it as it is
     (the checks copy the reference's weights into your model by name).
+
+    This forward takes the tokens only, no mask and no key/value cache, so it cannot run
+    under tfcourse.decoding.lm_generate as it is: lm_generate calls model(tokens,
+    cache=...). To let yours write once it passes, give forward an argument cache=None
+    that it ignores, load the shipped model's weights into it (the names are the same:
+    model.load_state_dict(shipped.state_dict()), with shipped from
+    tfcourse.checkpoint.load_checkpoint of tfcourse/checkpoints/lm.pt, as notebook 09 loads
+    it) and call lm_generate(model, prompt, n, use_cache=False): each step then reads the
+    whole text again, and the tokens are the shipped model's own.
     """
 
     def __init__(self, config):

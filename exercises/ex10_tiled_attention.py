@@ -54,7 +54,10 @@ def tiled_attention(query, key, value, mask=None, block_size=128):
         3. A query whose keys in this block (and all blocks before) are masked has
            m' = -inf, and -inf - (-inf) is NaN: subtract 0 instead there.
         4. Divide by l once, at the end (and not by 0 for a query that saw no key).
-        5. Do not change the inputs in place, and do not call
+        5. A mask may have size 1 on the key axis, e.g. (..., q_len, 1): one flag per query,
+           broadcast over every key. Sliced by block, such a mask is empty from the second
+           block on: expand it to (..., q_len, k_len) first, then slice each block.
+        6. Do not change the inputs in place, and do not call
            torch.nn.functional.scaled_dot_product_attention: write it yourself.
     """
     raise NotImplementedError

@@ -132,8 +132,8 @@ def test_a_mask_with_an_axis_too_many_is_told():
     class MaskUnsqueezed(given.EncoderLayer):  # the Annotated Transformer's mask.unsqueeze(1)
         def forward(self, x, mask=None):
             mask = None if mask is None else mask.unsqueeze(1)
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
-            return self.norm2(x + self.dropout(self.feed_forward(x)))
+            x = self.sublayers[0](x, lambda x: self.self_attn(x, x, x, mask)[0])
+            return self.sublayers[1](x, self.feed_forward)
 
     line = first_line(entry.item("ex05_encoder.EncoderLayer"), MaskUnsqueezed)
     assert "the mask has 5 axes and the scores 4: an axis too many" in line, line

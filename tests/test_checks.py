@@ -364,11 +364,11 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "return self.linear2(self.dropout(self.activation(self.linear1(x))))", None],
     "ex05_encoder": [
         "return self.embedding(tokens) * math.sqrt(self.embedding.embedding_dim)",
-        "for f, norm in ((lambda h: self.self_attn(h, h, h, mask)[0], self.norm1),\n"
-        "                (self.feed_forward, self.norm2)):\n"
-        "    h = norm(x) if self.norm_first else x\n"
-        "    x = x + self.dropout(f(h))\n"
-        "    x = x if self.norm_first else norm(x)\n"
+        "for f, s in ((lambda h: self.self_attn(h, h, h, mask)[0], self.sublayers[0]),\n"
+        "             (self.feed_forward, self.sublayers[1])):\n"
+        "    h = s.norm(x) if s.norm_first else x\n"
+        "    x = x + s.dropout(f(h))\n"
+        "    x = x if s.norm_first else s.norm(x)\n"
         "return x", None],
     "ex06_decoder": [
         "return torch.ones(size, size, dtype=torch.bool, device=device).tril()",

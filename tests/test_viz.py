@@ -184,17 +184,18 @@ def test_record_works_on_a_learners_modules_and_names_what_it_cannot_use():
 
 
 def learner_encoder_layer(norm_first, activation):
-    """A correct solution of exercise 05's EncoderLayer (its own norm1, norm2, dropout)."""
+    """A correct solution of exercise 05's EncoderLayer, its residuals written out by hand
+    from the parts of its sublayers (norm, dropout), not by calling them."""
     ex05 = exercise("ex05_encoder")
 
     class EncoderLayer(ex05.EncoderLayer):
         def forward(self, x, mask=None):
-            if self.norm_first:
-                h = self.norm1(x)
-                x = x + self.dropout(self.self_attn(h, h, h, mask)[0])
-                return x + self.dropout(self.feed_forward(self.norm2(x)))
-            x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
-            return self.norm2(x + self.dropout(self.feed_forward(x)))
+            (s1, s2), attend = self.sublayers, lambda h: self.self_attn(h, h, h, mask)[0]
+            if s1.norm_first:
+                x = x + s1.dropout(attend(s1.norm(x)))
+                return x + s2.dropout(self.feed_forward(s2.norm(x)))
+            x = s1.norm(x + s1.dropout(attend(x)))
+            return s2.norm(x + s2.dropout(self.feed_forward(x)))
 
     torch.manual_seed(0)
     return EncoderLayer(16, 4, 32, dropout=0.0, norm_first=norm_first, activation=activation)

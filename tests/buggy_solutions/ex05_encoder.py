@@ -1,7 +1,10 @@
-"""Wrong ways to write the encoder's forward methods, and the diagnosis each must get.
+"""Wrong ways to write the encoder's forward methods, and the diagnosis each must get; then
+RIGHT: a right EncoderLayer written otherwise than the reference.
 
 Each solution subclasses the exercise's own class (its __init__ as given to learners) and
-writes only `forward`, as a learner does.
+writes only `forward`, as a learner does. Most EncoderLayer solutions write the residuals out
+by hand from the parts of self.sublayers (each a SublayerConnection: .norm, .dropout,
+.norm_first), where mistakes are easiest to make; _ByHand names those parts.
 """
 
 import math
@@ -93,7 +96,16 @@ class embedding_of_float(given.Embeddings):
 # EncoderLayer
 
 
-class _Layer(given.EncoderLayer):
+class _ByHand(given.EncoderLayer):
+    """A learner who writes the residuals out by hand, from the sublayers' parts."""
+
+    norm1 = property(lambda self: self.sublayers[0].norm)  # around self-attention
+    norm2 = property(lambda self: self.sublayers[1].norm)  # around the feed-forward network
+    dropout = property(lambda self: self.sublayers[0].dropout)  # the same p in both
+    norm_first = property(lambda self: self.sublayers[0].norm_first)
+
+
+class _Layer(_ByHand):
     """A right forward, written out, with the hooks that the buggy layers below change."""
 
     def attend(self, h, mask):
@@ -144,7 +156,7 @@ class branches_swapped(_Layer):
 
 
 @wrong("EncoderLayer.norm_on_branch")
-class post_norm_inside_the_residual(given.EncoderLayer):
+class post_norm_inside_the_residual(_ByHand):
     """Post-norm written x + LayerNorm(Sublayer(x)): the norm on the sublayer's branch."""
 
     def forward(self, x, mask=None):
@@ -172,7 +184,7 @@ class residual_from_normalized(_Layer):
 
 
 @wrong("EncoderLayer.residual_normalized")
-class normalized_first_in_both_modes(given.EncoderLayer):
+class normalized_first_in_both_modes(_ByHand):
     def forward(self, x, mask=None):
         x = self.norm1(x)
         x = x + self.dropout(self.self_attn(x, x, x, mask)[0])
@@ -181,7 +193,7 @@ class normalized_first_in_both_modes(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.no_residual")
-class attention_without_residual(given.EncoderLayer):
+class attention_without_residual(_ByHand):
     def forward(self, x, mask=None):
         steps = [(self.norm1, lambda h: self.self_attn(h, h, h, mask)[0], False),
                  (self.norm2, self.feed_forward, True)]
@@ -194,7 +206,7 @@ class attention_without_residual(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.sublayer_skipped")
-class attention_sublayer_skipped(given.EncoderLayer):
+class attention_sublayer_skipped(_ByHand):
     def forward(self, x, mask=None):
         h = self.norm2(x) if self.norm_first else x
         y = x + self.dropout(self.feed_forward(h))
@@ -202,7 +214,7 @@ class attention_sublayer_skipped(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.sublayer_skipped")
-class feed_forward_sublayer_skipped(given.EncoderLayer):
+class feed_forward_sublayer_skipped(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             h = self.norm1(x)
@@ -267,14 +279,8 @@ class dropout_on_the_input(_Layer):
 @wrong("EncoderLayer.in_place")
 class residual_added_in_place(_Layer):
     def sublayer(self, x, function, norm):
-        if self.norm_first:
-            x += self.dropout(function(norm(x)))
-            return x
-        return norm(x + self.dropout(function(x)))
-
-    def forward(self, x, mask=None):
-        self.norm_first = True  # take the in-place branch for every case
-        return super().forward(x, mask)
+        x += self.dropout(function(norm(x)))  # pre-norm's sum, in place, whatever norm_first
+        return x
 
 
 @wrong("EncoderLayer.wrong_type")
@@ -376,6 +382,13 @@ class norms_swapped(_Layer):
         return self.sublayer(x, self.feed_forward, self.norm1)
 
 
+@wrong("EncoderLayer.norms_swapped")
+class sublayers_swapped(given.EncoderLayer):  # the notebook's two lines, indices swapped
+    def forward(self, x, mask=None):
+        x = self.sublayers[1](x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.sublayers[0](x, self.feed_forward)
+
+
 @wrong("EncoderLayer.order")
 class feed_forward_first(_Layer):
     def forward(self, x, mask=None):
@@ -384,7 +397,7 @@ class feed_forward_first(_Layer):
 
 
 @wrong("EncoderLayer.kv_unnormalized")
-class keys_from_raw_input(given.EncoderLayer):
+class keys_from_raw_input(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             x = x + self.dropout(self.self_attn(self.norm1(x), x, x, mask)[0])
@@ -452,7 +465,7 @@ class scale_added(given.Embeddings):
 
 
 @wrong("EncoderLayer.not_chained")
-class residual_from_the_layer_input(given.EncoderLayer):
+class residual_from_the_layer_input(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             h = self.norm1(x)
@@ -501,7 +514,7 @@ class final_norm_twice(given.Encoder):
 
 
 @wrong("EncoderLayer.ffn_reads_input")
-class sublayers_in_parallel(given.EncoderLayer):
+class sublayers_in_parallel(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             h = self.norm1(x)
@@ -512,7 +525,7 @@ class sublayers_in_parallel(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.pre_norm_also_post")
-class pre_norm_normalizes_the_sums_too(given.EncoderLayer):
+class pre_norm_normalizes_the_sums_too(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             h = self.norm1(x)
@@ -523,7 +536,7 @@ class pre_norm_normalizes_the_sums_too(given.EncoderLayer):
 
 
 @wrong("EncoderLayer.dropout_on_residual")
-class residual_dropped_out(given.EncoderLayer):
+class residual_dropped_out(_ByHand):
     def forward(self, x, mask=None):
         if self.norm_first:
             h = self.norm1(x)
@@ -531,3 +544,23 @@ class residual_dropped_out(given.EncoderLayer):
             return self.dropout(x) + self.dropout(self.feed_forward(self.norm2(x)))
         x = self.norm1(self.dropout(x) + self.dropout(self.self_attn(x, x, x, mask)[0]))
         return self.norm2(self.dropout(x) + self.dropout(self.feed_forward(x)))
+
+
+# ---------------------------------------------------------------------------------------
+# Right, written otherwise than the reference
+
+
+class by_hand(given.EncoderLayer):
+    """Both sublayers written out from the parts of self.sublayers, in either placement."""
+
+    def forward(self, x, mask=None):
+        for sublayer, function in ((self.sublayers[0], lambda h: self.self_attn(h, h, h, mask)[0]),
+                                   (self.sublayers[1], self.feed_forward)):
+            if sublayer.norm_first:
+                x = x + sublayer.dropout(function(sublayer.norm(x)))
+            else:
+                x = sublayer.norm(x + sublayer.dropout(function(x)))
+        return x
+
+
+RIGHT = {"EncoderLayer": (by_hand,)}

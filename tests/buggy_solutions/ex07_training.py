@@ -7,8 +7,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from tfcourse.data import BOS, EOS, PAD, Batch, pad_sequences
+from tfcourse.batches import Batch, pad_sequences
 from tfcourse.masks import causal_mask, padding_mask, target_mask
+from tfcourse.vocab import BOS, EOS, PAD
 
 from . import wrong
 

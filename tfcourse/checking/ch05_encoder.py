@@ -119,10 +119,10 @@ _LAYER_LADDER = {
                     "outputs of zero: a residual lets x through."),
     "sublayer_skipped": (None, "list the modules your forward calls, in order: self.self_attn "
                          "and self.feed_forward, each once, each with its norm."),
-    "one_norm": (None, "list the modules your forward calls, in order: norm1 and norm2 each "
-                 "once."),
-    "norms_swapped": (None, "list the modules your forward calls, in order: which norm sits "
-                      "with self.self_attn?"),
+    "one_norm": (None, "list the modules your forward calls, in order: self.sublayers[0] and "
+                 "self.sublayers[1] (or their norms) each once."),
+    "norms_swapped": (None, "list the modules your forward calls, in order: which sublayer "
+                      "(which norm) sits with self.self_attn?"),
     "order": (None, "list the modules your forward calls, in order: attention before the "
               "feed-forward network."),
     "kv_unnormalized": (None, "in pre-norm, print which tensor you give self.self_attn as "
@@ -140,9 +140,9 @@ _LAYER_LADDER = {
     "dropout_missing": (None, "in training mode with dropout=0.5 run twice: the outputs "
                         "should differ."),
     "dropout_misplaced": (None, "write each sublayer as one expression: which tensor does "
-                          "self.dropout wrap?"),
+                          "the dropout wrap?"),
     "dropout_on_residual": (None, "in training mode, which of the two terms of each residual "
-                            "sum goes through self.dropout?"),
+                            "sum goes through the dropout?"),
     "dropout_in_eval": (None, _EVAL),
     "padded_positions": (_PADDING, "compare your outputs at the padded positions with the "
                          "reference's: the mask goes to attention as it is, nothing more."),
@@ -296,13 +296,14 @@ LAYER_MISTAKES = (
     ),
     Mistake(
         "one_norm", "One LayerNorm used for both sublayers",
-        "each sublayer has its own norm with its own gain and bias: norm1 around self-attention, "
-        "norm2 around the feed-forward network.",
+        "each sublayer has its own norm with its own gain and bias: self.sublayers[0].norm "
+        "around self-attention, self.sublayers[1].norm around the feed-forward network.",
         (_layer_with(norms=(0, 0)), _layer_with(norms=(1, 1))),
     ),
     Mistake(
         "norms_swapped", "The two LayerNorms swapped",
-        "norm1 belongs to the self-attention sublayer, norm2 to the feed-forward sublayer.",
+        "self.sublayers[0] (and its norm) belongs to self-attention, self.sublayers[1] to the "
+        "feed-forward network.",
         (_layer_with(norms=(1, 0)),),
     ),
     Mistake(
@@ -313,7 +314,7 @@ LAYER_MISTAKES = (
     Mistake(
         "kv_unnormalized", "Self-attention given the unnormalized input",
         "in pre-norm, self-attention's query, key and value are all the same normalized "
-        "tensor: h = norm1(x); self.self_attn(h, h, h, mask).",
+        "tensor, the normalized x: self.self_attn(h, h, h, mask) with one h.",
         (_layer_with(kv="raw"), _layer_with(kv="raw_query")),
     ),
     Mistake(
@@ -372,8 +373,9 @@ LAYER_MISTAKES = (
     ),
     Mistake(
         "dropout_in_eval", "Dropout applied in eval mode",
-        "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
-        "self.dropout, which drops only in training mode (model.train()), not in eval mode.",
+        "F.dropout(x, p) drops in every mode (its `training` is True by default): use the "
+        "sublayers (or their module .dropout), which drop only in training mode (model.train()), "
+        "not in eval mode.",
         (_layer_with(dropout="eval"),),
     ),
 )
@@ -433,7 +435,6 @@ LAYER = Item(
         _layer_case(4, (12, 3, 20, 0.2, True, "relu"), *_inputs(4, 2, 5, 12, [5, 3]), True),
     ],
     laddered(LAYER_MISTAKES + (PADDED_POSITIONS,), _LAYER_LADDER), match=_wild,
-    renames=(("sublayers.0.norm.", "norm1."), ("sublayers.1.norm.", "norm2.")),
     formula="Compare each step with LayerNorm(x + Dropout(Sublayer(x))) (post-norm) or "
             "x + Dropout(Sublayer(LayerNorm(x))) (pre-norm).",
     twins=(_layer_with(),),

@@ -146,7 +146,6 @@ class Item:
     build: class items: (cls, case) -> module, run as learner code (default: cls(*init)).
     run: (obj, args, case) -> result (default obj(*args, **kwargs)).
     after: checks run once every case passed: fn(item, target), raising CheckFailure.
-    renames: (reference name, exercise name) pairs, for parameters the exercise names otherwise.
     section: (notebook, heading) of the section that teaches the item, e.g. ("01_attention",
         "3. Build it, one step at a time"): a failure's pointer at hint level 2.
     twins: the catalogue's copies of the reference with knobs (the computations its mistakes
@@ -168,7 +167,6 @@ class Item:
     build: object = None
     run: object = None
     after: tuple = ()
-    renames: tuple = ()
     twins: tuple[Callable, ...] = ()
     section: tuple[str, str] | None = None
     _results: dict = field(default_factory=dict, init=False, repr=False)
@@ -312,7 +310,7 @@ class Item:
         if not isinstance(module, nn.Module):
             WRONG_TYPE.fail(problem=f"{name} should build an nn.Module, got {kind_of(module)}",
                             label=case.label)
-        _prepare(module, case, self._reference_object(case), self.renames)
+        _prepare(module, case, self._reference_object(case))
         return module
 
     def _run(self, obj, args, case):
@@ -526,12 +524,9 @@ def _construct(cls, case):
     return cls(*case.init, **case.init_kwargs)
 
 
-def _prepare(module, case, reference, renames=()):
+def _prepare(module, case, reference):
     """The learner's module with the reference's parameters, in the case's mode."""
     state = reference.state_dict()
-    if set(state) != set(module.state_dict()):
-        for old, new in renames:
-            state = {key.replace(old, new): value for key, value in state.items()}
     try:
         if case.dtype is not None:
             module.to(case.dtype)

@@ -28,11 +28,12 @@ def one_line_error(capsys):
 
 
 def interrupt_at(monkeypatch, call, method="make_batch"):
-    """Ctrl-C at the call-th call of Task.<method> (make_batch: once to measure the memory a
-    step needs, then once per step and once per validation round; evaluate: once per
-    validation round)."""
+    """Ctrl-C at the call-th call of Task.<method> of a new run (make_batch: once to check
+    that its longest examples fit the model's positions, once to measure the memory a step
+    needs, then once per step and once per validation round; evaluate: once per validation
+    round)."""
     calls, real = [], getattr(Task, method)
-    call += method == "make_batch"
+    call += 2 * (method == "make_batch")
 
     def interrupted(self, *args):
         calls.append(1)
@@ -467,11 +468,11 @@ def test_a_checkpoint_with_too_few_class_names_is_refused(tiny_checkpoints, tmp_
 
 
 def test_reading_standard_input_from_a_terminal_is_announced(monkeypatch, capsys):
-    class Terminal(io.StringIO):
+    class Terminal(io.BytesIO):
         def isatty(self):
             return True
 
-    monkeypatch.setattr(sys, "stdin", Terminal(""))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(Terminal(b"")))
     assert main(["decode"]) == 1
     err = capsys.readouterr().err
     assert "reading inputs from standard input, one a line; end with Ctrl-D" in err

@@ -359,6 +359,10 @@ def _load_init(path, model, task):
     """Copy the weights of the checkpoint at ``path`` into ``model`` (a new run on ``task``);
     ValueError naming the difference when its model kind, vocabulary or model settings are
     not the new run's. -> what the checkpoint records as its start (checkpoint.save_checkpoint)."""
+    shipped = os.path.join(CHECKPOINTS, os.path.basename(path))
+    if not os.path.exists(path) and os.path.isfile(shipped):  # README's path, from elsewhere
+        raise FileNotFoundError(f"no checkpoint at {path} (from the folder {os.getcwd()}); the "
+                                f"shipped one is {shipped}")
     start, vocab, state = load_checkpoint(path)
     if start.kind != model.kind:
         raise ValueError(f"--init {path} holds a {start.kind} model; --task {task.name} "

@@ -19,6 +19,9 @@ from tfcourse.vocab import Vocab
 
 QUICK = ["--steps", "30", "--batch-size", "16", "--eval-every", "0", "--no-progress",
          "--examples", "2", "--threads", "1"]
+FEW = ["--steps", "5", "--batch-size", "8", "--eval-every", "0", "--eval-size", "20",
+       "--no-progress", "--examples", "0", "--threads", "1"]
+TINY = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]
 
 
 def one_line_error(capsys):
@@ -143,6 +146,33 @@ def test_interrupted_run_resumes_with_the_same_command(tmp_path, capsys, monkeyp
     state = torch.load(out, weights_only=True)
     assert state["step"] == 32 and state["history"]["step"] == list(range(1, 33))
     assert state["train_config"]["batch_size"] == 16
+
+
+def test_an_init_run_resumes_with_the_command_it_prints(tmp_path, capsys, monkeypatch):  # NI1, KI1
+    start, out = tmp_path / "start.pt", tmp_path / "run.pt"
+    assert main(["train", "--task", "copy", "--out", str(start), *FEW, *TINY]) == 0
+    command = ["train", "--task", "copy", "--init", str(start), "--out", str(out), *FEW, *TINY,
+               "--steps", "10"]
+    interrupt_at(monkeypatch, 6)  # during step 6
+    assert main(command) == 130
+    assert "carry on with the same command and --resume" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main([*command, "--resume"]) == 0
+    assert torch.load(out, weights_only=True)["init"]["path"] == str(start)
+    capsys.readouterr()
+    assert main(["train", "--task", "copy", "--init", str(out), "--out", str(start), "--resume",
+                 *FEW, *TINY]) == 1  # another start than the checkpoint's
+    assert "started from random weights; --resume carries on" in one_line_error(capsys)
+
+
+def test_ctrl_c_during_the_test_evaluation_says_the_run_is_complete(tmp_path, capsys,
+                                                                    monkeypatch):  # N6
+    out = tmp_path / "run.pt"
+    interrupt_at(monkeypatch, 2, "evaluate")  # the validation round, then the test split
+    assert main(["train", "--task", "copy", "--out", str(out), *FEW]) == 130
+    err = capsys.readouterr().err
+    assert f"the run is complete, {out} holds its step 5" in err
+    assert torch.load(out, weights_only=True)["step"] == 5
 
 
 def test_interrupt_before_a_step_finishes_saves_nothing(tmp_path, capsys, monkeypatch):

@@ -18,7 +18,6 @@ import torch
 import tfcourse.cli as cli
 from tfcourse.checkpoint import load_checkpoint, weights_digest
 from tfcourse.cli import CHECKPOINTS, CLASSIFY_CHECKPOINT, LM_CHECKPOINT, MLM_CHECKPOINT, main
-from tfcourse.data import Task
 from tfcourse.decoding import sample_decode
 from tfcourse.inference import classify, complete, predict
 from tfcourse.model import Transformer, TransformerConfig
@@ -27,7 +26,6 @@ from tfcourse.vocab import Vocab
 
 QUICK = ["--steps", "5", "--batch-size", "8", "--eval-every", "0", "--eval-size", "20",
          "--no-progress", "--examples", "0", "--threads", "1"]
-TINY = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]
 COMMAND = os.path.join(os.path.dirname(sys.executable), "tfcourse")
 
 
@@ -134,7 +132,7 @@ def test_train_refusals(tmp_path, capsys, monkeypatch):
         ("O11", ["--out", str(tmp_path / "fifo"), "--overwrite"], "is not a regular file"),
         ("T11", ["--max-len", "100000000", *out], "numbers of fixed tables) needs about 25.6 GB"),
     ]
-    for probe, options, message in cases:
+    for _probe, options, message in cases:
         _refused_at_once(["train", "--task", "copy", *QUICK, *options], message, capsys, monkeypatch)
     assert (tmp_path / "fifo").exists() and not (tmp_path / "fifo").is_file()  # O11: still a pipe
 
@@ -181,45 +179,6 @@ def test_two_runs_started_together_do_not_both_write(tmp_path):  # CONC, as the 
     assert codes == [0, 1]
     loser = second if second.returncode else first
     assert "is writing" in loser.stderr
-
-
-def _interrupt_at(monkeypatch, call, method):
-    calls, real = [], getattr(Task, method)
-
-    def interrupted(self, *args):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return real(self, *args)
-
-    monkeypatch.setattr(Task, method, interrupted)
-
-
-def test_an_init_run_resumes_with_the_command_it_prints(tmp_path, capsys, monkeypatch):  # NI1, KI1
-    start, out = tmp_path / "start.pt", tmp_path / "run.pt"
-    assert main(["train", "--task", "copy", "--out", str(start), *QUICK, *TINY]) == 0
-    command = ["train", "--task", "copy", "--init", str(start), "--out", str(out), *QUICK, *TINY,
-               "--steps", "10"]
-    _interrupt_at(monkeypatch, 2 + 6, "make_batch")  # positions, memory, then during step 6
-    assert main(command) == 130
-    assert "carry on with the same command and --resume" in capsys.readouterr().err
-    monkeypatch.undo()
-    assert main([*command, "--resume"]) == 0
-    assert torch.load(out, weights_only=True)["init"]["path"] == str(start)
-    capsys.readouterr()
-    assert main(["train", "--task", "copy", "--init", str(out), "--out", str(start), "--resume",
-                 *QUICK, *TINY]) == 1  # another start than the checkpoint's
-    assert "started from random weights; --resume carries on" in one_line_error(capsys)
-
-
-def test_ctrl_c_during_the_test_evaluation_says_the_run_is_complete(tmp_path, capsys,
-                                                                    monkeypatch):  # N6
-    out = tmp_path / "run.pt"
-    _interrupt_at(monkeypatch, 2, "evaluate")  # the validation round, then the test split
-    assert main(["train", "--task", "copy", "--out", str(out), *QUICK]) == 130
-    err = capsys.readouterr().err
-    assert f"the run is complete, {out} holds its step 5" in err
-    assert torch.load(out, weights_only=True)["step"] == 5
 
 
 def test_an_ignored_ctrl_c_stays_ignored(tmp_path):  # N1ign

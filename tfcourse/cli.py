@@ -32,8 +32,8 @@ import torch  # noqa: E402
 
 from tfcourse.checkpoint import load_checkpoint, writing  # noqa: E402
 from tfcourse.config import check_value  # noqa: E402
-from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E402
 from tfcourse.decoding import SEEDS, TEMPERATURES  # noqa: E402
+from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E402
 from tfcourse.inference import NOT_SURE, classify, complete, output_confidence, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
 from tfcourse.recipes import RECIPES, recipe  # noqa: E402

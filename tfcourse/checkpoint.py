@@ -13,7 +13,9 @@ without the record was written before tfcourse recorded it: it is read as it is 
 checkpoints have it). Every file is refused when a weight is not finite (NaN, inf), and
 load_checkpoint refuses a vocabulary whose size is not the model's (vocab.check_vocab_size).
 A device that is unknown or not on this machine is named as such (device.resolve_device),
-never blamed on the file.
+never blamed on the file. While a run writes a checkpoint it holds writing(path), a lock
+file beside it, so that a second run given the same path is refused instead of replacing
+the first one's work.
 """
 
 import contextlib

@@ -179,8 +179,9 @@ def build_parser():
 
     de = commands.add_parser(
         "decode", help="turn inputs into outputs with a trained checkpoint",
-        description="Decode each TEXT (or each line of standard input when no TEXT is "
-        "given) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT (confidence ...)' "
+        description="Decode each TEXT (or each line of standard input, UTF-8, when no TEXT "
+        "is given or TEXT is -) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT "
+        "(confidence ...)' "
         "per line, the confidence being the smallest probability the model gives one of the "
         f"output's characters ('not sure' below {NOT_SURE['seq2seq']}). Characters the "
         "model has never seen, and outputs that cannot be right, are pointed out; an empty "
@@ -227,8 +228,9 @@ def build_parser():
 
     cl = commands.add_parser(
         "classify", help="say which language a text is in, with a trained classifier",
-        description="Classify each TEXT (or each line of standard input when no TEXT is "
-        "given) with a classifier checkpoint (default: the shipped language identifier); "
+        description="Classify each TEXT (or each line of standard input, UTF-8, when no "
+        "TEXT is given or TEXT is -) with a classifier checkpoint (default: the shipped "
+        "language identifier); "
         "print 'TEXT -> CLASS (p = ...)' per line, p being the model's probability of it "
         f"('not sure' below {NOT_SURE['classifier']}). "
         "Characters the model has never seen are pointed out; an empty or over-long input "

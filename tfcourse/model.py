@@ -96,9 +96,13 @@ def check_config(cls: type, config: Any) -> None:
     device = torch.get_default_device()
     if device.type == "meta":
         return
-    numbers = _numbers(cls, config)
+    try:
+        numbers = _numbers(cls, config)
+    except TypeError:  # a config that is not frozen (unhashable): counted each time
+        numbers = _numbers.__wrapped__(cls, config)
     sizes = ", ".join(f"{name}={getattr(config, name):,}" for name in (
-        "d_model", "d_ff", "n_layers", "max_len", *VOCAB_SIZES) if hasattr(config, name))
+        "d_model", "d_ff", "n_layers", "max_len", *VOCAB_SIZES)
+        if isinstance(getattr(config, name, None), int))
     check_fits(4 * numbers, f"a {cls.__name__} with {sizes} ({numbers:,} numbers)", device,
                "choose smaller sizes")
 

@@ -19,6 +19,9 @@ from tfcourse.vocab import Vocab
 
 QUICK = ["--steps", "30", "--batch-size", "16", "--eval-every", "0", "--no-progress",
          "--examples", "2", "--threads", "1"]
+FEW = ["--steps", "5", "--batch-size", "8", "--eval-every", "0", "--eval-size", "20",
+       "--no-progress", "--examples", "0", "--threads", "1"]
+TINY = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1"]
 
 
 def one_line_error(capsys):
@@ -28,11 +31,12 @@ def one_line_error(capsys):
 
 
 def interrupt_at(monkeypatch, call, method="make_batch"):
-    """Ctrl-C at the call-th call of Task.<method> (make_batch: once to measure the memory a
-    step needs, then once per step and once per validation round; evaluate: once per
-    validation round)."""
+    """Ctrl-C at the call-th call of Task.<method> of a new run (make_batch: once to check
+    that its longest examples fit the model's positions, once to measure the memory a step
+    needs, then once per step and once per validation round; evaluate: once per validation
+    round)."""
     calls, real = [], getattr(Task, method)
-    call += method == "make_batch"
+    call += 2 * (method == "make_batch")
 
     def interrupted(self, *args):
         calls.append(1)
@@ -144,6 +148,33 @@ def test_interrupted_run_resumes_with_the_same_command(tmp_path, capsys, monkeyp
     assert state["train_config"]["batch_size"] == 16
 
 
+def test_an_init_run_resumes_with_the_command_it_prints(tmp_path, capsys, monkeypatch):  # NI1, KI1
+    start, out = tmp_path / "start.pt", tmp_path / "run.pt"
+    assert main(["train", "--task", "copy", "--out", str(start), *FEW, *TINY]) == 0
+    command = ["train", "--task", "copy", "--init", str(start), "--out", str(out), *FEW, *TINY,
+               "--steps", "10"]
+    interrupt_at(monkeypatch, 6)  # during step 6
+    assert main(command) == 130
+    assert "carry on with the same command and --resume" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main([*command, "--resume"]) == 0
+    assert torch.load(out, weights_only=True)["init"]["path"] == str(start)
+    capsys.readouterr()
+    assert main(["train", "--task", "copy", "--init", str(out), "--out", str(start), "--resume",
+                 *FEW, *TINY]) == 1  # another start than the checkpoint's
+    assert "started from random weights; --resume carries on" in one_line_error(capsys)
+
+
+def test_ctrl_c_during_the_test_evaluation_says_the_run_is_complete(tmp_path, capsys,
+                                                                    monkeypatch):  # N6
+    out = tmp_path / "run.pt"
+    interrupt_at(monkeypatch, 2, "evaluate")  # the validation round, then the test split
+    assert main(["train", "--task", "copy", "--out", str(out), *FEW]) == 130
+    err = capsys.readouterr().err
+    assert f"the run is complete, {out} holds its step 5" in err
+    assert torch.load(out, weights_only=True)["step"] == 5
+
+
 def test_interrupt_before_a_step_finishes_saves_nothing(tmp_path, capsys, monkeypatch):
     out = tmp_path / "c.pt"
     interrupt_at(monkeypatch, 1)
@@ -172,7 +203,7 @@ def test_unwritable_out_fails_before_training(tmp_path, capsys, monkeypatch):
     (tmp_path / "file").write_text("not a directory")
     monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained anyway"))
     assert main(["train", "--task", "copy", "--out", str(tmp_path / "file" / "c.pt"), *QUICK]) == 1
-    assert "cannot write the checkpoint" in one_line_error(capsys)
+    assert f"{tmp_path / 'file'} is not a directory" in one_line_error(capsys)
 
 
 def test_a_full_disk_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
@@ -366,7 +397,7 @@ def test_train_can_start_from_a_checkpoints_weights(tiny_checkpoints, tmp_path, 
     refused = [(["--init", lm, *tiny], "holds a lm model; --task classify trains a classifier"),
                (["--init", str(mlm), *tiny, "--d-ff", "64"], "--d-ff 32 (this run: 64)"),
                (["--init", str(mlm), *tiny, "--seed", "1"], "has another vocabulary than"),
-               (["--init", str(mlm), "--resume", *tiny], "--init starts a new run")]
+               (["--init", "", *tiny], "--init is empty")]
     for options, message in refused:
         argv = ["train", "--task", "classify", "--out", str(tmp_path / "new.pt"), *one_step]
         assert main([*argv, *options]) == 1
@@ -467,11 +498,11 @@ def test_a_checkpoint_with_too_few_class_names_is_refused(tiny_checkpoints, tmp_
 
 
 def test_reading_standard_input_from_a_terminal_is_announced(monkeypatch, capsys):
-    class Terminal(io.StringIO):
+    class Terminal(io.BytesIO):
         def isatty(self):
             return True
 
-    monkeypatch.setattr(sys, "stdin", Terminal(""))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(Terminal(b"")))
     assert main(["decode"]) == 1
     err = capsys.readouterr().err
     assert "reading inputs from standard input, one a line; end with Ctrl-D" in err

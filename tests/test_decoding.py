@@ -205,7 +205,7 @@ def test_bad_arguments(decode, kwargs, message):
     [
         (beam_search_decode, dict(beam_size=0), r"beam_size must be an integer >= 1, got 0"),
         (beam_search_decode, dict(length_penalty=-1), r"length_penalty \(alpha\) must be >= 0"),
-        (sample_decode, dict(temperature=0), r"temperature must be > 0, got 0"),
+        (sample_decode, dict(temperature=0), r"temperature must be a number in \[0.001, 1000\].*got 0"),
         (sample_decode, dict(top_k=0), r"top_k must be None or an integer >= 1, got 0"),
         (sample_decode, dict(top_p=1.5), r"top_p must be None or in \(0, 1\], got 1.5"),
     ],

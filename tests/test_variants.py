@@ -367,7 +367,7 @@ def test_lm_errors():
     with pytest.raises(ValueError, match=r"tokens must be ids of shape \(batch, seq\) with seq >= 1, "
                                          r"got \(2, 0\)"):
         model(torch.zeros(2, 0, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"got list"):
+    with pytest.raises(TypeError, match=r"tokens must be a torch.Tensor of ids \(batch, seq\), got list"):
         model([[1, 2]])
     with pytest.raises(TypeError, match="integer tensor of ids, got torch.float32"):
         model(torch.ones(1, 3))

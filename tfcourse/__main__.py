@@ -9,7 +9,12 @@ import sys
 def _load_cli():
     """tfcourse.cli.main, imported with Ctrl-C held back until the import is done: an interrupt
     inside a C extension's first import (numpy's, under torch) leaves it half-loaded, and
-    Python then fails with an ImportError instead of KeyboardInterrupt."""
+    Python then fails with an ImportError instead of KeyboardInterrupt. A Ctrl-C that the
+    parent process ignores (SIG_IGN, e.g. `trap '' INT`) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        from tfcourse.cli import main as run
+
+        return run
     pressed = []
     previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     try:

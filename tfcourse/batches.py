@@ -18,11 +18,15 @@ from tfcourse.masks import padding_mask, target_mask
 from tfcourse.vocab import BOS, CLS, EOS, MASK, PAD, SPECIALS, Vocab
 
 
-def check_tokens(tokens: torch.Tensor) -> None:
-    """tokens must be a (batch, seq) tensor of ids with seq >= 1 (ValueError naming it)."""
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.size(1) == 0:
-        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be ids of shape (batch, seq) with seq >= 1, got {got}")
+def check_tokens(tokens: torch.Tensor, name: str = "tokens") -> None:
+    """``name`` must be a (batch, seq) tensor of ids with seq >= 1 (TypeError/ValueError
+    naming it)."""
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of ids (batch, seq), got "
+                        f"{type(tokens).__name__} (torch.as_tensor makes one)")
+    if tokens.dim() != 2 or tokens.size(1) == 0:
+        raise ValueError(f"{name} must be ids of shape (batch, seq) with seq >= 1, got "
+                         f"{tuple(tokens.shape)}")
 
 
 def _to(batch, device: torch.device | str):

@@ -4,20 +4,35 @@ registry: the course's three are known by name, and register() adds one of your 
 
     save_checkpoint("dates.pt", model, task, config, step)
     model, vocab, state = load_checkpoint("dates.pt")
+
+A checkpoint proves it is whole, for every kind alike: save_checkpoint records
+"weights_sha256", the SHA-256 of the model's tensors (weights_digest: each tensor's name,
+dtype, shape and bytes, in name order), and read_checkpoint recomputes it, so that a file
+whose weights were damaged (flipped bytes, an edit) is refused, naming the file. A file
+without the record was written before tfcourse recorded it: it is read as it is (the shipped
+checkpoints have it). Every file is refused when a weight is not finite (NaN, inf), and
+load_checkpoint refuses a vocabulary whose size is not the model's (vocab.check_vocab_size).
+A device that is unknown or not on this machine is named as such (device.resolve_device),
+never blamed on the file. While a run writes a checkpoint it holds writing(path), a lock
+file beside it, so that a second run given the same path is refused instead of replacing
+the first one's work.
 """
 
 import contextlib
 import glob
+import hashlib
 import importlib
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
 import torch
 from torch import nn
 
+from tfcourse.device import resolve_device
 from tfcourse.interface import ModelLike, TaskLike
-from tfcourse.vocab import Vocab
+from tfcourse.vocab import Vocab, check_vocab_size
 
 # kind -> "module:class", imported when a checkpoint of that kind is loaded (so that loading
 # a language model does not import the encoder-decoder, and no module here imports a model).
@@ -64,10 +79,13 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
     (a temporary file left by a killed process is removed by the next save). Plain types
     and tensors only, so that torch.load(weights_only=True) reads it. Raises OSError when
     the file cannot be written. ``init`` records the checkpoint a run started from (its
-    path, task, step and SHA-256; empty for a run from random weights)."""
+    path, task, step and SHA-256; empty for a run from random weights). The model's weights
+    are recorded with their digest (weights_digest), which read_checkpoint checks."""
+    weights = model.state_dict()
     state = {
         "kind": model.kind,
-        "model": model.state_dict(),
+        "model": weights,
+        "weights_sha256": weights_digest(weights),
         "model_config": asdict(model.config),
         "train_config": asdict(config),
         "task": task.name,
@@ -92,6 +110,55 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
         if isinstance(error, (OSError, RuntimeError)):  # torch's writer raises RuntimeError
             raise OSError(f"cannot write the checkpoint {path}: {first_line(error)}") from None
         raise
+
+
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+    """Hold ``path``.lock while a run writes the checkpoint ``path``: a second run given the
+    same path is refused at once (ValueError naming the process that holds it) instead of
+    silently replacing the first one's checkpoint. The lock file holds the process id (made
+    whole, then linked into place); one left by a process that no longer runs (killed) is
+    taken over; it is removed when the run ends. (Where the file system has no hard links,
+    there is no lock.)"""
+    lock = f"{path}.lock"
+    mine = f"{lock}{os.getpid()}"
+    with open(mine, "w") as file:
+        file.write(str(os.getpid()))
+    held = False
+    try:
+        for _ in range(2):
+            try:
+                os.link(mine, lock)
+                held = True
+                break
+            except FileExistsError:
+                pid = _owner(lock)
+                if pid is not None and _running(pid):
+                    raise ValueError(f"another run (process {pid}) is writing {path}: wait "
+                                     "for it to end, or choose another --out") from None
+                with contextlib.suppress(OSError):  # left by a killed run
+                    os.remove(lock)
+            except OSError:  # no hard links here
+                break
+        else:
+            raise ValueError(f"cannot lock {lock}: another run keeps taking it")
+    finally:
+        os.remove(mine)
+    try:
+        yield
+    finally:
+        if held:
+            with contextlib.suppress(OSError):
+                os.remove(lock)
+
+
+def _owner(lock: str) -> int | None:
+    """The process id in a lock file (None: gone, or not a number)."""
+    try:
+        with open(lock) as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return None
 
 
 def _remove_stale(path: str) -> None:
@@ -119,9 +186,21 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
+def weights_digest(weights: dict[str, torch.Tensor]) -> str:
+    """The SHA-256 of a state_dict: each tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        tensor = weights[name].detach().cpu().contiguous()
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
-    """A checkpoint's dict. Raises FileNotFoundError, or ValueError for a file that is not a
-    tfcourse checkpoint."""
+    """A checkpoint's dict, its weights checked: the digest recorded at save (when there is
+    one) and finite values. Raises FileNotFoundError, ValueError for a file that is not a
+    tfcourse checkpoint or is damaged, or ValueError naming a device this machine lacks."""
+    device = resolve_device(str(device))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
     if os.path.getsize(path) == 0:
@@ -134,6 +213,16 @@ def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
     if not isinstance(state, dict):
         raise ValueError(f"{path} is not a readable tfcourse checkpoint (it holds a "
                          f"{type(state).__name__}, not a dict)")
+    weights = state.get("model")
+    if isinstance(weights, dict) and all(isinstance(t, torch.Tensor) for t in weights.values()):
+        recorded = state.get("weights_sha256")
+        if recorded is not None and recorded != weights_digest(weights):
+            raise ValueError(f"{path} is damaged: its weights are not those it was saved with "
+                             "(their SHA-256 differs from the one recorded): use another copy")
+        for name, tensor in weights.items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise ValueError(f"{path} is damaged: its weight {name} is not finite (NaN or "
+                                 "inf): use another copy, or an earlier checkpoint of the run")
     return state
 
 
@@ -142,7 +231,9 @@ def load_checkpoint(path: str, device: torch.device | str = "cpu"
     """A checkpoint -> (model in eval mode, vocab, the checkpoint's dict). The model's class
     is the one registered for the recorded kind (a checkpoint without one holds a
     Transformer). Raises FileNotFoundError, or ValueError for a file that is not a tfcourse
-    checkpoint or that disagrees with itself (e.g. fewer class names than outputs)."""
+    checkpoint, is damaged (read_checkpoint) or disagrees with itself (a vocabulary of
+    another size than the model's, fewer class names than outputs)."""
+    device = resolve_device(str(device))
     state = read_checkpoint(path, device)
     kind = state.get("kind", "seq2seq")
     if kind not in _KINDS:
@@ -156,6 +247,11 @@ def load_checkpoint(path: str, device: torch.device | str = "cpu"
     except Exception as error:  # missing keys, wrong shapes: all say "corrupt"
         raise ValueError(f"{path} is not a readable tfcourse checkpoint "
                          f"({first_line(error)})") from None
+    try:
+        check_vocab_size(vocab, model.config)
+    except ValueError as error:
+        raise ValueError(f"{path} disagrees with itself: {error}: the file was edited or is "
+                         "corrupt") from None
     classes = state.get("classes") or []
     n_classes = getattr(model.config, "n_classes", None)
     if classes and n_classes is not None and len(classes) != n_classes:

@@ -20,6 +20,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import hashlib  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
@@ -29,8 +30,9 @@ from dataclasses import asdict, fields  # noqa: E402
 
 import torch  # noqa: E402
 
-from tfcourse.checkpoint import load_checkpoint  # noqa: E402
+from tfcourse.checkpoint import load_checkpoint, writing  # noqa: E402
 from tfcourse.config import check_value  # noqa: E402
+from tfcourse.decoding import SEEDS, TEMPERATURES  # noqa: E402
 from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E402
 from tfcourse.inference import NOT_SURE, classify, complete, output_confidence, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
@@ -43,6 +45,9 @@ DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
 CLASSIFY_CHECKPOINT = os.path.join(CHECKPOINTS, "classify.pt")
 LM_CHECKPOINT = os.path.join(CHECKPOINTS, "lm.pt")
 MLM_CHECKPOINT = os.path.join(CHECKPOINTS, "mlm.pt")  # the encoder pre-trained by masked LM
+# Several samples are drawn as one batch and printed at the end: at most so many characters
+# each (one sample is printed as it comes, at any length).
+MAX_NEW_BATCHED = 10_000
 # The settings of `tfcourse train`: every TrainConfig field, and every field of a recipe's
 # model config except those its task sets (vocabulary sizes, classes, padding).
 TRAIN_SETTINGS = {f.name: f for f in fields(TrainConfig)}
@@ -174,8 +179,9 @@ def build_parser():
 
     de = commands.add_parser(
         "decode", help="turn inputs into outputs with a trained checkpoint",
-        description="Decode each TEXT (or each line of standard input when no TEXT is "
-        "given) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT (confidence ...)' "
+        description="Decode each TEXT (or each line of standard input, UTF-8, when no TEXT "
+        "is given or TEXT is -) with an encoder-decoder checkpoint; print 'TEXT -> OUTPUT "
+        "(confidence ...)' "
         "per line, the confidence being the smallest probability the model gives one of the "
         f"output's characters ('not sure' below {NOT_SURE['seq2seq']}). Characters the "
         "model has never seen, and outputs that cannot be right, are pointed out; an empty "
@@ -204,10 +210,11 @@ def build_parser():
                     help="a checkpoint of `tfcourse train --task lm` (default: the shipped one)")
     sa.add_argument("--prompt", default="def ", help="the text to continue (default 'def ')")
     sa.add_argument("--max-new", type=_POSITIVE_INT, default=200,
-                    help="characters to add (default 200)")
-    sa.add_argument("--temperature", type=_number(float, 0, low_open=True), default=1.0,
-                    help="> 0; below 1 sharpens the distribution, above 1 flattens it "
-                    "(default 1.0)")
+                    help="characters to add (default 200), printed as they come (with "
+                    f"--samples above 1, at the end: at most {MAX_NEW_BATCHED:,} then)")
+    sa.add_argument("--temperature", type=_number(float, *TEMPERATURES, high_open=False),
+                    default=1.0, help="below 1 sharpens the distribution, above 1 flattens it "
+                    "(default 1.0; --greedy is the limit of a low one)")
     sa.add_argument("--top-k", type=_POSITIVE_INT, help="draw among the k most probable only")
     sa.add_argument("--top-p", type=_number(float, 0, 1, low_open=True, high_open=False),
                     help="draw among the fewest most probable whose probabilities add up to p")
@@ -215,13 +222,15 @@ def build_parser():
                     help="always the most probable character (no draw)")
     sa.add_argument("--samples", type=_POSITIVE_INT, default=1,
                     help="continuations to draw (default 1)")
-    sa.add_argument("--seed", type=_COUNT, default=0, help="seeds the draws (default 0)")
+    sa.add_argument("--seed", type=_number(int, 0, SEEDS), default=0,
+                    help="seeds the draws (default 0)")
     _running_options(sa)
 
     cl = commands.add_parser(
         "classify", help="say which language a text is in, with a trained classifier",
-        description="Classify each TEXT (or each line of standard input when no TEXT is "
-        "given) with a classifier checkpoint (default: the shipped language identifier); "
+        description="Classify each TEXT (or each line of standard input, UTF-8, when no "
+        "TEXT is given or TEXT is -) with a classifier checkpoint (default: the shipped "
+        "language identifier); "
         "print 'TEXT -> CLASS (p = ...)' per line, p being the model's probability of it "
         f"('not sure' below {NOT_SURE['classifier']}). "
         "Characters the model has never seen are pointed out; an empty or over-long input "
@@ -274,20 +283,36 @@ def _train(args):
     _check_out(args)
     device = resolve_device(args.device)
     threads = set_threads(args.threads)
+    with writing(args.out) if rank == 0 else contextlib.nullcontext():
+        return _run(args, r, given_train, given_model, device, threads, rank)
+
+
+def _run(args, r, given_train, given_model, device, threads, rank):
+    """_train's run, once --out is this run's to write."""
     if args.resume:
         model, _, state = load_checkpoint(args.out)
+        started = (state.get("init") or {}).get("path")
+        if args.init is not None and args.init != started:
+            raise ValueError(f"--init {args.init}: {args.out} started from "
+                             f"{started or 'random weights'}; --resume carries on from "
+                             f"{args.out} with its own start: drop --init")
         config = _resumed_settings(args, state, given_train, given_model)
         task = r.make_task(seed=config.seed)
     else:
         config = r.train_config(**{"seed": 0, **given_train})
         task = r.make_task(seed=config.seed)
         with torch.device("meta"):  # no memory: how big would it be?
-            size = sum(p.numel() for p in r.build_model(task, **given_model).parameters())
+            shape = r.build_model(task, **given_model)
+        size = sum(p.numel() for p in shape.parameters())
+        buffers = sum(b.numel() for b in shape.buffers())  # e.g. the positional table
         options = " ".join(_as_options(given_model)) or "the recipe's model"
-        check_fits(16 * size, f"{options} (a model of {size:,} parameters, with their gradients "
-                   "and Adam's state)", torch.device("cpu"), "choose a smaller model")
+        check_fits(16 * size + 4 * buffers, f"{options} (a model of {size:,} parameters, with "
+                   f"their gradients and Adam's state, and {buffers:,} numbers of fixed tables)",
+                   torch.device("cpu"), "choose a smaller model")
+        if hasattr(shape.config, "max_len"):
+            _check_positions(task, shape.config.max_len)
         model = r.build_model(task, config.seed, **given_model)
-    init = _load_init(args.init, model, task) if args.init else None
+    init = _load_init(args.init, model, task) if args.init is not None and not args.resume else None
     if args.amp is not None:
         config.amp = args.amp
     if rank == 0:
@@ -300,18 +325,46 @@ def _train(args):
     if rank != 0:
         return 0
     step = history["step"][-1] if history["step"] else 0
-    print(f"step {step}: test {task.metric} {task.evaluate(model, task.test):.4f} "
-          f"({len(task.test)} examples); checkpoint {args.out}")
-    examples = random.Random(0).sample(task.test, min(args.examples, len(task.test)))
-    for line in task.show(model, examples) if examples else []:
-        print(f"  {line}")
+    try:
+        print(f"step {step}: test {task.metric} {task.evaluate(model, task.test):.4f} "
+              f"({len(task.test)} examples); checkpoint {args.out}")
+        examples = random.Random(0).sample(task.test, min(args.examples, len(task.test)))
+        for line in task.show(model, examples) if examples else []:
+            print(f"  {line}")
+    except KeyboardInterrupt:
+        print(f"\ninterrupted during the test evaluation: the run is complete, {args.out} "
+              f"holds its step {step}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _check_positions(task, max_len):
+    """ValueError naming --max-len when the longest example of ``task`` (of each split: the
+    longest text of each field of its pairs, or a window of fixed length) takes more
+    positions than the model has."""
+    longest = []
+    for split in (task.train, task.val, task.test):
+        first = split[0] if len(split) else None
+        if isinstance(first, tuple) and all(isinstance(field, str) for field in first):
+            longest += [max(split, key=lambda pair, i=i: len(pair[i])) for i in range(len(first))]
+        elif first is not None:
+            longest.append(first)
+    batch = task.make_batch(longest)
+    needed = max(t.size(1) for t in vars(batch).values()
+                 if isinstance(t, torch.Tensor) and t.dim() >= 2)
+    if needed > max_len:
+        raise ValueError(f"--max-len {max_len} is too short for --task {task.name}: its longest "
+                         f"example takes {needed} positions; give --max-len {needed} or more")
 
 
 def _load_init(path, model, task):
     """Copy the weights of the checkpoint at ``path`` into ``model`` (a new run on ``task``);
     ValueError naming the difference when its model kind, vocabulary or model settings are
     not the new run's. -> what the checkpoint records as its start (checkpoint.save_checkpoint)."""
+    shipped = os.path.join(CHECKPOINTS, os.path.basename(path))
+    if not os.path.exists(path) and os.path.isfile(shipped):  # README's path, from elsewhere
+        raise FileNotFoundError(f"no checkpoint at {path} (from the folder {os.getcwd()}); the "
+                                f"shipped one is {shipped}")
     start, vocab, state = load_checkpoint(path)
     if start.kind != model.kind:
         raise ValueError(f"--init {path} holds a {start.kind} model; --task {task.name} "
@@ -335,12 +388,20 @@ def _load_init(path, model, task):
 def _check_out(args):
     """Fail now, not after the first round of training, when --out cannot be used."""
     path = args.out
+    for option in ("out", "init"):
+        if getattr(args, option) == "":
+            raise ValueError(f"--{option} is empty: give a file name (an unset shell variable?)")
     if os.path.isdir(path):
         raise ValueError(f"--out {path} is a directory: give a file name, e.g. "
                          f"{os.path.join(path, args.task + '.pt')}")
-    if args.resume and args.init:
-        raise ValueError("--init starts a new run from a checkpoint's weights; --resume carries "
-                         f"on from {path}: give one of them")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):  # the first folder of the path that exists
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise ValueError(f"--out {path}: {folder} is not a directory")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"--out {path} is not a regular file (a device, a pipe?): a checkpoint "
+                         "never replaces one, even with --overwrite; choose another --out")
     if args.resume and not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint to resume at {path}")
     if not args.resume and os.path.exists(path) and not args.overwrite:
@@ -357,13 +418,26 @@ def _check_out(args):
 
 
 def _inputs(args):
-    """The TEXT arguments, or else the lines of standard input."""
-    if args.text:
+    """The TEXT arguments, or else (none, or "-") the lines of standard input: UTF-8 text,
+    its lines ended by \\n or \\r\\n (ValueError naming the first line that is not UTF-8)."""
+    if args.text and args.text != ["-"]:
         return args.text
+    if sys.stdin is None:
+        raise ValueError("standard input is closed: give TEXT arguments")
     if sys.stdin.isatty():
         print(f"tfcourse {args.command}: reading inputs from standard input, one a line; end "
               "with Ctrl-D (or give them as arguments)", file=sys.stderr)
-    return [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts = []
+    for n, line in enumerate(sys.stdin.buffer, 1):
+        try:
+            text = line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"standard input is not UTF-8 text (line {n} has the byte "
+                             f"{line[error.start]:#04x}): convert it first, e.g. with "
+                             "iconv -f latin1 -t utf-8") from None
+        if text.strip():
+            texts.append(text)
+    return texts
 
 
 def _decode(args):
@@ -423,17 +497,27 @@ def _sample(args):
     cache = 2 * c.n_layers * positions * c.d_model * 4  # keys and values, float32
     check_fits(args.samples * (cache + 2 * c.vocab_size * 4), f"--samples {args.samples}",
                device, "draw fewer samples at a time")
-    unknown = sorted({c for c in args.prompt if c not in vocab.stoi})
-    if unknown:
-        raise ValueError(f"the prompt has characters the model has never seen: "
-                         f"{''.join(unknown[:10])!r}; it knows {len(vocab) - 4} characters")
+    if args.samples > 1 and args.max_new > MAX_NEW_BATCHED:
+        raise ValueError(f"--max-new {args.max_new} with --samples {args.samples}: several "
+                         f"samples are printed when all are done, so at most "
+                         f"{MAX_NEW_BATCHED:,} characters each; one sample (--samples 1) is "
+                         "printed as it comes, at any length")
     greedy = args.greedy or args.top_k == 1
-    texts = complete(model, vocab, args.prompt, args.max_new,
-                     None if greedy else args.temperature, None if greedy else args.top_k,
-                     None if greedy else args.top_p, args.samples, args.seed)
+    options = (None if greedy else args.temperature, None if greedy else args.top_k,
+               None if greedy else args.top_p, args.samples, args.seed)
+    if args.samples == 1:  # the text as it comes: Ctrl-C keeps what is printed
+        prompt = [args.prompt]  # printed with the first character, once complete() took it
+
+        def show(chars):
+            print(*prompt, chars[0], sep="", end="", flush=True)
+            prompt.clear()
+
+        complete(model, vocab, args.prompt, args.max_new, *options, emit=show)
+        print()
+        return 0
+    texts = complete(model, vocab, args.prompt, args.max_new, *options)
     for i, text in enumerate(texts):
-        if args.samples > 1:
-            print(f"--- sample {i + 1} of {args.samples} ---")
+        print(f"--- sample {i + 1} of {args.samples} ---")
         print(args.prompt + text)
     return 0
 
@@ -481,9 +565,19 @@ COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "train":
-            args.out = args.out or f"{args.task}.pt"
+        if sys.stdout is None:  # started with standard output closed (>&-)
+            raise OSError("standard output is closed: nowhere to write the results")
+        if args.command == "train" and args.out is None:
+            args.out = f"{args.task}.pt"
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # e.g. `tfcourse sample | head -1`: stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141  # 128 + SIGPIPE, a shell's status of a command that a closed pipe stopped
+    except UnicodeEncodeError as error:
+        print(f"tfcourse {args.command}: error: standard output's encoding ({error.encoding}) "
+              f"cannot write {ascii(error.object[error.start:error.end])}: set PYTHONIOENCODING=utf-8 "
+              "(or a UTF-8 locale, e.g. LANG=C.UTF-8)", file=sys.stderr)
+        return 1
     except Interrupted as stop:
         if stop.saved:
             message = (f"the last finished step ({stop.step}) is saved in {args.out}; carry on "

@@ -29,6 +29,10 @@ from tfcourse.masks import causal_mask
 from tfcourse.multi_head import Cache
 
 Choose = Callable[[torch.Tensor], torch.Tensor]  # (batch, vocab) log-probabilities -> (batch,) ids
+# The temperatures sampler() takes: below, log_probs / temperature overflows float32 (use
+# greedy, its limit); above, every token is about equally likely. Seeds: a torch.Generator's.
+TEMPERATURES = (1e-3, 1e3)
+SEEDS = 2**63
 
 
 def decode_step(model: nn.Module, tokens: torch.Tensor, memory: torch.Tensor,
@@ -53,7 +57,8 @@ def decode_step(model: nn.Module, tokens: torch.Tensor, memory: torch.Tensor,
 
 @torch.no_grad()
 def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor, max_len: int,
-             eos_id: int, pad_id: int, choose: Choose) -> torch.Tensor:
+             eos_id: int, pad_id: int, choose: Choose,
+             emit: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """Add up to max_len tokens to ``tokens`` (batch, t), one at a time: the loop of greedy
     decoding, sampling, and a language model's generation.
 
@@ -61,13 +66,16 @@ def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor,
                     (a model with a key/value cache feeds it only the newest one)
     choose(log_probs) -> (batch,) the next tokens: greedy (argmax) or sampler(...)
     A sequence that has said eos_id only gets pad_id afterwards; the loop ends when every
-    sequence has stopped. Returns (batch, t + n), n <= max_len: the given tokens, then the
-    new ones.
+    sequence has stopped. emit(next_tokens (batch,)), when given, sees each step's tokens as
+    they come (e.g. to print a text while it grows). Returns (batch, t + n), n <= max_len:
+    the given tokens, then the new ones.
     """
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
     for _ in range(max_len):
         next_token = choose(step(tokens)).masked_fill(done, pad_id)  # (batch,)
         tokens = torch.cat((tokens, next_token[:, None]), dim=1)
+        if emit is not None:
+            emit(next_token)
         done |= next_token == eos_id
         if done.all():
             break
@@ -84,8 +92,12 @@ def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | N
     """A rule for generate(): draw each token from softmax(log_probs / temperature),
     restricted to the top_k tokens and/or the top_p nucleus (filter_logits). A fixed
     torch.Generator repeats the draws; top_k=1 is greedy."""
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+    low, high = TEMPERATURES
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            low <= temperature <= high):
+        raise ValueError(f"temperature must be a number in [{low}, {high:g}] (below: greedy, "
+                         f"its limit; above: every token about equally likely), got "
+                         f"{temperature!r}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
     if top_p is not None and not 0 < top_p <= 1:
@@ -101,7 +113,8 @@ def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | N
 @torch.no_grad()
 def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
                 choose: Choose = greedy, eos_id: int | None = None,
-                use_cache: bool = True, never: Sequence[int] = ()) -> torch.Tensor:
+                use_cache: bool = True, never: Sequence[int] = (),
+                emit: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
     """A decoder-only language model continues ``prompt`` (batch, t) ids by up to
     max_new_tokens tokens, each picked by ``choose`` (greedy, or sampler(...)) from its
     next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
@@ -114,7 +127,8 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
     max_len tokens, recomputed at each step without the cache, so that no prediction ever
     comes from a position the model never trained. Padding (model.config.pad_id) and the ids
     in ``never`` (e.g. the special tokens of a character model of running text) are never
-    picked: they are no text, and their logits never trained (no target is one)."""
+    picked: they are no text, and their logits never trained (no target is one). emit: as
+    generate()'s."""
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.size(1) == 0:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be token ids of shape (batch, t) with t >= 1, got {got}")
@@ -134,7 +148,7 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
         return F.log_softmax(logits, dim=-1)
 
     eos_id = -1 if eos_id is None else eos_id  # -1: no token is ever -1
-    return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose)
+    return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose, emit)
 
 
 def _start(src, bos_id):

@@ -34,6 +34,13 @@ class Embeddings(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         vocab_size, d_model = self.embedding.weight.shape
+        if not isinstance(tokens, torch.Tensor):
+            raise TypeError(f"tokens must be a torch.Tensor of ids, got {type(tokens).__name__} "
+                            "(torch.as_tensor makes one)")
+        if tokens.device != self.embedding.weight.device:
+            raise ValueError(f"tokens are on {tokens.device} but the model is on "
+                             f"{self.embedding.weight.device}: move them, e.g. "
+                             f"tokens.to('{self.embedding.weight.device}')")
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"tokens must be an integer tensor of ids, got {tokens.dtype}")
         if tokens.numel() and not 0 <= tokens.min() <= tokens.max() < vocab_size:

@@ -1,17 +1,53 @@
 """Using a trained model, each kind side by side: the encoder-decoder's outputs and their
 confidence (predict, output_confidence, exact_match, auroc), the classifier's classes
 (classify), the language model's continuations (complete). Each runs in eval mode, on the
-model's device, in batches (eval_batches: the one preamble they share).
+model's device, in batches (eval_batches: the one preamble they share). Each refuses what
+`tfcourse` refuses: a model of another kind, a vocabulary of another size than the model's,
+texts that are not a list of strings (TypeError/ValueError naming the argument).
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
+from tfcourse._validate import integer
 from tfcourse.batches import encode_sources, encode_texts, make_batch
-from tfcourse.decoding import beam_search_decode, greedy, greedy_decode, lm_generate, sampler
-from tfcourse.vocab import BOS, EOS, SPECIALS, Vocab
+from tfcourse.decoding import SEEDS, beam_search_decode, greedy, greedy_decode, lm_generate, sampler
+from tfcourse.vocab import BOS, EOS, SPECIALS, Vocab, check_vocab_size
+
+# What each use needs of a model, told by its config (so that a kind registered later is
+# known by what it has, not by its name): the field that marks it, and how to say it.
+USES = {"seq2seq": ("src_vocab_size", "an encoder-decoder (e.g. Transformer)"),
+        "classifier": ("n_classes", "a classifier (e.g. EncoderClassifier)"),
+        "lm": ("vocab_size", "a language model (e.g. DecoderLM)")}
+
+
+def check_model(model: nn.Module, vocab: Vocab, use: str) -> None:
+    """``model`` must be of the kind ``use`` (USES) and ``vocab`` its vocabulary: TypeError /
+    ValueError naming the argument."""
+    field, what = USES[use]
+    config = getattr(model, "config", None)
+    others = [USES[u][0] for u in USES if u != use]
+    if not hasattr(config, field) or any(hasattr(config, f) for f in others if f != "vocab_size"):
+        raise TypeError(f"model must be {what}, got {type(model).__name__}")
+    try:
+        check_vocab_size(vocab, config)
+    except ValueError as error:
+        raise ValueError(f"vocab does not match the model: {error}") from None
+
+
+def check_texts(texts: Sequence[str], what: str) -> None:
+    """``texts`` must be a list (or tuple) of non-empty strings: TypeError/ValueError naming
+    the first that is not (``what``: "decode", "classify")."""
+    if not isinstance(texts, (list, tuple)):
+        raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}"
+                        + (f" (for one text: [{texts!r}])" if isinstance(texts, str) else ""))
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"texts[{i}] must be a string, got {type(text).__name__}")
+        if not text:
+            raise ValueError(f"texts[{i}] is empty: nothing to {what}")
 
 
 def eval_batches(model: nn.Module, items: Sequence, batch_size: int
@@ -32,6 +68,8 @@ def predict(model: nn.Module, texts: Sequence[str], vocab: Vocab, max_len: int =
             beam: int = 1, batch_size: int = 500) -> list[str]:
     """Source texts -> output texts of an encoder-decoder, decoded greedily (beam=1) or with
     beam search."""
+    check_model(model, vocab, "seq2seq")
+    check_texts(texts, "decode")
     outputs = []
     for device, chunk in eval_batches(model, texts, batch_size):
         src, src_mask = (t.to(device) for t in encode_sources(chunk, vocab))
@@ -65,6 +103,7 @@ def output_confidence(model: nn.Module, pairs: Sequence[tuple[str, str]], vocab:
     scale of one character's probability: one digit it hesitated on is where a wrong date
     goes wrong. On the dates task it separates right from wrong outputs of held-out and
     unfamiliar inputs with an AUROC of about 0.99 (README, benchmarks/run.py confidence)."""
+    check_model(model, vocab, "seq2seq")
     scores = []
     for device, chunk in eval_batches(model, pairs, batch_size):
         batch = make_batch(chunk, vocab).to(device)
@@ -114,7 +153,12 @@ def exact_match(model: nn.Module, pairs: Sequence[tuple[str, str]], vocab: Vocab
 def classify(model: nn.Module, texts: Sequence[str], vocab: Vocab, classes: Sequence[str],
              batch_size: int = 500) -> list[tuple[str, float]]:
     """Texts -> (the most probable class, its probability) for each, by a classifier
-    (EncoderClassifier)."""
+    (EncoderClassifier); ``classes`` names its outputs."""
+    check_model(model, vocab, "classifier")
+    check_texts(texts, "classify")
+    if len(classes) != model.config.n_classes:
+        raise ValueError(f"classes must name the model's {model.config.n_classes} outputs, "
+                         f"got {len(classes)} names")
     guesses = []
     for device, chunk in eval_batches(model, texts, batch_size):
         tokens, mask = encode_texts(chunk, vocab)
@@ -129,21 +173,36 @@ def classify(model: nn.Module, texts: Sequence[str], vocab: Vocab, classes: Sequ
 @torch.no_grad()
 def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
              temperature: float | None = None, top_k: int | None = None,
-             top_p: float | None = None, samples: int = 1, seed: int = 0) -> list[str]:
+             top_p: float | None = None, samples: int = 1, seed: int = 0,
+             emit: Callable[[list[str]], None] | None = None) -> list[str]:
     """A language model (DecoderLM) continues the text ``prompt``: ``samples`` continuations
-    of up to max_new_chars characters each, greedy (temperature None) or drawn from
-    softmax(logits / temperature) within the top_k / top_p tokens (decoding.sampler, seeded
-    by ``seed``), by decoding.lm_generate with the key/value cache."""
-    model.eval()
-    device = next(model.parameters()).device
+    of up to max_new_chars characters each, greedy (temperature, top_k and top_p None) or
+    drawn from softmax(logits / temperature) (temperature None: 1) within the top_k / top_p
+    tokens (decoding.sampler, seeded by ``seed``), by decoding.lm_generate with the
+    key/value cache. emit(characters), when given, gets each step's new character of every
+    sample as it comes. A prompt with characters the model has never seen is a ValueError."""
+    check_model(model, vocab, "lm")
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
     if not prompt:
         raise ValueError("the prompt is empty: the model continues a text, give it at least "
                          "one character")
+    unknown = sorted({c for c in prompt if c not in vocab.stoi})
+    if unknown:
+        raise ValueError(f"the prompt has characters the model has never seen: "
+                         f"{''.join(unknown[:10])!r}; it knows {len(vocab) - len(SPECIALS)} "
+                         "characters")
+    samples = integer("samples", samples)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    model.eval()
+    device = next(model.parameters()).device
     ids = torch.tensor([vocab.encode(prompt)] * samples, device=device)  # (samples, t)
     if temperature is None and top_k is None and top_p is None:
         choose = greedy
     else:
         generator = torch.Generator(device).manual_seed(seed)
-        choose = sampler(temperature or 1.0, top_k, top_p, generator)
-    out = lm_generate(model, ids, max_new_chars, choose, never=range(len(SPECIALS)))
+        choose = sampler(1.0 if temperature is None else temperature, top_k, top_p, generator)
+    show = None if emit is None else lambda tokens: emit([vocab.itos[i] for i in tokens.tolist()])
+    out = lm_generate(model, ids, max_new_chars, choose, never=range(len(SPECIALS)), emit=show)
     return [vocab.decode(row[ids.size(1):]) for row in out]

@@ -32,7 +32,9 @@ class ModelLike(Protocol):
     """An nn.Module with a ``kind`` (the name checkpoints record: "seq2seq", ...), a
     ``config_class`` (a dataclass: the model is cls(config_class(**fields))) and its
     ``config`` (config.d_model sets the paper's schedule). Its forward has its chapter's own
-    signature (Transformer: src, tgt, src_mask, tgt_mask); only its batches call it.
+    signature (Transformer: src, tgt, src_mask, tgt_mask); only its batches call it. Its
+    __init__ starts with tfcourse.model.check_config(type(self), config): a config of another
+    class, or a model that would not fit in memory, is refused before anything is allocated.
     tfcourse.checkpoint.register(cls) makes a new kind loadable."""
 
     kind: ClassVar[str]

@@ -4,17 +4,21 @@
     logits = Linear(Decoder(PE(Embed(tgt)), memory))     (softmax is left to the loss)
 """
 
+import functools
 from dataclasses import MISSING, dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from tfcourse.batches import check_tokens
 from tfcourse.config import BlockConfig, check_pad_id, setting
 from tfcourse.decoder import Decoder
+from tfcourse.device import check_fits
 from tfcourse.encoder import Embeddings, Encoder
 from tfcourse.multi_head import Cache
 from tfcourse.positional import PositionalEncoding
+from tfcourse.vocab import VOCAB_SIZES
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,38 @@ _QKV = ("w_q", "w_k", "w_v")
 _QKV_GAIN = 0.5**0.5
 
 
+def check_config(cls: type, config: Any) -> None:
+    """What every model kind checks first in its __init__: ``config`` is a
+    ``cls.config_class`` (TypeError naming it otherwise: a dict, another kind's config), and
+    the model fits in the free memory of the device it is built on (ValueError naming its
+    sizes and the memory it needs, before anything is allocated; counted on the meta device,
+    its fixed tables, e.g. the positional encoding, included)."""
+    if not isinstance(config, cls.config_class):
+        raise TypeError(f"config must be a {cls.config_class.__name__}, got "
+                        f"{type(config).__name__}")
+    device = torch.get_default_device()
+    if device.type == "meta":
+        return
+    try:
+        numbers = _numbers(cls, config)
+    except TypeError:  # a config that is not frozen (unhashable): counted each time
+        numbers = _numbers.__wrapped__(cls, config)
+    sizes = ", ".join(f"{name}={getattr(config, name):,}" for name in (
+        "d_model", "d_ff", "n_layers", "max_len", *VOCAB_SIZES)
+        if isinstance(getattr(config, name, None), int))
+    check_fits(4 * numbers, f"a {cls.__name__} with {sizes} ({numbers:,} numbers)", device,
+               "choose smaller sizes")
+
+
+@functools.lru_cache(maxsize=64)
+def _numbers(cls: type, config: Any) -> int:
+    """The numbers (parameters and buffers) of cls(config), counted on the meta device: no
+    memory (configs are frozen, so a config seen before is not built again)."""
+    with torch.device("meta"):
+        shape = cls(config)
+    return sum(t.numel() for t in (*shape.parameters(), *shape.buffers()))
+
+
 def init_weights(model: nn.Module) -> None:
     """Every model kind's initialization: each linear map's weight Xavier-uniform (W^Q, W^K,
     W^V each as a third of one stacked matrix), in the order of the model's modules. The
@@ -104,6 +140,7 @@ class Transformer(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
+        check_config(type(self), config)
         c = self.config = config
         self.src_embed = Embeddings(c.src_vocab_size, c.d_model)
         self.tgt_embed = (
@@ -119,6 +156,7 @@ class Transformer(nn.Module):
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None) -> torch.Tensor:
         """src ids (batch, src_len), src_mask e.g. padding_mask(src) -> (batch, src_len, d_model)"""
+        check_tokens(src, "src")
         return self.encoder(self.positional(self.src_embed(src)), src_mask)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor | None,

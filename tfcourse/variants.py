@@ -30,7 +30,7 @@ from torch import nn
 from tfcourse.batches import check_tokens, mask_tokens  # noqa: F401
 from tfcourse.config import Activation, BlockConfig, check_pad_id, default, setting
 from tfcourse.encoder import Embeddings, Encoder, EncoderLayer
-from tfcourse.model import check_even, init_weights
+from tfcourse.model import check_config, check_even, init_weights
 from tfcourse.multi_head import Cache, LayerCache
 from tfcourse.normalization import LayerNorm
 from tfcourse.positional import LearnedPositionalEncoding, PositionalEncoding
@@ -127,6 +127,7 @@ class EncoderClassifier(nn.Module):
 
     def __init__(self, config: EncoderClassifierConfig):
         super().__init__()
+        check_config(type(self), config)
         c = self.config = config
         self.embed = Embeddings(c.vocab_size, c.d_model)
         self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)
@@ -244,6 +245,7 @@ class DecoderLM(nn.Module):
 
     def __init__(self, config: DecoderLMConfig):
         super().__init__()
+        check_config(type(self), config)
         c = self.config = config
         self.embed = Embeddings(c.vocab_size, c.d_model)
         self.positional = _POSITIONAL[c.positional](c.d_model, c.max_len, c.dropout)

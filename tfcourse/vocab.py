@@ -4,7 +4,8 @@ Ids 0..3 are PAD, BOS, EOS, UNK in every vocabulary; chapter 09's texts add [CLS
 [MASK] as their first symbols (ids 4 and 5).
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
+from typing import Any
 
 import torch
 
@@ -50,6 +51,21 @@ class Vocab:
             if i not in (PAD, BOS):
                 out.append("?" if i == UNK else self.itos[i])
         return "".join(out)
+
+
+# The fields of a model config that size an embedding or an output layer by the vocabulary.
+VOCAB_SIZES = ("vocab_size", "src_vocab_size", "tgt_vocab_size")
+
+
+def check_vocab_size(vocab: Sized, config: Any) -> None:
+    """``vocab`` must have as many tokens as each vocabulary size of the model ``config``
+    (whichever of VOCAB_SIZES it has): ValueError naming both sizes. A shorter vocabulary
+    would read the ids it lacks as unknown, a longer one give ids the embedding has not."""
+    for name in VOCAB_SIZES:
+        size = getattr(config, name, None)
+        if size is not None and size != len(vocab):
+            raise ValueError(f"the vocabulary has {len(vocab)} tokens but the model's "
+                             f"{name} is {size}")
 
 
 CLS_TOKEN, MASK_TOKEN = "<cls>", "<mask>"

@@ -6,8 +6,9 @@ batches, tasks, checkpoints and the CLI take either.
     ids = bpe.encode("def f(x):\\n    return x")
     bpe.decode(ids)                            # the text again
 
-Ids: 0..3 are PAD, BOS, EOS, UNK (those of vocab.py), then any other special tokens, then
-the 256 bytes (byte b is id n_specials + b), then one id per merge, in the order learned.
+The functions work on ranks, as tiktoken and minbpe do: byte b is rank b, merge i makes
+rank 256 + i. A BPE tokenizer's ids put its special tokens first: 0..3 are PAD, BOS, EOS,
+UNK (those of vocab.py), then any others; rank r is id n_specials + r.
 
 Training (Sennrich et al. 2016, byte-level as GPT-2): the text is cut into pre-tokens by
 a regular expression (GPT-2's by default: letters, digits, other symbols, spaces, each
@@ -20,10 +21,11 @@ pre-token is a word, a sequence of ids, with its frequency. A pair's count is
 one of them, as in GPT-2, Hugging Face tokenizers, minbpe). Each step merges the pair of
 the largest count into a new id, in every word, left to right ("aaa" -> "Aa"), and updates
 the counts of the words that held it only (pair -> words index), instead of recounting.
-Ties: the pair whose first token comes first, then whose second does, in Hugging Face
-tokenizers' order: the bytes in the order of their printable stand-ins (GPT-2's
-byte-to-unicode table: the printable bytes 33-126, 161-172, 174-255, then the others),
-then merged tokens by age. So the merges are those of tokenizers' BpeTrainer.
+Ties: the pair whose first token comes first, then whose second does, in an order of the
+bytes (``byte_order``: by value for learn_merges) followed by the merged tokens by age.
+train_bpe takes Hugging Face tokenizers' order: the bytes in the order of their printable
+stand-ins (GPT-2's byte-to-unicode table: the printable bytes 33-126, 161-172, 174-255,
+then the others), so that its merges are those of tokenizers' BpeTrainer.
 
 Encoding merges by rank, as GPT-2 and tiktoken do: within a pre-token, repeatedly merge
 the adjacent pair learned earliest, until no adjacent pair is a merge. Decoding joins the
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -55,6 +58,12 @@ BYTE_ORDER = _PRINTABLE + [b for b in range(256) if b not in _PRINTABLE]
 def pre_tokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
     """The pre-tokens of ``text``: the matches of ``pattern``, which cover the text."""
     return regex.findall(pattern, text)
+
+
+def _specials_re(special_tokens: Iterable[str]):
+    """A pattern that finds the special tokens, the longest first (None when there are none)."""
+    found = sorted(special_tokens, key=len, reverse=True)
+    return regex.compile("|".join(map(regex.escape, found))) if found else None
 
 
 def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
@@ -81,9 +90,89 @@ def merge(word: Sequence[int], pair: tuple[int, int], new_id: int) -> tuple[int,
     return tuple(out)
 
 
+def learn_merges(text: str | Iterable[str], n_merges: int, pattern: str = GPT2_PATTERN,
+                 special_tokens: Iterable[str] = (), byte_order: Sequence[int] = range(256)
+                 ) -> list[tuple[int, int]]:
+    """The first ``n_merges`` merges of ``text`` (one text or several), as pairs of ranks:
+    merge i makes rank 256 + i (fewer merges when no pair is left). Special tokens are cut
+    out of the text first. Each step merges the pair of the largest count, ties to the pair
+    first in (byte_order, then merges by age), and updates the counts of the words that
+    held it (pair -> words index) instead of recounting."""
+    found = _specials_re(special_tokens)
+    freqs = Counter()
+    for t in [text] if isinstance(text, str) else text:
+        for part in found.split(t) if found else [t]:  # no merge reaches into a special
+            freqs.update(pre_tokenize(part, pattern))
+    words = [tuple(w.encode("utf-8")) for w in freqs]
+    counts = list(freqs.values())
+    pairs, where = Counter(), defaultdict(set)  # pair -> count, pair -> the words holding it
+    for w, word in enumerate(words):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += counts[w]
+            where[pair].add(w)
+    order = {b: i for i, b in enumerate(byte_order)}
+
+    def entry(pair):  # the heap's order: the largest count, then the tie rule
+        a, b = pair
+        return -pairs[pair], order.get(a, a), order.get(b, b), pair
+
+    heap = [entry(p) for p in pairs]
+    heapq.heapify(heap)
+    merges = []
+    while len(merges) < n_merges and heap:
+        count, _, _, pair = heapq.heappop(heap)
+        if -count != pairs[pair]:  # stale: an old pair's count only falls; push it again
+            if pairs[pair] > 0:
+                heapq.heappush(heap, entry(pair))
+            continue
+        new_id = 256 + len(merges)
+        merges.append(pair)
+        born = set()  # the pairs with the new token: pushed once their counts are final
+        for w in where.pop(pair):
+            old = words[w]
+            new = merge(old, pair, new_id)
+            if new == old:  # the index is never pruned: this word lost the pair earlier
+                continue
+            for p in zip(old, old[1:]):
+                pairs[p] -= counts[w]
+            for p in zip(new, new[1:]):
+                pairs[p] += counts[w]
+                where[p].add(w)
+                if new_id in p:
+                    born.add(p)
+            words[w] = new
+        del pairs[pair]
+        for p in born:
+            heapq.heappush(heap, entry(p))
+    return merges
+
+
+def encode(text: str, merges: dict[tuple[int, int], int], pattern: str = GPT2_PATTERN) -> list[int]:
+    """Text -> ranks: each pre-token's UTF-8 bytes, then, again and again, every occurrence of
+    the adjacent pair of the lowest rank merged (merges: pair -> its rank), until no
+    adjacent pair is a merge."""
+    return [r for piece in pre_tokenize(text, pattern) for r in _encode_piece(piece, merges)]
+
+
+def _encode_piece(piece: str, merges: dict[tuple[int, int], int]) -> list[int]:
+    word = tuple(piece.encode("utf-8"))
+    while len(word) > 1:
+        pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, math.inf))
+        if pair not in merges:
+            break
+        word = merge(word, pair, merges[pair])
+    return list(word)
+
+
+def decode(ranks: Iterable[int], token_bytes: Sequence[bytes] | dict[int, bytes]) -> str:
+    """Ranks -> text: every token's bytes joined, then decoded as UTF-8 at once; bytes that
+    are no whole character (a character cut between tokens) become U+FFFD."""
+    return b"".join(token_bytes[r] for r in ranks).decode("utf-8", errors="replace")
+
+
 class BPE:
-    """A byte-level BPE tokenizer: its special tokens, its merges (in the order learned)
-    and the pre-tokenizer's pattern. Made by train_bpe or BPE.load."""
+    """A byte-level BPE tokenizer: its merges (pairs of ranks, in the order learned), the
+    pre-tokenizer's pattern and its special tokens. Made by train_bpe or BPE.load."""
 
     def __init__(self, merges: Iterable[tuple[int, int]], pattern: str = GPT2_PATTERN,
                  special_tokens: Iterable[str] = ()):
@@ -93,26 +182,24 @@ class BPE:
                              f"got {extra}")
         self.specials = [*SPECIALS, *extra]
         self.pattern = pattern
-        self.offset = len(self.specials)  # the id of byte 0
-        self.token_bytes = [b""] * self.offset + [bytes([b]) for b in range(256)]
-        self.merges: dict[tuple[int, int], int] = {}  # pair -> its new id (= its rank)
+        self.offset = len(self.specials)  # the id of rank 0
+        self.token_bytes = [bytes([b]) for b in range(256)]  # by rank
+        self.merges: dict[tuple[int, int], int] = {}  # pair of ranks -> its rank
         for a, b in merges:
-            if not (self.offset <= a < len(self.token_bytes) and self.offset <= b < len(self.token_bytes)):
-                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) names an id that is no byte "
-                                 f"or earlier merge (ids {self.offset}..{len(self.token_bytes) - 1})")
+            if not (0 <= a < len(self.token_bytes) and 0 <= b < len(self.token_bytes)):
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) names a rank that is no "
+                                 f"byte or earlier merge (0..{len(self.token_bytes) - 1})")
             self.merges[(a, b)] = len(self.token_bytes)
             self.token_bytes.append(self.token_bytes[a] + self.token_bytes[b])
-        self._special_re = regex.compile("|".join(map(regex.escape, sorted(self.specials, key=len,
-                                                                           reverse=True))))
-        self._words = regex.compile(pattern)
-        self._cache: dict[str, list[int]] = {}
+        self._specials = _specials_re(self.specials)
+        self._cache: dict[str, list[int]] = {}  # pre-token -> its ids
 
     # -- the Vocab interface -------------------------------------------------------------
 
     pad_id, bos_id, eos_id = PAD, BOS, EOS
 
     def __len__(self) -> int:
-        return len(self.token_bytes)
+        return self.offset + len(self.token_bytes)
 
     def __eq__(self, other):
         return (isinstance(other, BPE) and self.specials == other.specials
@@ -121,13 +208,16 @@ class BPE:
     @property
     def symbols(self) -> list[str]:
         """Every token but the four specials, as text (a cut character as U+FFFD)."""
-        return [*self.specials[len(SPECIALS):],
-                *(b.decode("utf-8", "replace") for b in self.token_bytes[self.offset:])]
+        return [*self.specials[len(SPECIALS):], *(b.decode("utf-8", "replace") for b in self.token_bytes)]
+
+    def token(self, i: int) -> bytes:
+        """The bytes of id ``i`` (a special token's text in UTF-8)."""
+        return self.specials[i].encode() if i < self.offset else self.token_bytes[i - self.offset]
 
     def encode(self, text: str) -> list[int]:
-        """Text -> ids: special tokens' texts as their ids, each pre-token merged by rank."""
+        """Text -> ids: special tokens' texts as their ids, the rest encoded by rank."""
         ids, start = [], 0
-        for found in self._special_re.finditer(text):
+        for found in self._specials.finditer(text):
             ids += self._encode_ordinary(text[start:found.start()])
             ids.append(self.specials.index(found.group()))
             start = found.end()
@@ -135,40 +225,32 @@ class BPE:
 
     def _encode_ordinary(self, text: str) -> list[int]:
         ids = []
-        for piece in self._words.findall(text):
+        for piece in pre_tokenize(text, self.pattern):
             if piece not in self._cache:
-                self._cache[piece] = self._encode_piece(piece)
+                self._cache[piece] = [self.offset + r for r in _encode_piece(piece, self.merges)]
             ids += self._cache[piece]
         return ids
-
-    def _encode_piece(self, piece: str) -> list[int]:
-        word = tuple(self.offset + b for b in piece.encode("utf-8"))
-        while len(word) > 1:
-            pair = min(zip(word, word[1:]), key=lambda p: self.merges.get(p, len(self)))
-            if pair not in self.merges:
-                break
-            word = merge(word, pair, self.merges[pair])
-        return list(word)
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Ids -> text: stops at the first EOS, skips PAD and BOS (as Vocab.decode), other
         specials as their text; the bytes decoded together, a cut character as U+FFFD."""
-        out = bytearray()
+        kept = []
         for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
             if i == EOS:
                 break
             if i not in (PAD, BOS):
-                out += self.token_bytes[i] if i >= self.offset else self.specials[i].encode()
-        return out.decode("utf-8", errors="replace")
+                kept.append(i)
+        return b"".join(map(self.token, kept)).decode("utf-8", errors="replace")
 
     # -- a plain, readable file ----------------------------------------------------------
 
     def to_dict(self) -> dict:
+        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text
+        (to read, not read back)."""
         return {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.specials[len(SPECIALS):],
                 "merges": [[a, b] for a, b in self.merges],
-                "tokens": [b.decode("utf-8", "backslashreplace") for b in
-                           self.token_bytes[self.offset + 256:]]}  # to read, not read back
+                "tokens": [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]}
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "tokenizer") -> BPE:
@@ -181,7 +263,7 @@ class BPE:
         try:
             merges = [(int(a), int(b)) for a, b in data["merges"]]
             return cls(merges, str(data["pattern"]), data["special_tokens"])
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, regex.error) as error:
             raise ValueError(f"{where} is a corrupt BPE tokenizer ({error})") from None
 
     def save(self, path: str) -> None:
@@ -200,72 +282,22 @@ class BPE:
         return cls.from_dict(data, path)
 
     def tiktoken_parts(self) -> dict:
-        """The keyword arguments of tiktoken.Encoding for the same tokenizer: pat_str,
-        mergeable_ranks (bytes -> id: the merges' ids are their ranks) and special_tokens."""
+        """tiktoken.Encoding's keyword arguments for the same tokenizer: pat_str,
+        mergeable_ranks (bytes -> id; a merge's id is its rank, shifted) and special_tokens."""
         return {"pat_str": self.pattern,
-                "mergeable_ranks": {b: i for i, b in enumerate(self.token_bytes) if i >= self.offset},
+                "mergeable_ranks": {b: self.offset + r for r, b in enumerate(self.token_bytes)},
                 "special_tokens": {s: i for i, s in enumerate(self.specials)}}
-
-
-def _tie_key(token: int, offset: int) -> int:
-    """Where a token comes in the tie rule's order: a byte by BYTE_ORDER, a merge by age."""
-    return _BYTE_RANK[token - offset] if token < offset + 256 else token
-
-
-_BYTE_RANK = [BYTE_ORDER.index(b) for b in range(256)]
 
 
 def train_bpe(text: str | Iterable[str], vocab_size: int, pattern: str = GPT2_PATTERN,
               special_tokens: Iterable[str] = ()) -> BPE:
-    """Learn vocab_size - 256 - (4 + len(special_tokens)) merges from ``text`` (one text or
-    several): fewer if no pair is left. Each step merges the pair of the largest count
-    (ties as the module says) and updates the counts of the words that held it."""
-    bpe = BPE((), pattern, special_tokens)
-    if not isinstance(vocab_size, int) or vocab_size < len(bpe):
-        raise ValueError(f"vocab_size must be an int of at least {len(bpe)} (the specials and "
+    """A tokenizer of ``vocab_size`` ids (fewer if no pair is left): the specials (vocab.py's
+    four, then ``special_tokens``), the 256 bytes and the merges learned from ``text``,
+    ties broken as Hugging Face tokenizers does (BYTE_ORDER)."""
+    special_tokens = list(special_tokens)
+    smallest = len(SPECIALS) + len(special_tokens) + 256
+    if not isinstance(vocab_size, int) or vocab_size < smallest:
+        raise ValueError(f"vocab_size must be an int of at least {smallest} (the specials and "
                          f"256 bytes), got {vocab_size!r}")
-    texts = [text] if isinstance(text, str) else list(text)
-    freqs = Counter()
-    for t in texts:
-        for part in bpe._special_re.split(t):  # no merge reaches into a special token
-            freqs.update(pre_tokenize(part, pattern))
-    words = [tuple(bpe.offset + b for b in w.encode("utf-8")) for w in freqs]
-    counts = list(freqs.values())
-    pairs, where = Counter(), defaultdict(set)  # pair -> count, pair -> the words holding it
-    for w, word in enumerate(words):
-        for pair in zip(word, word[1:]):
-            pairs[pair] += counts[w]
-            where[pair].add(w)
-
-    def entry(pair):  # heap order: largest count, then the tie rule
-        return (-pairs[pair], _tie_key(pair[0], bpe.offset), _tie_key(pair[1], bpe.offset), pair)
-
-    heap = [entry(p) for p in pairs]
-    heapq.heapify(heap)
-    merges = []
-    while len(bpe) + len(merges) < vocab_size and heap:
-        count, *_, pair = heapq.heappop(heap)
-        if -count != pairs[pair]:  # stale: counts only fall, so push the current one back
-            if pairs[pair] > 0:
-                heapq.heappush(heap, entry(pair))
-            continue
-        new_id = len(bpe) + len(merges)
-        merges.append(pair)
-        changed = set()
-        for w in where.pop(pair):
-            old = words[w]
-            new = merge(old, pair, new_id)
-            if new == old:
-                continue
-            for p in zip(old, old[1:]):
-                pairs[p] -= counts[w]
-            for p in zip(new, new[1:]):
-                pairs[p] += counts[w]
-                where[p].add(w)
-                if new_id in p:
-                    changed.add(p)
-            words[w] = new
-        del pairs[pair]
-        for p in changed:
-            heapq.heappush(heap, entry(p))
+    merges = learn_merges(text, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
     return BPE(merges, pattern, special_tokens)

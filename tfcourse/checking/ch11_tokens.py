@@ -482,12 +482,12 @@ def _decode_with(**bug):
 
 DECODE_MISTAKES = (
     Mistake(
-        "token_by_token", "Tokens decoded one by one: a character cut between tokens {how}",
+        "token_by_token", "Tokens decoded one by one: a character cut between tokens is lost",
         "a token may hold part of a character ('é' is 2 bytes, and a merge can take one "
-        "of them): join every token's bytes first, then decode the whole at once.",
-        (member(_decode_with(per_token=True, errors="strict"), how="raises"),
-         member(_decode_with(per_token=True), how="becomes two U+FFFD"),
-         member(_decode_with(per_token=True, errors="ignore"), how="disappears")),
+        "of them): decoded alone, each part raises, or becomes U+FFFD, or vanishes. Join "
+        "every token's bytes first, then decode the whole at once.",
+        (_decode_with(per_token=True, errors="strict"), _decode_with(per_token=True),
+         _decode_with(per_token=True, errors="ignore")),
     ),
     Mistake(
         "strict", "A cut character raises instead of becoming U+FFFD",

@@ -184,3 +184,58 @@ def test_the_functions_work_on_ranks_as_the_tokenizer_does(python_bpe):
     assert [python_bpe.offset + r for r in ranks] == python_bpe.encode(text)
     assert decode(ranks, python_bpe.token_bytes) == text
     assert decode([0xE2, 0x82], python_bpe.token_bytes) == "\ufffd"  # the first 2 bytes of "€"
+
+
+# ---------------------------------------------------------------- in the tools: lm-bpe
+
+
+@pytest.fixture(scope="module")
+def bpe_checkpoint(tmp_path_factory):
+    """A tiny DecoderLM on the lm task in BPE tokens (300 ids), saved untrained."""
+    from tfcourse.checkpoint import save_checkpoint
+    from tfcourse.corpora import lm_task
+    from tfcourse.training import TrainConfig
+    from tfcourse.variants import DecoderLM, DecoderLMConfig
+
+    task = lm_task(block_size=16, bpe_vocab=300)
+    model = DecoderLM(DecoderLMConfig.tiny(len(task.vocab), max_len=16))
+    path = tmp_path_factory.mktemp("bpe") / "lm-bpe.pt"
+    save_checkpoint(str(path), model, task, TrainConfig(), step=0)
+    return path, task
+
+
+def test_the_lm_task_takes_a_bpe_tokenizer_and_its_checkpoint_carries_it(bpe_checkpoint):
+    from tfcourse.checkpoint import load_checkpoint
+    from tfcourse.recipes import RECIPES
+
+    path, task = bpe_checkpoint
+    assert task.name == "lm-bpe" and isinstance(task.vocab, BPE) and len(task.vocab) == 300
+    assert task.train.ids.tolist()[:20] == task.vocab.encode(CORPUS.train)[:20]
+    model, vocab, state = load_checkpoint(str(path))
+    assert vocab == task.vocab and state["tokenizer"]["merges"] == [list(m) for m in task.vocab.merges]
+    assert 7 < task.bits_per_byte(model, task.val[:20]) < 12  # untrained: about log2(300) / bytes per token
+    assert "lm-bpe" in RECIPES and RECIPES["lm-bpe"].model == RECIPES["lm"].model
+
+
+def test_sample_reads_a_bpe_checkpoint(bpe_checkpoint, capsys):
+    from tfcourse import cli
+
+    path, _ = bpe_checkpoint
+    assert cli.main(["sample", "--checkpoint", str(path), "--prompt", "déf ", "--max-new", "5",
+                     "--greedy", "--threads", "1"]) == 0
+    assert capsys.readouterr().out.startswith("déf ")
+
+
+def test_a_checkpoint_with_a_corrupt_tokenizer_gets_one_line(bpe_checkpoint, tmp_path, capsys):
+    import torch
+
+    from tfcourse import cli
+
+    path, _ = bpe_checkpoint
+    state = torch.load(path, weights_only=True)
+    state["tokenizer"]["version"] = 7
+    torch.save(state, tmp_path / "bad.pt")
+    assert cli.main(["sample", "--checkpoint", str(tmp_path / "bad.pt"), "--threads", "1"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("is not a readable tfcourse checkpoint (ValueError: its tokenizer is a BPE "
+                        "tokenizer of version 7; this tfcourse reads version 1)") and "\n" not in err, err

@@ -423,7 +423,8 @@ def _sample(args):
     cache = 2 * c.n_layers * positions * c.d_model * 4  # keys and values, float32
     check_fits(args.samples * (cache + 2 * c.vocab_size * 4), f"--samples {args.samples}",
                device, "draw fewer samples at a time")
-    unknown = sorted({c for c in args.prompt if c not in vocab.stoi})
+    known = getattr(vocab, "stoi", None)  # a BPE tokenizer (chapter 11) knows every text
+    unknown = sorted({c for c in args.prompt if known is not None and c not in known})
     if unknown:
         raise ValueError(f"the prompt has characters the model has never seen: "
                          f"{''.join(unknown[:10])!r}; it knows {len(vocab) - 4} characters")

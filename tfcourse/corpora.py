@@ -17,6 +17,7 @@ Their batches are in tfcourse.batches, using a trained model in tfcourse.inferen
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -24,7 +25,7 @@ import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ from babel import Locale, UnknownLocaleError
 from tfcourse.batches import classification_batch, lm_batch, masked_lm_batch
 from tfcourse.data import Task
 from tfcourse.inference import classify, complete, eval_batches
+from tfcourse.tokens import train_bpe
 from tfcourse.vocab import CLS_TOKEN, MASK, MASK_TOKEN, PAD, Vocab
 
 # ------------------------------------------------------------------- language identification
@@ -353,6 +355,21 @@ class LMTask:
         return total / count
 
     @torch.no_grad()
+    def bits_per_byte(self, model, examples, batch_size=100):
+        """The loss over ``examples`` in bits per UTF-8 byte: summed over every target, in
+        bits, divided by the bytes of the targets' texts. One unit for every vocabulary
+        (characters, BPE tokens), where nats per token are per character or per token."""
+        n_bytes = torch.tensor([len(self.vocab.token(i)) for i in range(len(self.vocab))])
+        nats, size = 0.0, 0
+        for device, chunk in eval_batches(model, examples, batch_size):
+            batch = lm_batch(chunk).to(device)
+            logits, targets = batch.loss_inputs(model)
+            nats += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                    ignore_index=PAD, reduction="sum").item()
+            size += int(n_bytes[targets[targets != PAD].cpu()].sum())
+        return nats / math.log(2) / size
+
+    @torch.no_grad()
     def loss_by_position(self, model, examples, batch_size=100):
         """The held-out loss (nats/char) at each position of the windows, (block_size,):
         position t predicts the window's character t + 1 from the t + 1 before it."""
@@ -376,11 +393,16 @@ class LMTask:
         return lines
 
 
-def lm_task(seed=0, block_size=128, corpus=None):
+def lm_task(seed=0, block_size=128, corpus=None, bpe_vocab=None):
     """The language-model task on the shipped Python source (stdlib_corpus()), windows of
-    ``block_size`` characters. ``seed`` is unused (the corpus is fixed; the training loop's
-    draws of windows come from TrainConfig.seed); it is there as every task has one."""
+    ``block_size`` characters, or of ``block_size`` byte-level BPE tokens with ``bpe_vocab``
+    (a vocabulary size: the tokenizer is trained on the training files, task "lm-bpe").
+    ``seed`` is unused (the corpus is fixed; the training loop's draws of windows come from
+    TrainConfig.seed); it is there as every task has one."""
     corpus = corpus or stdlib_corpus()
-    return LMTask("lm", corpus.vocab, TextWindows(corpus.ids("train"), block_size),
+    name = "lm"
+    if bpe_vocab is not None:
+        corpus, name = replace(corpus, vocab=train_bpe(corpus.train, bpe_vocab)), "lm-bpe"
+    return LMTask(name, corpus.vocab, TextWindows(corpus.ids("train"), block_size),
                   *(TextWindows(corpus.ids(split), block_size, block_size)
                     for split in ("val", "test")))

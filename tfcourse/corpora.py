@@ -343,16 +343,19 @@ class LMTask:
     def make_batch(self, examples):
         return lm_batch(examples)
 
+    def _summed_losses(self, model, examples, batch_size):
+        """For each batch of ``examples``: its loss summed over the targets (nats), and the
+        targets that count (not padding)."""
+        for device, chunk in eval_batches(model, examples, batch_size):
+            logits, targets = lm_batch(chunk).to(device).loss_inputs(model)
+            nats = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                   ignore_index=PAD, reduction="sum").item()
+            yield nats, targets[targets != PAD].cpu()
+
     @torch.no_grad()
     def evaluate(self, model, examples, batch_size=100):
-        total, count = 0.0, 0
-        for device, chunk in eval_batches(model, examples, batch_size):
-            batch = lm_batch(chunk).to(device)
-            logits, targets = batch.loss_inputs(model)
-            total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                     ignore_index=PAD, reduction="sum").item()
-            count += batch.n_targets
-        return total / count
+        losses = list(self._summed_losses(model, examples, batch_size))
+        return sum(n for n, _ in losses) / sum(len(t) for _, t in losses)
 
     @torch.no_grad()
     def bits_per_byte(self, model, examples, batch_size=100):
@@ -360,14 +363,8 @@ class LMTask:
         bits, divided by the bytes of the targets' texts. One unit for every vocabulary
         (characters, BPE tokens), where nats per token are per character or per token."""
         n_bytes = torch.tensor([len(self.vocab.token(i)) for i in range(len(self.vocab))])
-        nats, size = 0.0, 0
-        for device, chunk in eval_batches(model, examples, batch_size):
-            batch = lm_batch(chunk).to(device)
-            logits, targets = batch.loss_inputs(model)
-            nats += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                    ignore_index=PAD, reduction="sum").item()
-            size += int(n_bytes[targets[targets != PAD].cpu()].sum())
-        return nats / math.log(2) / size
+        losses = list(self._summed_losses(model, examples, batch_size))
+        return sum(n for n, _ in losses) / math.log(2) / sum(int(n_bytes[t].sum()) for _, t in losses)
 
     @torch.no_grad()
     def loss_by_position(self, model, examples, batch_size=100):

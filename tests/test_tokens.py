@@ -239,3 +239,17 @@ def test_a_checkpoint_with_a_corrupt_tokenizer_gets_one_line(bpe_checkpoint, tmp
     err = capsys.readouterr().err.strip()
     assert err.endswith("is not a readable tfcourse checkpoint (ValueError: its tokenizer is a BPE "
                         "tokenizer of version 7; this tfcourse reads version 1)") and "\n" not in err, err
+
+
+def test_the_tie_rule_is_the_one_difference_that_had_to_be_matched():
+    """Ties by byte value (the exercise's rule) give other merges than Hugging Face's order
+    (BYTE_ORDER, train_bpe's rule) on the same text, from a pair of equal counts on."""
+    text = CORPUS.train[:200_000]
+    by_value, by_stand_in = learn_merges(text, 300), learn_merges(text, 300, byte_order=BYTE_ORDER)
+    first = next(i for i, (a, b) in enumerate(zip(by_value, by_stand_in)) if a != b)
+    assert first > 0 and by_value[:first] == by_stand_in[:first]
+    words = Counter(tuple(w.encode()) for w in pre_tokenize(text))
+    for i, pair in enumerate(by_value[:first]):
+        words = Counter({merge(w, pair, 256 + i): f for w, f in words.items()})
+    counts = count_pairs(words)
+    assert counts[by_value[first]] == counts[by_stand_in[first]]  # a tie, broken two ways

@@ -524,10 +524,10 @@ BENCHMARKS += [
 import tokens  # noqa: E402
 
 BENCHMARKS += [
-    Benchmark("bpe_train", "BPE training, vocabulary 4,096, on the Python training files",
+    Benchmark("bpe_train", "BPE training, vocabulary 4,096, on the Python training files, CPU seconds",
               ("tfcourse", "HF tokenizers"), tokens.train_time_pair,
               lambda s: f"{s:.2f} s", lambda a, b: a / b, "slower: Python", seeds=3),
-    Benchmark("bpe_encode", "BPE encoding of the Python test files, bytes/s",
+    Benchmark("bpe_encode", "BPE encoding of the Python test files, bytes per CPU second",
               ("tfcourse", "tiktoken"), tokens.encode_pair, lambda t: f"{t:,.0f}",
               lambda a, b: a / b, "slower: Python", seeds=3),
     Benchmark("bpe_lm", "LM: held-out bits/byte after 45 CPU-seconds of training, BPE (1,024) vs characters",

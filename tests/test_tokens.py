@@ -253,3 +253,16 @@ def test_the_tie_rule_is_the_one_difference_that_had_to_be_matched():
         words = Counter({merge(w, pair, 256 + i): f for w, f in words.items()})
     counts = count_pairs(words)
     assert counts[by_value[first]] == counts[by_stand_in[first]]  # a tie, broken two ways
+
+
+def test_tfcourse_train_task_lm_bpe_saves_its_tokenizer(tmp_path, capsys):
+    from tfcourse import cli
+    from tfcourse.checkpoint import load_checkpoint
+
+    out = tmp_path / "lm-bpe.pt"
+    assert cli.main(["train", "--task", "lm-bpe", "--steps", "2", "--eval-every", "2", "--d-model", "32",
+                     "--n-layers", "1", "--d-ff", "64", "--n-heads", "2", "--out", str(out),
+                     "--no-progress", "--threads", "1", "--examples", "1"]) == 0
+    assert "task lm-bpe: " in capsys.readouterr().out
+    _, vocab, state = load_checkpoint(str(out))
+    assert isinstance(vocab, BPE) and len(vocab) == 1024 and state["task"] == "lm-bpe"

@@ -1,7 +1,9 @@
 """The checks accept right solutions written otherwise than the reference (each buggy
 solutions module's RIGHT): other draws and other orders of draws for mask_tokens (its check
 judges the rule, not the values), other formulas for lm_loss and mean_pool, other wirings of
-DecoderLM.forward, greedy decoding through decode's parts and the cache. Exercise 10's are in
+DecoderLM.forward, greedy decoding through decode's parts and the cache, exercise 11's BPE
+functions written otherwise (a plain dict, a slice assignment, min over a negated count, ranks
+looked up by position, a bytearray). Exercise 10's are in
 test_efficiency.py and test_long_attention.py."""
 
 from importlib import import_module

@@ -327,10 +327,11 @@ class TextWindows(Sequence):
 
 @dataclass
 class LMTask:
-    """A character-level language model on a TextCorpus: the examples are TextWindows
-    (train: every window; val and test: consecutive ones). Judged by the held-out loss, the
-    cross entropy in nats per character (lower is better; log(vocabulary size) for a model
-    that knows nothing, 0 for a perfect one)."""
+    """A language model on a TextCorpus, of characters (or of BPE tokens, chapter 11: the
+    corpus's vocab is then a tfcourse.tokens.BPE): the examples are TextWindows (train: every
+    window; val and test: consecutive ones). Judged by the held-out loss, the cross entropy in
+    nats per character (per token; lower is better; log(vocabulary size) for a model that
+    knows nothing, 0 for a perfect one); bits_per_byte compares either with the other."""
 
     name: str
     vocab: Vocab
@@ -400,6 +401,9 @@ def lm_task(seed=0, block_size=128, corpus=None, bpe_vocab=None):
     name = "lm"
     if bpe_vocab is not None:
         corpus, name = replace(corpus, vocab=train_bpe(corpus.train, bpe_vocab)), "lm-bpe"
-    return LMTask(name, corpus.vocab, TextWindows(corpus.ids("train"), block_size),
+    task = LMTask(name, corpus.vocab, TextWindows(corpus.ids("train"), block_size),
                   *(TextWindows(corpus.ids(split), block_size, block_size)
                     for split in ("val", "test")))
+    if bpe_vocab is not None:
+        task.metric = "loss (nats/token)"
+    return task

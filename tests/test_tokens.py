@@ -161,6 +161,8 @@ def test_save_and_load_give_the_same_tokenizer(python_bpe, tmp_path):
     ('{"format": "tfcourse-bpe", "version": 1, "pattern": "x"}', "is a corrupt BPE tokenizer"),
     ('{"format": "tfcourse-bpe", "version": 1, "pattern": "x", "special_tokens": [], '
      '"merges": [[4, 999]]}', "is a corrupt BPE tokenizer (merge 0 (4, 999) names a rank"),
+    ('{"format": "tfcourse-bpe", "version": 1, "pattern": "(", "special_tokens": [], "merges": []}',
+     "is a corrupt BPE tokenizer (pattern must be a regular expression, got '('"),
 ])
 def test_a_bad_file_gets_one_clear_line(tmp_path, content, said):
     path = tmp_path / "bpe.json"

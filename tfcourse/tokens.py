@@ -180,6 +180,10 @@ class BPE:
         if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
             raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
                              f"got {extra}")
+        try:
+            regex.compile(pattern)
+        except (regex.error, TypeError) as error:
+            raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
         self.specials = [*SPECIALS, *extra]
         self.pattern = pattern
         self.offset = len(self.specials)  # the id of rank 0
@@ -263,7 +267,7 @@ class BPE:
         try:
             merges = [(int(a), int(b)) for a, b in data["merges"]]
             return cls(merges, str(data["pattern"]), data["special_tokens"])
-        except (KeyError, TypeError, ValueError, regex.error) as error:
+        except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where} is a corrupt BPE tokenizer ({error})") from None
 
     def save(self, path: str) -> None:

@@ -268,3 +268,17 @@ def test_tfcourse_train_task_lm_bpe_saves_its_tokenizer(tmp_path, capsys):
     assert "task lm-bpe: " in capsys.readouterr().out
     _, vocab, state = load_checkpoint(str(out))
     assert isinstance(vocab, BPE) and len(vocab) == 1024 and state["task"] == "lm-bpe"
+
+
+@pytest.fixture(scope="module")
+def hf_python():
+    return _hf_bpe([CORPUS.train], 1024)
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_hugging_face_cuts_held_out_text_into_the_same_tokens(python_bpe, hf_python, name):
+    """The same tokens (as bytes; Hugging Face numbers the single bytes in another order)."""
+    back = {c: bytes([b]) for b, c in ((b, _printable(bytes([b]))) for b in range(256))}
+    theirs = [t.encode() if t in [*SPECIALS, *EXTRA] else b"".join(back[c] for c in t)
+              for t in hf_python.encode(HELD_OUT[name]).tokens]
+    assert theirs == [python_bpe.token(i) for i in python_bpe.encode(HELD_OUT[name])]

@@ -1,7 +1,8 @@
 """Benchmarks: tfcourse against torch.nn, and the key/value cache, each row a ratio.
 
     python benchmarks/run.py            # every row, about 7 minutes on a 2-core CPU,
-                                        # and about 30 more for chapter 09's (7.)
+                                        # about 30 more for chapter 09's (7.) and 10
+                                        # for chapter 11's (8.)
     python benchmarks/run.py --quick    # fewer seeds and repeats, a rough look
     python benchmarks/run.py --only throughput --only cache --seeds 5 --threads 1
 
@@ -28,6 +29,10 @@
    vs from scratch, same budget) and the shipped models against simple baselines on the
    same splits (naive Bayes for language ID, a 6-gram for the LM, a month-table rule for
    dates), and the AUROC of `tfcourse decode`'s confidence.
+8. chapter 11's byte-level BPE (benchmarks/tokens.py): training time against Hugging Face
+   tokenizers and encoding throughput against tiktoken (both equal in what they produce);
+   the lm recipe's model on BPE tokens against characters, the same settings and the same
+   CPU time, in held-out bits per byte; how many characters 64 positions read.
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
@@ -513,6 +518,24 @@ BENCHMARKS += [
     Benchmark("local_time", "local attention (128 keys each side), forward time at n = 16,384",
               ("local", "exact fused (SDPA)"), efficiency.local_time_pair,
               lambda s: f"{s * 1e3:.0f} ms", lambda a, b: a / b, "< 1.0", seeds=3),
+]
+
+# Chapter 11's rows; their measuring functions are in benchmarks/tokens.py.
+import tokens  # noqa: E402
+
+BENCHMARKS += [
+    Benchmark("bpe_train", "BPE training, vocabulary 4,096, on the Python training files, CPU seconds",
+              ("tfcourse", "HF tokenizers"), tokens.train_time_pair,
+              lambda s: f"{s:.2f} s", lambda a, b: a / b, "slower: Python", seeds=3),
+    Benchmark("bpe_encode", "BPE encoding of the Python test files, bytes per CPU second",
+              ("tfcourse", "tiktoken"), tokens.encode_pair, lambda t: f"{t:,.0f}",
+              lambda a, b: a / b, "slower: Python", seeds=3),
+    Benchmark("bpe_lm", "LM: held-out bits/byte after 45 CPU-seconds of training, BPE (1,024) vs characters",
+              ("BPE", "characters"), tokens.lm_pair, lambda r: f"{r[0]:.3f} ({r[1]:.0f} steps)",
+              lambda a, b: a[0] / b[0], "< 1.0", seeds=3, quick=1),
+    Benchmark("bpe_context", "characters that 64 positions read, BPE (1,024) vs characters",
+              ("BPE", "characters"), tokens.context_pair, lambda c: f"{c:.0f}",
+              lambda a, b: a / b, "> 1.0", seeds=1),
 ]
 
 

@@ -22,6 +22,7 @@ _EXPORTS = {
     "model": ["Transformer", "TransformerConfig", "count_parameters"],
     "variants": ["EncoderClassifier", "EncoderClassifierConfig", "DecoderLM", "DecoderLMConfig"],
     "vocab": ["Vocab"],
+    "tokens": ["BPE", "train_bpe"],
     "batches": ["Batch", "make_batch"],
     "data": ["Task", "copy_task", "reverse_task", "dates_task"],
     "losses": ["label_smoothing_loss"],

@@ -32,6 +32,7 @@ from torch import nn
 
 from tfcourse.device import resolve_device
 from tfcourse.interface import ModelLike, TaskLike
+from tfcourse.tokens import BPE
 from tfcourse.vocab import Vocab, check_vocab_size
 
 # kind -> "module:class", imported when a checkpoint of that kind is loaded (so that loading
@@ -95,6 +96,8 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
         "history": history or {},
         "init": init or {},
     }
+    if isinstance(task.vocab, BPE):  # chapter 11: the tokenizer travels with the model
+        state["tokenizer"] = task.vocab.to_dict()
     for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is not None:
             state[name] = obj.state_dict()
@@ -227,7 +230,7 @@ def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
 
 
 def load_checkpoint(path: str, device: torch.device | str = "cpu"
-                    ) -> tuple[nn.Module, Vocab, dict]:
+                    ) -> tuple[nn.Module, Vocab | BPE, dict]:
     """A checkpoint -> (model in eval mode, vocab, the checkpoint's dict). The model's class
     is the one registered for the recorded kind (a checkpoint without one holds a
     Transformer). Raises FileNotFoundError, or ValueError for a file that is not a tfcourse
@@ -243,7 +246,8 @@ def load_checkpoint(path: str, device: torch.device | str = "cpu"
         cls = model_class(kind)
         model = cls(cls.config_class(**state["model_config"]))
         model.load_state_dict(state["model"])
-        vocab = Vocab(state["vocab"])
+        tokenizer = state.get("tokenizer")  # chapter 11: BPE; else characters
+        vocab = BPE.from_dict(tokenizer, "its tokenizer") if tokenizer else Vocab(state["vocab"])
     except Exception as error:  # missing keys, wrong shapes: all say "corrupt"
         raise ValueError(f"{path} is not a readable tfcourse checkpoint "
                          f"({first_line(error)})") from None

@@ -17,6 +17,7 @@ Their batches are in tfcourse.batches, using a trained model in tfcourse.inferen
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -24,7 +25,7 @@ import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,7 @@ from babel import Locale, UnknownLocaleError
 from tfcourse.batches import classification_batch, lm_batch, masked_lm_batch
 from tfcourse.data import Task
 from tfcourse.inference import classify, complete, eval_batches
+from tfcourse.tokens import train_bpe
 from tfcourse.vocab import CLS_TOKEN, MASK, MASK_TOKEN, PAD, Vocab
 
 # ------------------------------------------------------------------- language identification
@@ -325,10 +327,11 @@ class TextWindows(Sequence):
 
 @dataclass
 class LMTask:
-    """A character-level language model on a TextCorpus: the examples are TextWindows
-    (train: every window; val and test: consecutive ones). Judged by the held-out loss, the
-    cross entropy in nats per character (lower is better; log(vocabulary size) for a model
-    that knows nothing, 0 for a perfect one)."""
+    """A language model on a TextCorpus, of characters (or of BPE tokens, chapter 11: the
+    corpus's vocab is then a tfcourse.tokens.BPE): the examples are TextWindows (train: every
+    window; val and test: consecutive ones). Judged by the held-out loss, the cross entropy in
+    nats per character (per token; lower is better; log(vocabulary size) for a model that
+    knows nothing, 0 for a perfect one); bits_per_byte compares either with the other."""
 
     name: str
     vocab: Vocab
@@ -341,16 +344,28 @@ class LMTask:
     def make_batch(self, examples):
         return lm_batch(examples)
 
+    def _summed_losses(self, model, examples, batch_size):
+        """For each batch of ``examples``: its loss summed over the targets (nats), and the
+        targets that count (not padding)."""
+        for device, chunk in eval_batches(model, examples, batch_size):
+            logits, targets = lm_batch(chunk).to(device).loss_inputs(model)
+            nats = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                   ignore_index=PAD, reduction="sum").item()
+            yield nats, targets[targets != PAD].cpu()
+
     @torch.no_grad()
     def evaluate(self, model, examples, batch_size=100):
-        total, count = 0.0, 0
-        for device, chunk in eval_batches(model, examples, batch_size):
-            batch = lm_batch(chunk).to(device)
-            logits, targets = batch.loss_inputs(model)
-            total += F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                     ignore_index=PAD, reduction="sum").item()
-            count += batch.n_targets
-        return total / count
+        losses = list(self._summed_losses(model, examples, batch_size))
+        return sum(n for n, _ in losses) / sum(len(t) for _, t in losses)
+
+    @torch.no_grad()
+    def bits_per_byte(self, model, examples, batch_size=100):
+        """The loss over ``examples`` in bits per UTF-8 byte: summed over every target, in
+        bits, divided by the bytes of the targets' texts. One unit for every vocabulary
+        (characters, BPE tokens), where nats per token are per character or per token."""
+        n_bytes = torch.tensor([len(self.vocab.token(i)) for i in range(len(self.vocab))])
+        losses = list(self._summed_losses(model, examples, batch_size))
+        return sum(n for n, _ in losses) / math.log(2) / sum(int(n_bytes[t].sum()) for _, t in losses)
 
     @torch.no_grad()
     def loss_by_position(self, model, examples, batch_size=100):
@@ -376,11 +391,19 @@ class LMTask:
         return lines
 
 
-def lm_task(seed=0, block_size=128, corpus=None):
+def lm_task(seed=0, block_size=128, corpus=None, bpe_vocab=None):
     """The language-model task on the shipped Python source (stdlib_corpus()), windows of
-    ``block_size`` characters. ``seed`` is unused (the corpus is fixed; the training loop's
-    draws of windows come from TrainConfig.seed); it is there as every task has one."""
+    ``block_size`` characters, or of ``block_size`` byte-level BPE tokens with ``bpe_vocab``
+    (a vocabulary size: the tokenizer is trained on the training files, task "lm-bpe").
+    ``seed`` is unused (the corpus is fixed; the training loop's draws of windows come from
+    TrainConfig.seed); it is there as every task has one."""
     corpus = corpus or stdlib_corpus()
-    return LMTask("lm", corpus.vocab, TextWindows(corpus.ids("train"), block_size),
+    name = "lm"
+    if bpe_vocab is not None:
+        corpus, name = replace(corpus, vocab=train_bpe(corpus.train, bpe_vocab)), "lm-bpe"
+    task = LMTask(name, corpus.vocab, TextWindows(corpus.ids("train"), block_size),
                   *(TextWindows(corpus.ids(split), block_size, block_size)
                     for split in ("val", "test")))
+    if bpe_vocab is not None:
+        task.metric = "loss (nats/token)"
+    return task

@@ -6,6 +6,7 @@ model's device, in batches (eval_batches: the one preamble they share). Each ref
 texts that are not a list of strings (TypeError/ValueError naming the argument).
 """
 
+import codecs
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -179,15 +180,17 @@ def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
     of up to max_new_chars characters each, greedy (temperature, top_k and top_p None) or
     drawn from softmax(logits / temperature) (temperature None: 1) within the top_k / top_p
     tokens (decoding.sampler, seeded by ``seed``), by decoding.lm_generate with the
-    key/value cache. emit(characters), when given, gets each step's new character of every
-    sample as it comes. A prompt with characters the model has never seen is a ValueError."""
+    key/value cache. emit(texts), when given, gets each step's new text of every sample as it
+    comes (a character; with BPE tokens, the characters a token completes, maybe none). A
+    prompt with characters the model has never seen is a ValueError."""
     check_model(model, vocab, "lm")
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
     if not prompt:
         raise ValueError("the prompt is empty: the model continues a text, give it at least "
                          "one character")
-    unknown = sorted({c for c in prompt if c not in vocab.stoi})
+    known = getattr(vocab, "stoi", None)  # a byte-level BPE tokenizer (chapter 11) knows every text
+    unknown = sorted({c for c in prompt if known is not None and c not in known})
     if unknown:
         raise ValueError(f"the prompt has characters the model has never seen: "
                          f"{''.join(unknown[:10])!r}; it knows {len(vocab) - len(SPECIALS)} "
@@ -203,6 +206,9 @@ def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
     else:
         generator = torch.Generator(device).manual_seed(seed)
         choose = sampler(1.0 if temperature is None else temperature, top_k, top_p, generator)
-    show = None if emit is None else lambda tokens: emit([vocab.itos[i] for i in tokens.tolist()])
+    # each sample's bytes decoded as they come: a BPE token may hold part of a character
+    texts = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(samples)]
+    show = None if emit is None else lambda tokens: emit(
+        [text.decode(vocab.token(i)) for text, i in zip(texts, tokens.tolist())])
     out = lm_generate(model, ids, max_new_chars, choose, never=range(len(SPECIALS)), emit=show)
     return [vocab.decode(row[ids.size(1):]) for row in out]

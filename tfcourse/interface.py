@@ -5,6 +5,7 @@ and decoder-only language model ("lm").
 
 Where each job lives:
     tfcourse.vocab        characters <-> ids, the special tokens
+    tfcourse.tokens       byte-level BPE (chapter 11): text <-> ids with Vocab's interface
     tfcourse.batches      every kind's batch, side by side (BatchLike)
     tfcourse.data         the seq2seq tasks (copy, reverse, dates); tfcourse.corpora chapter
                           09's (language identification, masked LM, Python source LM)
@@ -68,7 +69,7 @@ class TaskLike(Protocol):
     """A task makes its batches and says how a model is judged on it."""
 
     name: str  # what checkpoints record
-    vocab: Vocab
+    vocab: Vocab  # or a tfcourse.tokens.BPE: encode, decode, len, token, the specials' ids
     train: Sequence  # examples: whatever make_batch takes
     val: Sequence
     test: Sequence

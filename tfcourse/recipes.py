@@ -121,6 +121,12 @@ RECIPES = {
         dict(steps=6000, lr=0.003, warmup=200, eval_every=1000, label_smoothing=0.0,
              eval_size=200, batch_size=32, schedule="cosine")),
 }
+# Chapter 11: the same model and settings on byte-level BPE tokens (1,024 ids, trained on the
+# training files when the task is made): 64 positions read about 170 characters.
+RECIPES["lm-bpe"] = Recipe(
+    "next byte-level BPE token (1,024 ids) of the same Python source",
+    functools.partial(lm_task, block_size=LM_CONTEXT, bpe_vocab=1024), DecoderLM, _tiny_lm,
+    RECIPES["lm"].model, RECIPES["lm"].train)
 
 
 def recipe(name: str) -> Recipe:

@@ -38,6 +38,10 @@ class Vocab:
     def __eq__(self, other):
         return isinstance(other, Vocab) and self.itos == other.itos
 
+    def token(self, i: int) -> bytes:
+        """The UTF-8 bytes of id ``i``'s text (a special's name: it stands for no text)."""
+        return self.itos[i].encode()
+
     def encode(self, text: str) -> list[int]:
         """One id per character; characters not in the vocabulary become UNK."""
         return [self.stoi.get(c, UNK) for c in text]

@@ -1,0 +1,366 @@
+"""Wrong ways to write exercise 11 (byte-level BPE: counting pairs, one merge, learning the
+merges, encoding, decoding), and the diagnosis each must get; then RIGHT: correct solutions
+in other styles than the reference's, which every check must pass
+(tests/test_right_solutions.py)."""
+
+import re
+from collections import Counter, defaultdict
+
+from tfcourse.tokens import pre_tokenize
+
+from . import wrong
+
+# ---------------------------------------------------------------------------- count_pairs
+
+
+@wrong("count_pairs.non_overlapping")
+def count_by_substring(words):
+    counts = Counter()
+    for word, freq in words.items():
+        data = bytes(w % 256 for w in word) if all(w < 256 for w in word) else None
+        for a, b in set(zip(word, word[1:])):
+            if data is not None:
+                counts[(a, b)] += data.count(bytes([a, b])) * freq
+            else:
+                counts[(a, b)] += sum(1 for p in zip(word, word[1:]) if p == (a, b)) * freq
+    return counts
+
+
+@wrong("count_pairs.no_frequency")
+def count_without_frequency(words):
+    counts = defaultdict(int)
+    for word in words:
+        for pair in zip(word, word[1:]):
+            counts[pair] += 1
+    return dict(counts)
+
+
+@wrong("count_pairs.once_per_word")
+def count_set_of_pairs(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in set(zip(word, word[1:])):
+            counts[pair] += freq
+    return counts
+
+
+# ---------------------------------------------------------------------------------- merge
+
+
+@wrong("merge.second_kept")
+def merge_step_one(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out.append(new_id)
+        else:
+            out.append(word[i])
+        i += 1
+    return out
+
+
+@wrong("merge.last_dropped")
+def merge_loop_to_len_minus_one(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word) - 1:
+        if (word[i], word[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.first_only")
+def merge_first_found(word, pair, new_id):
+    word = list(word)
+    for i in range(len(word) - 1):
+        if (word[i], word[i + 1]) == pair:
+            return tuple(word[:i] + [new_id] + word[i + 2:])
+    return tuple(word)
+
+
+@wrong("merge.right_to_left")
+def merge_from_the_end(word, pair, new_id):
+    out, i = [], len(word) - 1
+    while i >= 0:
+        if i > 0 and (word[i - 1], word[i]) == pair:
+            out.insert(0, new_id)
+            i -= 2
+        else:
+            out.insert(0, word[i])
+            i -= 1
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- learn_merges
+
+
+def _pairs(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return counts
+
+
+def _merge(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if word[i:i + 2] == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def _words(text, special_tokens):
+    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    return Counter(tuple(p.encode()) for part in parts for p in pre_tokenize(part))
+
+
+def _learn(words, n_merges, first=256, key=None):
+    merges = []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=key(counts) if key else lambda p, c=counts: (c[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = {_merge(w, pair, first + i): f for w, f in words.items()}
+    return merges
+
+
+@wrong("learn_merges.specials_merged")
+def learn_ignoring_specials(text, n_merges, special_tokens=()):
+    return _learn(Counter(tuple(p.encode()) for p in pre_tokenize(text)), n_merges)
+
+
+@wrong("learn_merges.across_pre_tokens")
+def learn_on_the_whole_text(text, n_merges, special_tokens=()):
+    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    return _learn(Counter(tuple(p.encode()) for p in parts if p), n_merges)
+
+
+@wrong("learn_merges.no_frequency")
+def learn_on_distinct_words(text, n_merges, special_tokens=()):
+    return _learn(dict.fromkeys(_words(text, special_tokens), 1), n_merges)
+
+
+@wrong("learn_merges.non_overlapping")
+def learn_counting_substrings(text, n_merges, special_tokens=()):
+    words = _words(text, special_tokens)
+    merges = []
+    for i in range(n_merges):
+        counts = Counter()
+        for word, freq in words.items():
+            j = 0
+            while j < len(word) - 1:
+                counts[word[j:j + 2]] += freq
+                j += 2 if word[j] == word[j + 1] else 1  # "a match is consumed"
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = {_merge(w, pair, 256 + i): f for w, f in words.items()}
+    return merges
+
+
+@wrong("learn_merges.words_not_updated")
+def learn_without_merging(text, n_merges, special_tokens=()):
+    words = _words(text, special_tokens)
+    merges = []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        {_merge(w, pair, 256 + i): f for w, f in words.items()}  # result never kept
+    return merges
+
+
+@wrong("learn_merges.new_ids_off_by_one")
+def learn_from_255(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, first=255)
+
+
+@wrong("learn_merges.new_ids_off_by_one")
+def learn_from_257(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, first=257)
+
+
+@wrong("learn_merges.n_merges_off_by_one")
+def learn_one_more(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges + 1)
+
+
+@wrong("learn_merges.tie_rule")
+def learn_first_counted(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, key=lambda counts: counts.get)
+
+
+@wrong("learn_merges.tie_rule")
+def learn_sorted_by_count_then_pair(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges,
+                  key=lambda counts: lambda p: (counts[p], p))
+
+
+# --------------------------------------------------------------------------------- encode
+
+
+def _encode_word(word, merges, choose):
+    while len(word) > 1:
+        found = [p for p in zip(word, word[1:]) if p in merges]
+        if not found:
+            break
+        pair = choose(found, merges)
+        word = _merge(tuple(word), pair, merges[pair])
+    return list(word)
+
+
+@wrong("encode.characters_not_bytes")
+def encode_code_points(text, merges):
+    return [r for piece in pre_tokenize(text) for r in _encode_word(
+        tuple(ord(c) for c in piece), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.no_pre_tokens")
+def encode_whole_text(text, merges):
+    return _encode_word(tuple(text.encode()), merges, lambda found, m: min(found, key=m.get))
+
+
+@wrong("encode.greedy_longest")
+def encode_longest_match(text, merges):
+    vocab = {bytes([b]): b for b in range(256)}
+    pieces = {b: bytes([b]) for b in range(256)}
+    for (a, b), r in merges.items():
+        pieces[r] = pieces[a] + pieces[b]
+        vocab[pieces[r]] = r
+    out = []
+    for piece in pre_tokenize(text):
+        data = piece.encode()
+        while data:
+            n = max(n for n in range(1, len(data) + 1) if data[:n] in vocab)
+            out.append(vocab[data[:n]])
+            data = data[n:]
+    return out
+
+
+@wrong("encode.leftmost_pair")
+def encode_first_pair_found(text, merges):
+    return [r for piece in pre_tokenize(text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: found[0])]
+
+
+@wrong("encode.latest_first")
+def encode_highest_rank(text, merges):
+    return [r for piece in pre_tokenize(text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: max(found, key=m.get))]
+
+
+@wrong("encode.one_round")
+def encode_one_round(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode())
+        found = [p for p in zip(word, word[1:]) if p in merges]
+        if found:
+            pair = min(found, key=merges.get)
+            word = _merge(word, pair, merges[pair])
+        out.extend(word)
+    return out
+
+
+# --------------------------------------------------------------------------------- decode
+
+
+@wrong("decode.token_by_token")
+def decode_each_token(ids, vocab):
+    return "".join(vocab[i].decode("utf-8") for i in ids)
+
+
+@wrong("decode.token_by_token")
+def decode_each_token_replacing(ids, vocab):
+    text = ""
+    for i in ids:
+        text += vocab[i].decode("utf-8", errors="replace")
+    return text
+
+
+@wrong("decode.strict")
+def decode_strict(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+
+@wrong("decode.ignored")
+def decode_ignoring(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode(errors="ignore")
+
+
+@wrong("decode.latin1")
+def decode_latin1(ids, vocab):
+    return "".join(vocab[i].decode("latin-1") for i in ids)
+
+
+# ---------------------------------------------------------------------------------- RIGHT
+
+
+def count_with_zip_over_a_flat_list(words):
+    counts = {}
+    for word, freq in words.items():
+        for i in range(len(word) - 1):
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+    return counts
+
+
+def merge_by_list_building(word, pair, new_id):
+    out = list(word)
+    i = 0
+    while i < len(out) - 1:
+        if out[i] == pair[0] and out[i + 1] == pair[1]:
+            out[i:i + 2] = [new_id]
+        i += 1
+    return out
+
+
+def learn_with_min_and_a_tuple_key(text, n_merges, special_tokens=()):
+    words = _words(text, special_tokens)
+    merges = []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges.append(pair)
+        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges
+
+
+def encode_with_ranks_looked_up(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        ids = list(piece.encode("utf-8"))
+        while True:
+            ranked = [(merges.get(p, float("inf")), i) for i, p in enumerate(zip(ids, ids[1:]))]
+            if not ranked or min(ranked)[0] == float("inf"):
+                break
+            pair = (ids[min(ranked)[1]], ids[min(ranked)[1] + 1])
+            ids = list(_merge(tuple(ids), pair, merges[pair]))
+        out += ids
+    return out
+
+
+def decode_by_bytearray(ids, vocab):
+    data = bytearray()
+    for i in ids:
+        data.extend(vocab[i])
+    return data.decode("utf-8", "replace")
+
+
+RIGHT = {"count_pairs": [count_with_zip_over_a_flat_list], "merge": [merge_by_list_building],
+         "learn_merges": [learn_with_min_and_a_tuple_key], "encode": [encode_with_ranks_looked_up],
+         "decode": [decode_by_bytearray]}

@@ -1,0 +1,539 @@
+"""Exercise 11: byte-level BPE written as functions on ranks (a byte b is rank b, merge i
+makes rank 256 + i): counting pairs, merging one pair, learning the merges, encoding by rank,
+decoding; their cases and their catalogues of mistakes.
+
+The exercise's learn_merges recounts every step (the package's updates the counts); ties go
+to the smallest pair (a, b), bytes compared by value: tfcourse.tokens.learn_merges with its
+default byte_order. Each mistake's computation is a copy of the reference with one knob
+turned, written to give exactly what learner code with that mistake gives.
+"""
+
+from collections import Counter
+
+import regex
+
+from ..tokens import count_pairs, decode, encode, learn_merges, merge, pre_tokenize
+from .mistakes import Mistake, laddered, member
+from .pipeline import Case, Item
+
+EXERCISE = "ex11_tokens"
+NOTEBOOK = "11_tokens"
+
+
+def _sections(*headings):
+    return tuple((NOTEBOOK, h) for h in headings)
+
+
+COUNTING, MERGING, TRAINING, ENCODING, DECODING, SPECIALS = _sections(
+    "3. Counting pairs", "4. One merge", "5. Training: merge the most frequent pair, again and again",
+    "6. Encoding by rank", "7. Decoding: bytes first, text at the end", "8. Special tokens")
+
+
+def _same_counts(actual, expected):
+    """Counts as a dict (a Counter, a defaultdict), pairs with 0 left out."""
+    return (isinstance(actual, dict) and {k: v for k, v in actual.items() if v} == dict(expected))
+
+
+def _same_ids(actual, expected):
+    """A list or tuple of the same ints."""
+    return isinstance(actual, (list, tuple)) and list(actual) == list(expected)
+
+
+def _same_merges(actual, expected):
+    """A list or tuple of the same pairs (each a tuple or a list)."""
+    return (isinstance(actual, (list, tuple)) and len(actual) == len(expected)
+            and all(isinstance(a, (list, tuple)) and tuple(a) == e for a, e in zip(actual, expected)))
+
+
+# ---------------------------------------------------------------------------- count_pairs
+
+
+def _count(words, *, overlap=True, freq=True, once=False):
+    """count_pairs with the variations mistakes make: `overlap` False counts a run a, a, a
+    as one (a, a), as bytes.count does; `freq` False counts each distinct word once; `once`
+    counts a pair once per word that holds it (times its frequency)."""
+    counts = Counter()
+    for word, f in words.items():
+        seen, last = set(), None  # last: where the previous (a, a) counted started
+        for i, pair in enumerate(zip(word, word[1:])):
+            if not overlap and pair[0] == pair[1] and last == i - 1:
+                continue
+            if once and pair in seen:
+                continue
+            if pair[0] == pair[1]:
+                last = i
+            seen.add(pair)
+            counts[pair] += f if freq else 1
+    return counts
+
+
+def _count_with(**bug):
+    return lambda words: _count(words, **bug)
+
+
+COUNT_MISTAKES = (
+    Mistake(
+        "non_overlapping", "A run of one byte counted without its overlapping pairs",
+        "every adjacent position counts: the word a, a, a holds the pair (a, a) twice, at "
+        "positions 0 and 1, though one merge can take only one of them. Searching the pair as "
+        "a substring (bytes.count, str.count, re.findall) skips the overlapping ones.",
+        (_count_with(overlap=False),),
+    ),
+    Mistake(
+        "no_frequency", "Pairs counted once per distinct word, without its frequency",
+        "a word that occurs 5 times in the text holds its pairs 5 times: add the word's "
+        "frequency (the dict's value), not 1.",
+        (_count_with(freq=False),),
+    ),
+    Mistake(
+        "once_per_word", "A pair counted once per word, however often the word holds it",
+        "count every position of the word, not the set of its pairs: (a, b, a, b) holds "
+        "(a, b) twice.",
+        (_count_with(once=True), _count_with(once=True, freq=False)),
+    ),
+)
+_COUNT_LADDER = {
+    "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
+                        "starts at positions 0 and 1."),
+    "no_frequency": (None, "print your counts for {(1, 2): 5}: the word occurs 5 times."),
+    "once_per_word": (None, "print your counts for {(1, 2, 1, 2): 1}: (1, 2) starts at "
+                      "positions 0 and 2."),
+}
+
+
+def _count_case(words, note=""):
+    return Case((words,), names=("words",), label=f"words={words!r}{note}")
+
+
+COUNT = Item(
+    EXERCISE, "count_pairs", count_pairs,
+    [_count_case({(1, 2, 3): 1, (2, 3): 1}),
+     _count_case({(1, 2, 3): 2, (2, 3, 4): 5, (7,): 3}, " (frequencies above 1)"),
+     _count_case({(1, 2, 1, 2, 1): 1, (2, 1): 4}),
+     _count_case({(97, 97, 97): 3, (97, 97, 97, 97, 98): 1}, " (runs of one byte)"),
+     _count_case({}, " (no word)")],
+    laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
+    formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
+            "word[i + 1] = b.",
+    twins=(_count_with(),), section=COUNTING,
+)
+
+
+# ---------------------------------------------------------------------------------- merge
+
+
+def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False):
+    """merge with the variations mistakes make: `direction` "right" scans from the end;
+    `step` 1 keeps the pair's second token after the new one; `last` False loses the
+    word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
+    the first occurrence alone."""
+    word = list(word)
+    if direction == "right":
+        return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
+    out, i, done = [], 0, False
+    while i < len(word) - (0 if last else 1):
+        if i + 1 < len(word) and (word[i], word[i + 1]) == tuple(pair) and not done:
+            out.append(new_id)
+            i += step
+            done = first_only
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def _merge_with(**bug):
+    return lambda word, pair, new_id: _merge(word, pair, new_id, **bug)
+
+
+MERGE_MISTAKES = (
+    Mistake(
+        "second_kept", "The pair's second token kept after the new one",
+        "a merge replaces BOTH tokens of the pair by the new id: after a match, skip two "
+        "positions, not one.",
+        (_merge_with(step=1),),
+    ),
+    Mistake(
+        "last_dropped", "The word's last token dropped",
+        "a loop `while i < len(word) - 1` looks at every pair but never copies the last "
+        "token when it is no pair's second: copy it too.",
+        (_merge_with(last=False), _merge_with(last=False, step=1)),
+    ),
+    Mistake(
+        "first_only", "Only the first occurrence of the pair merged",
+        "merge EVERY occurrence of the pair in the word, left to right (list.index or "
+        "str.replace(..., 1) find the first one only).",
+        (_merge_with(first_only=True),),
+    ),
+    Mistake(
+        "right_to_left", "Merged from the right",
+        "scan left to right: in a, a, a the pair (a, a) at positions 0-1 is merged, giving "
+        "(new, a), not (a, new). Encoders and Hugging Face tokenizers go left to right, and "
+        "the counts you learn from assume it.",
+        (_merge_with(direction="right"),),
+    ),
+)
+_MERGE_LADDER = {
+    "second_kept": (None, "print merge((1, 2, 3), (1, 2), 9): two tokens become one."),
+    "last_dropped": (None, "print merge((1, 2, 3), (1, 2), 9): the 3 stays."),
+    "first_only": (None, "print merge((1, 2, 1, 2), (1, 2), 9)."),
+    "right_to_left": (None, "print merge((5, 5, 5), (5, 5), 9): which two 5s go first?"),
+}
+
+
+def _merge_case(word, pair, new_id, note=""):
+    return Case((word, pair, new_id), names=("word", "pair", ""),
+                label=f"word={word!r}, pair={pair!r}, new_id={new_id}{note}")
+
+
+MERGE = Item(
+    EXERCISE, "merge", merge,
+    [_merge_case((1, 2, 3, 1, 2), (1, 2), 256),
+     _merge_case((4, 1, 2, 3), (1, 2), 300),
+     _merge_case((1, 2, 1, 2, 3), (1, 2), 256),
+     _merge_case((5, 5, 5), (5, 5), 257, " (a run of one byte)"),
+     _merge_case((5, 5, 5, 5, 5), (5, 5), 257, " (a run of one byte)"),
+     _merge_case((7,), (7, 7), 256, " (one token)"),
+     _merge_case((), (1, 2), 256, " (no token)")],
+    laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
+    formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
+            "skip both; else copy word[i].",
+    twins=(_merge_with(),), section=MERGING,
+)
+
+
+# --------------------------------------------------------------------------- learn_merges
+
+
+def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True, overlap=True,
+           tie="smallest", first=256, extra=0, update=True):
+    """learn_merges, recounting every step, with the variations mistakes make: `cut` False
+    trains through the special tokens; `split` False takes the whole text as one word;
+    `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
+    counted: max(counts, key=counts.get)); `first` the first new id; `extra` merges more;
+    `update` False never merges the words."""
+    found = "|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))
+    parts = regex.split(found, text) if cut and found else [text]
+    pieces = [p for part in parts for p in (pre_tokenize(part) if split else [part]) if p]
+    words = Counter(tuple(p.encode("utf-8")) for p in pieces)
+    merges = []
+    for i in range(n_merges + extra):
+        counts = _count(words, freq=freq, overlap=overlap)
+        if not counts:
+            break
+        key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
+               "largest": lambda p, c=counts: (c[p], p), "first": counts.get}[tie]
+        pair = max(counts, key=key)
+        merges.append(pair)
+        if update:
+            merged = Counter()
+            for w, f in words.items():
+                merged[merge(w, pair, first + i)] += f
+            words = merged
+    return merges
+
+
+def _learn_with(**bug):
+    return lambda text, n_merges, special_tokens=(): _learn(text, n_merges, special_tokens, **bug)
+
+
+LEARN_MISTAKES = (
+    Mistake(
+        "specials_merged", "Special tokens trained on as text",
+        "cut the special tokens out of the text BEFORE pre-tokenizing (re.split on them): "
+        "they are never merged, and no merge reaches into them.",
+        (_learn_with(cut=False),),
+    ),
+    Mistake(
+        "across_pre_tokens", "Merges across pre-token boundaries",
+        "count pairs within each pre-token (pre_tokenize(text)), never across two: the "
+        "whole text as one sequence lets a merge join a word to the space or the symbol after "
+        "it.",
+        (_learn_with(split=False),),
+    ),
+    Mistake(
+        "no_frequency", "Pairs counted once per distinct word, without its frequency",
+        "words map each pre-token to how often it occurs: a word that occurs 5 times adds "
+        "its pairs 5 times.",
+        (_learn_with(freq=False), _learn_with(freq=False, overlap=False)),
+    ),
+    Mistake(
+        "non_overlapping", "A run of one byte counted without its overlapping pairs",
+        "every adjacent position counts: a, a, a holds (a, a) twice. Searching the pair as "
+        "a substring skips the overlapping ones.",
+        (_learn_with(overlap=False),),
+    ),
+    Mistake(
+        "words_not_updated", "The words never merged: the same pair chosen again",
+        "after choosing a pair, replace it in EVERY word (merge) before counting again; "
+        "else the counts never change.",
+        (_learn_with(update=False),),
+    ),
+    Mistake(
+        "new_ids_off_by_one", "New ids off by one: the first merge makes {first}",
+        "the bytes are ranks 0..255, so merge i (from 0) makes rank 256 + i: the first new id "
+        "is 256, the length of the vocabulary so far.",
+        tuple(member(_learn_with(first=f), first=f) for f in (255, 257)),
+    ),
+    Mistake(
+        "n_merges_off_by_one", "{how} merges than n_merges",
+        "learn exactly n_merges merges (for i in range(n_merges)), stopping earlier only "
+        "when no pair is left.",
+        (member(_learn_with(extra=1), how="One more"), member(_learn_with(extra=-1), how="One fewer")),
+    ),
+    Mistake(
+        "tie_rule", "Ties broken by another rule ({rule})",
+        "among the pairs of the largest count, take the smallest pair (a, b): the smallest "
+        "a, then the smallest b. max(counts, key=counts.get) keeps the first one counted, "
+        "which depends on the order of the text.",
+        (member(_learn_with(tie="first"), rule="the first pair counted"),
+         member(_learn_with(tie="largest"), rule="the largest pair")),
+    ),
+)
+_LEARN_LADDER = {
+    "specials_merged": (SPECIALS, "print the pre-tokens of 'ab<|end|>ab' with "
+                        "special_tokens=('<|end|>',): '<|end|>' must not be among them."),
+    "across_pre_tokens": (None, "print the words you count pairs in, for 'ab. ab.': "
+                          "'ab', '.', ' ab', '.'."),
+    "no_frequency": (None, "print your words and their frequencies for 'ab ab ab'."),
+    "non_overlapping": (COUNTING, "print your counts for the text 'aaa': (97, 97) counts 2."),
+    "words_not_updated": (None, "print the words after each step: the chosen pair must be gone."),
+    "new_ids_off_by_one": (None, "print the id you give the first merge, and the largest byte."),
+    "n_merges_off_by_one": (None, "print len(learn_merges('abcabc abc', 3))."),
+    "tie_rule": (None, "print the counts before a step where two pairs share the largest count, "
+                 "and the pair you take."),
+}
+
+
+def _learn_case(text, n_merges, special_tokens=None, note=""):
+    kwargs = {} if special_tokens is None else {"special_tokens": special_tokens}
+    shown = text if len(text) < 60 else text[:57] + "..."
+    label = (f"text={shown!r} ({len(text)} characters), n_merges={n_merges}"
+             + (f", special_tokens={special_tokens!r}" if kwargs else "") + note)
+    return Case((text, n_merges), kwargs, label=label, names=("text", ""))
+
+
+_PYTHON = ('def add(a, b):\n    """Add a and b."""\n    return a + b\n\n\n'
+           'def main():\n    total = add(1, 2)\n    print(total)\n    return total\n')
+LEARN = Item(
+    EXERCISE, "learn_merges", learn_merges,
+    [_learn_case("the cat sat on the mat. the cat ran.", 10),
+     _learn_case(_PYTHON, 25),
+     _learn_case("aaaa aaa aaa ab ab ab ab", 4, note=" (runs of one byte)"),
+     _learn_case("abcd dcba bdca", 6, note=" (ties)"),
+     _learn_case("café été naïve déjà vu", 8, note=" (letters of two bytes)"),
+     _learn_case("hello<|endoftext|>hello<|endoftext|>hello", 6, ("<|endoftext|>",)),
+     _learn_case("ab ab", 5, note=" (no pair left after 2 merges)")],
+    laddered(LEARN_MISTAKES, _LEARN_LADDER), same=_same_merges,
+    what="merges", prep="on",
+    formula="Each step: count the pairs within the words (times their frequency), take the "
+            "largest count (ties: the smallest pair), merge it into 256 + step in every word.",
+    twins=(_learn_with(),), section=TRAINING,
+)
+
+
+# --------------------------------------------------------------------------------- encode
+
+
+def _token_bytes(merges):
+    """Rank -> bytes, for `merges` (pair -> rank, in rank order)."""
+    vocab = {b: bytes([b]) for b in range(256)}
+    for (a, b), r in merges.items():
+        vocab[r] = vocab[a] + vocab[b]
+    return vocab
+
+
+def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None):
+    """encode with the variations mistakes make: `split` False encodes the whole text as one
+    piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
+    each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
+    merge), or "greedy" (no pairs: the longest known token at each position); `rounds` at
+    most that many merges per piece."""
+    pieces = pre_tokenize(text) if split else [text]
+    if pick == "greedy":
+        known = {v: r for r, v in _token_bytes(merges).items()}
+        out = []
+        for piece in pieces:
+            data, i = piece.encode("utf-8"), 0
+            while i < len(data):
+                j = max(j for j in range(i + 1, len(data) + 1) if data[i:j] in known)
+                out.append(known[data[i:j]])
+                i = j
+        return out
+    out = []
+    for piece in pieces:
+        word = tuple(map(ord, piece)) if chars else tuple(piece.encode("utf-8"))
+        done = 0
+        while len(word) > 1 and (rounds is None or done < rounds):
+            found = [p for p in zip(word, word[1:]) if p in merges]
+            if not found:
+                break
+            pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
+                    "leftmost": found[0]}[pick]
+            word = merge(word, pair, merges[pair])
+            done += 1
+        out += word
+    return out
+
+
+def _encode_with(**bug):
+    return lambda text, merges: _encode(text, merges, **bug)
+
+
+ENCODE_MISTAKES = (
+    Mistake(
+        "characters_not_bytes", "Characters' code points used instead of their UTF-8 bytes",
+        "ord(c) is a byte only for ASCII: 'é' is 233 but its UTF-8 bytes are 195, 169, and "
+        "the merges were learned on bytes. Start from list(piece.encode('utf-8')).",
+        (_encode_with(chars=True),),
+    ),
+    Mistake(
+        "no_pre_tokens", "Text encoded as one piece, without pre-tokenizing",
+        "the merges were learned within pre-tokens: encode each pre_tokenize(text) piece on "
+        "its own, then join the ids. Across a boundary a merge can apply that training "
+        "never made there.",
+        (_encode_with(split=False),),
+    ),
+    Mistake(
+        "greedy_longest", "Longest known token first (greedy match), not merges by rank",
+        "BPE encodes by replaying its merges: start from the bytes and merge the adjacent "
+        "pair of the LOWEST rank, again and again. The longest token that matches at each "
+        "position (WordPiece's way) can cut a word otherwise.",
+        (_encode_with(pick="greedy"),),
+    ),
+    Mistake(
+        "leftmost_pair", "The leftmost mergeable pair merged first, not the lowest rank",
+        "each round, among the adjacent pairs that are merges, take the one learned EARLIEST "
+        "(the lowest rank: min(pairs, key=merges.get)), wherever it is in the word.",
+        (_encode_with(pick="leftmost"),),
+    ),
+    Mistake(
+        "latest_first", "The pair learned last merged first",
+        "ranks are the order of training: the lowest rank was learned first and goes first; "
+        "min, not max.",
+        (_encode_with(pick="highest"),),
+    ),
+    Mistake(
+        "one_round", "Only one round of merges",
+        "merging a pair makes new pairs that may be merges too: repeat until no adjacent pair "
+        "is a merge (a while loop).",
+        (_encode_with(rounds=1),),
+    ),
+)
+_ENCODE_LADDER = {
+    "characters_not_bytes": (("11_tokens", "1. Bytes and UTF-8"),
+                             "print list('é'.encode('utf-8')) next to ord('é')."),
+    "no_pre_tokens": (("11_tokens", "2. Pre-tokens: where merges stop"),
+                      "print pre_tokenize(text) for the case, and encode each piece."),
+    "greedy_longest": (None, "print the ranks of the pairs at each round for one word of the "
+                       "case: which is merged first?"),
+    "leftmost_pair": (None, "print, each round, every adjacent pair with its rank."),
+    "latest_first": (None, "print the rank of the pair you merge each round: it should grow."),
+    "one_round": (None, "print the word after each round: stop only when no pair is a merge."),
+}
+
+_ENCODE_TRAIN = "the cat sat on the mat; the cattle ate; aaaa abab. café déjà été\n        ok\n    ok"
+_MERGES = {p: 256 + i for i, p in enumerate(learn_merges(_ENCODE_TRAIN, 30))}
+# Made-up merges where the orders of merging differ: ab then bc; ab, bc, then a + bc;
+# he, th, her, then th + e.
+_AB_BC = {(97, 98): 256, (98, 99): 257}
+_A_BC = {(97, 98): 256, (98, 99): 257, (97, 257): 258}
+_THE = {(104, 101): 256, (116, 104): 257, (256, 114): 258, (257, 101): 259}
+
+
+def _encode_case(text, merges, note=""):
+    return Case((text, merges), names=("text", "merges"),
+                label=f"text={text!r}, {len(merges)} merges{note}")
+
+
+ENCODE = Item(
+    EXERCISE, "encode", encode,
+    [_encode_case("the cat sat", _MERGES),
+     _encode_case("the cattle; the mat", _MERGES),
+     _encode_case("cafe café, déjà", _MERGES, " (letters of two bytes)"),
+     _encode_case("aaaaaa abababab", _MERGES, " (runs)"),
+     _encode_case("a  cat   sat", _MERGES, " (runs of spaces)"),
+     _encode_case("abc", _AB_BC, " (merges ab, bc)"),
+     _encode_case("abc", _A_BC, " (merges ab, bc, a+bc)"),
+     _encode_case("there the", _THE, " (merges he, th, her, th+e)"),
+     _encode_case("", _MERGES, " (empty)")],
+    laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
+    formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
+            "until none is a merge.",
+    twins=(_encode_with(),), section=ENCODING,
+)
+
+
+# --------------------------------------------------------------------------------- decode
+
+
+def _decode(ids, vocab, *, per_token=False, errors="replace", codec="utf-8"):
+    """decode with the variations mistakes make: `per_token` decodes each token's bytes on
+    its own; `errors` "strict" raises on a cut character, "ignore" drops it; `codec`
+    "latin-1" turns each byte into a character."""
+    if per_token:
+        return "".join(vocab[i].decode(codec, errors=errors) for i in ids)
+    return b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
+
+
+def _decode_with(**bug):
+    return lambda ids, vocab: _decode(ids, vocab, **bug)
+
+
+DECODE_MISTAKES = (
+    Mistake(
+        "token_by_token", "Tokens decoded one by one: a character cut between tokens is lost",
+        "a token may hold part of a character ('é' is 2 bytes, and a merge can take one "
+        "of them): decoded alone, each part raises, or becomes U+FFFD, or vanishes. Join "
+        "every token's bytes first, then decode the whole at once.",
+        (_decode_with(per_token=True, errors="strict"), _decode_with(per_token=True),
+         _decode_with(per_token=True, errors="ignore")),
+    ),
+    Mistake(
+        "strict", "A cut character raises instead of becoming U+FFFD",
+        "ids a model draws can end in the middle of a character: decode with "
+        "errors='replace', which shows what is not a whole character as U+FFFD.",
+        (_decode_with(errors="strict"),),
+    ),
+    Mistake(
+        "ignored", "A cut character dropped instead of shown as U+FFFD",
+        "errors='ignore' hides that the ids end in the middle of a character: use "
+        "errors='replace'.",
+        (_decode_with(errors="ignore"),),
+    ),
+    Mistake(
+        "latin1", "Bytes decoded as Latin-1, not UTF-8",
+        "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
+        "byte of 'é' into a character of its own ('Ã©').",
+        (_decode_with(codec="latin-1"),),
+    ),
+)
+_DECODE_LADDER = {
+    "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "
+                       "character?"),
+    "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
+    "ignored": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
+    "latin1": (None, "print 'é'.encode('utf-8'), and the two ways to decode it."),
+}
+
+_VOCAB = {**{b: bytes([b]) for b in range(256)}, 256: b"th", 257: b"e \xc3", 258: b"\xa9t"}
+
+
+def _decode_case(ids, note=""):
+    return Case((ids, _VOCAB), names=("ids", "vocab"),
+                label=f"ids={ids!r}{note} (256: b'th', 257: b'e \\xc3', 258: b'\\xa9t')")
+
+
+DECODE = Item(
+    EXERCISE, "decode", decode,
+    [_decode_case([256, 101, 32, 99, 97, 116]),
+     _decode_case([99, 97, 102, 195, 169], " (a letter of two bytes)"),
+     _decode_case([256, 257, 258], " ('é' cut between two tokens)"),
+     _decode_case([99, 97, 102, 195], " (the ids end inside 'é')"),
+     _decode_case([])],
+    laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
+    formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
+    twins=(_decode_with(),), section=DECODING,
+)
+
+ITEMS = (COUNT, MERGE, LEARN, ENCODE, DECODE)

@@ -1,0 +1,307 @@
+"""Byte-level BPE (chapter 11): text <-> ids through UTF-8 bytes and learned merges, with
+the interface of the character Vocab (encode, decode, len, the specials' ids), so that
+batches, tasks, checkpoints and the CLI take either.
+
+    bpe = train_bpe(text, vocab_size=1024)     # GPT-2's pattern, 764 merges
+    ids = bpe.encode("def f(x):\\n    return x")
+    bpe.decode(ids)                            # the text again
+
+The functions work on ranks, as tiktoken and minbpe do: byte b is rank b, merge i makes
+rank 256 + i. A BPE tokenizer's ids put its special tokens first: 0..3 are PAD, BOS, EOS,
+UNK (those of vocab.py), then any others; rank r is id n_specials + r.
+
+Training (Sennrich et al. 2016, byte-level as GPT-2): the text is cut into pre-tokens by
+a regular expression (GPT-2's by default: letters, digits, other symbols, spaces, each
+with at most one leading space), so that no merge crosses a word's boundary; each distinct
+pre-token is a word, a sequence of ids, with its frequency. A pair's count is
+
+    count(a, b) = sum over words w of freq(w) * #{i : w[i] = a, w[i + 1] = b}
+
+(every adjacent position: "aaa" holds the pair (a, a) twice, though one merge can take only
+one of them, as in GPT-2, Hugging Face tokenizers, minbpe). Each step merges the pair of
+the largest count into a new id, in every word, left to right ("aaa" -> "Aa"), and updates
+the counts of the words that held it only (pair -> words index), instead of recounting.
+Ties: the pair whose first token comes first, then whose second does, in an order of the
+bytes (``byte_order``: by value for learn_merges) followed by the merged tokens by age.
+train_bpe takes Hugging Face tokenizers' order: the bytes in the order of their printable
+stand-ins (GPT-2's byte-to-unicode table: the printable bytes 33-126, 161-172, 174-255,
+then the others), so that its merges are those of tokenizers' BpeTrainer.
+
+Encoding merges by rank, as GPT-2 and tiktoken do: within a pre-token, repeatedly merge
+the adjacent pair learned earliest, until no adjacent pair is a merge. Decoding joins the
+bytes and decodes them as UTF-8, a character cut between tokens shown as U+FFFD.
+Special tokens are cut out of the text before anything else: never merged, never split.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+import regex
+import torch
+
+from tfcourse.vocab import BOS, EOS, PAD, SPECIALS
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+FORMAT, VERSION = "tfcourse-bpe", 1
+
+# GPT-2's printable stand-ins for bytes: the bytes that are printable Latin-1 characters
+# keep their place, the others follow. Hugging Face tokenizers orders the bytes this way.
+_PRINTABLE = [*range(33, 127), *range(161, 173), *range(174, 256)]
+BYTE_ORDER = _PRINTABLE + [b for b in range(256) if b not in _PRINTABLE]
+
+
+def pre_tokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
+    """The pre-tokens of ``text``: the matches of ``pattern``, which cover the text."""
+    return regex.findall(pattern, text)
+
+
+def _specials_re(special_tokens: Iterable[str]):
+    """A pattern that finds the special tokens, the longest first (None when there are none)."""
+    found = sorted(special_tokens, key=len, reverse=True)
+    return regex.compile("|".join(map(regex.escape, found))) if found else None
+
+
+def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
+    """(a, b) -> its count over every adjacent position of every word, times the word's
+    frequency. words: word (a tuple of ids) -> frequency."""
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return counts
+
+
+def merge(word: Sequence[int], pair: tuple[int, int], new_id: int) -> tuple[int, ...]:
+    """``word`` with every occurrence of ``pair`` replaced by ``new_id``, left to right
+    (a, a, a -> new, a)."""
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def learn_merges(text: str | Iterable[str], n_merges: int, pattern: str = GPT2_PATTERN,
+                 special_tokens: Iterable[str] = (), byte_order: Sequence[int] = range(256)
+                 ) -> list[tuple[int, int]]:
+    """The first ``n_merges`` merges of ``text`` (one text or several), as pairs of ranks:
+    merge i makes rank 256 + i (fewer merges when no pair is left). Special tokens are cut
+    out of the text first. Each step merges the pair of the largest count, ties to the pair
+    first in (byte_order, then merges by age), and updates the counts of the words that
+    held it (pair -> words index) instead of recounting."""
+    found = _specials_re(special_tokens)
+    freqs = Counter()
+    for t in [text] if isinstance(text, str) else text:
+        for part in found.split(t) if found else [t]:  # no merge reaches into a special
+            freqs.update(pre_tokenize(part, pattern))
+    words = [tuple(w.encode("utf-8")) for w in freqs]
+    counts = list(freqs.values())
+    pairs, where = Counter(), defaultdict(set)  # pair -> count, pair -> the words holding it
+    for w, word in enumerate(words):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += counts[w]
+            where[pair].add(w)
+    order = {b: i for i, b in enumerate(byte_order)}
+
+    def entry(pair):  # the heap's order: the largest count, then the tie rule
+        a, b = pair
+        return -pairs[pair], order.get(a, a), order.get(b, b), pair
+
+    heap = [entry(p) for p in pairs]
+    heapq.heapify(heap)
+    merges = []
+    while len(merges) < n_merges and heap:
+        count, _, _, pair = heapq.heappop(heap)
+        if -count != pairs[pair]:  # stale: an old pair's count only falls; push it again
+            if pairs[pair] > 0:
+                heapq.heappush(heap, entry(pair))
+            continue
+        new_id = 256 + len(merges)
+        merges.append(pair)
+        born = set()  # the pairs with the new token: pushed once their counts are final
+        for w in where.pop(pair):
+            old = words[w]
+            new = merge(old, pair, new_id)
+            if new == old:  # the index is never pruned: this word lost the pair earlier
+                continue
+            for p in zip(old, old[1:]):
+                pairs[p] -= counts[w]
+            for p in zip(new, new[1:]):
+                pairs[p] += counts[w]
+                where[p].add(w)
+                if new_id in p:
+                    born.add(p)
+            words[w] = new
+        del pairs[pair]
+        for p in born:
+            heapq.heappush(heap, entry(p))
+    return merges
+
+
+def encode(text: str, merges: dict[tuple[int, int], int], pattern: str = GPT2_PATTERN) -> list[int]:
+    """Text -> ranks: each pre-token's UTF-8 bytes, then, again and again, every occurrence of
+    the adjacent pair of the lowest rank merged (merges: pair -> its rank), until no
+    adjacent pair is a merge."""
+    return [r for piece in pre_tokenize(text, pattern) for r in _encode_piece(piece, merges)]
+
+
+def _encode_piece(piece: str, merges: dict[tuple[int, int], int]) -> list[int]:
+    word = tuple(piece.encode("utf-8"))
+    while len(word) > 1:
+        pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, math.inf))
+        if pair not in merges:
+            break
+        word = merge(word, pair, merges[pair])
+    return list(word)
+
+
+def decode(ranks: Iterable[int], token_bytes: Sequence[bytes] | dict[int, bytes]) -> str:
+    """Ranks -> text: every token's bytes joined, then decoded as UTF-8 at once; bytes that
+    are no whole character (a character cut between tokens) become U+FFFD."""
+    return b"".join(token_bytes[r] for r in ranks).decode("utf-8", errors="replace")
+
+
+class BPE:
+    """A byte-level BPE tokenizer: its merges (pairs of ranks, in the order learned), the
+    pre-tokenizer's pattern and its special tokens. Made by train_bpe or BPE.load."""
+
+    def __init__(self, merges: Iterable[tuple[int, int]], pattern: str = GPT2_PATTERN,
+                 special_tokens: Iterable[str] = ()):
+        extra = list(special_tokens)
+        if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
+            raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
+                             f"got {extra}")
+        try:
+            regex.compile(pattern)
+        except (regex.error, TypeError) as error:
+            raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
+        self.specials = [*SPECIALS, *extra]
+        self.pattern = pattern
+        self.offset = len(self.specials)  # the id of rank 0
+        self.token_bytes = [bytes([b]) for b in range(256)]  # by rank
+        self.merges: dict[tuple[int, int], int] = {}  # pair of ranks -> its rank
+        for a, b in merges:
+            if not (0 <= a < len(self.token_bytes) and 0 <= b < len(self.token_bytes)):
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) names a rank that is no "
+                                 f"byte or earlier merge (0..{len(self.token_bytes) - 1})")
+            self.merges[(a, b)] = len(self.token_bytes)
+            self.token_bytes.append(self.token_bytes[a] + self.token_bytes[b])
+        self._specials = _specials_re(self.specials)
+        self._cache: dict[str, list[int]] = {}  # pre-token -> its ids
+
+    # -- the Vocab interface -------------------------------------------------------------
+
+    pad_id, bos_id, eos_id = PAD, BOS, EOS
+
+    def __len__(self) -> int:
+        return self.offset + len(self.token_bytes)
+
+    def __eq__(self, other):
+        return (isinstance(other, BPE) and self.specials == other.specials
+                and self.pattern == other.pattern and self.merges == other.merges)
+
+    @property
+    def symbols(self) -> list[str]:
+        """Every token but the four specials, as text (a cut character as U+FFFD)."""
+        return [*self.specials[len(SPECIALS):], *(b.decode("utf-8", "replace") for b in self.token_bytes)]
+
+    def token(self, i: int) -> bytes:
+        """The bytes of id ``i`` (a special token's text in UTF-8)."""
+        return self.specials[i].encode() if i < self.offset else self.token_bytes[i - self.offset]
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids: special tokens' texts as their ids, the rest encoded by rank."""
+        ids, start = [], 0
+        for found in self._specials.finditer(text):
+            ids += self._encode_ordinary(text[start:found.start()])
+            ids.append(self.specials.index(found.group()))
+            start = found.end()
+        return ids + self._encode_ordinary(text[start:])
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        ids = []
+        for piece in pre_tokenize(text, self.pattern):
+            if piece not in self._cache:
+                self._cache[piece] = [self.offset + r for r in _encode_piece(piece, self.merges)]
+            ids += self._cache[piece]
+        return ids
+
+    def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
+        """Ids -> text: stops at the first EOS, skips PAD and BOS (as Vocab.decode), other
+        specials as their text; the bytes decoded together, a cut character as U+FFFD."""
+        kept = []
+        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+            if i == EOS:
+                break
+            if i not in (PAD, BOS):
+                kept.append(i)
+        return b"".join(map(self.token, kept)).decode("utf-8", errors="replace")
+
+    # -- a plain, readable file ----------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text
+        (to read, not read back)."""
+        return {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
+                "special_tokens": self.specials[len(SPECIALS):],
+                "merges": [[a, b] for a, b in self.merges],
+                "tokens": [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]}
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "tokenizer") -> BPE:
+        """The tokenizer of to_dict(); ValueError in one line for anything else."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"{where} is not a tfcourse BPE tokenizer (no format {FORMAT!r})")
+        if data.get("version") != VERSION:
+            raise ValueError(f"{where} is a BPE tokenizer of version {data.get('version')!r}; "
+                             f"this tfcourse reads version {VERSION}")
+        try:
+            merges = [(int(a), int(b)) for a, b in data["merges"]]
+            return cls(merges, str(data["pattern"]), data["special_tokens"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"{where} is a corrupt BPE tokenizer ({error})") from None
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, ensure_ascii=False, indent=0)
+
+    @classmethod
+    def load(cls, path: str) -> BPE:
+        """The tokenizer saved at ``path``; ValueError in one line for a corrupt file or
+        another version."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path} is not a tfcourse BPE tokenizer (not JSON: {error})") from None
+        return cls.from_dict(data, path)
+
+    def tiktoken_parts(self) -> dict:
+        """tiktoken.Encoding's keyword arguments for the same tokenizer: pat_str,
+        mergeable_ranks (bytes -> id; a merge's id is its rank, shifted) and special_tokens."""
+        return {"pat_str": self.pattern,
+                "mergeable_ranks": {b: self.offset + r for r, b in enumerate(self.token_bytes)},
+                "special_tokens": {s: i for i, s in enumerate(self.specials)}}
+
+
+def train_bpe(text: str | Iterable[str], vocab_size: int, pattern: str = GPT2_PATTERN,
+              special_tokens: Iterable[str] = ()) -> BPE:
+    """A tokenizer of ``vocab_size`` ids (fewer if no pair is left): the specials (vocab.py's
+    four, then ``special_tokens``), the 256 bytes and the merges learned from ``text``,
+    ties broken as Hugging Face tokenizers does (BYTE_ORDER)."""
+    special_tokens = list(special_tokens)
+    smallest = len(SPECIALS) + len(special_tokens) + 256
+    if not isinstance(vocab_size, int) or vocab_size < smallest:
+        raise ValueError(f"vocab_size must be an int of at least {smallest} (the specials and "
+                         f"256 bytes), got {vocab_size!r}")
+    merges = learn_merges(text, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
+    return BPE(merges, pattern, special_tokens)

@@ -15,7 +15,6 @@ import torch
 
 from tfcourse.viz.common import as_array, head_colors, show_token
 
-
 GROUP_MARKERS = "os^Dv<>Ph*"  # draw_groups: one marker per group, beside its colour
 
 

@@ -15,6 +15,8 @@ import torch
 
 from tfcourse.viz.common import as_array, head_colors, show_token
 
+GROUP_MARKERS = "os^Dv<>Ph*"  # draw_groups: one marker per group, beside its colour
+
 
 def pca(x: torch.Tensor | np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows of x (n, d) on their first k principal directions, in float64.
@@ -61,7 +63,9 @@ def draw_embedding_space(vectors: torch.Tensor | np.ndarray, labels: Sequence[st
 def draw_groups(vectors: torch.Tensor | np.ndarray, groups: Sequence[str], *, ax=None,
                 title: str | None = None):
     """Many vectors (e.g. one per text) as points at their first two principal coordinates,
-    one colour per group (groups: one name per row), no labels. Returns the Axes."""
+    one colour and one marker per group (groups: one name per row; up to 10 groups in
+    colours that differ in hue, so that no two groups look alike), no labels, the legend
+    beside the points. Returns the Axes."""
     v = as_array(vectors, "vectors")
     if v.ndim != 2 or v.shape[0] != len(groups):
         raise ValueError(f"vectors must be (len(groups), d) = ({len(groups)}, d), got {v.shape}")
@@ -69,10 +73,14 @@ def draw_groups(vectors: torch.Tensor | np.ndarray, groups: Sequence[str], *, ax
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 5))
     names = list(dict.fromkeys(groups))
-    for name, color in zip(names, head_colors(len(names))):
+    colors = plt.get_cmap("tab10").colors if len(names) <= 10 else head_colors(len(names))
+    for k, (name, color) in enumerate(zip(names, colors)):
         rows = [i for i, g in enumerate(groups) if g == name]
-        ax.scatter(coords[rows, 0], coords[rows, 1], s=6, color=color, label=name, alpha=0.6)
-    return _finish(ax, explained, title)
+        ax.scatter(coords[rows, 0], coords[rows, 1], s=9, color=color, label=name, alpha=0.6,
+                   marker=GROUP_MARKERS[k % len(GROUP_MARKERS)], linewidths=0)
+    _finish(ax, explained, title)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), markerscale=2)
+    return ax
 
 
 def neighbour_agreement(vectors: torch.Tensor | np.ndarray, groups: Sequence[str]

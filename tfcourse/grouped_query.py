@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tfcourse._validate import integer
-from tfcourse.attention import _check_inputs, scaled_dot_product_attention
+from tfcourse.attention import scaled_dot_product_attention
 from tfcourse.multi_head import ATTN_IMPLS, KVCache, MultiHeadAttention, merge_heads, split_heads
 from tfcourse.positional import RotaryEmbedding
 
@@ -78,11 +78,10 @@ class GroupedQueryAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v)  # (batch, kv_heads, cached_len + k_len, d_head)
         group = self.n_heads // self.n_kv_heads
-        k = k.repeat_interleave(group, dim=1)  # (batch, heads, k_len, d_head), copied per group
-        v = v.repeat_interleave(group, dim=1)
-        if self.attn_impl == "sdpa":
-            _check_inputs(q, k, v, mask)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if self.attn_impl == "sdpa":  # the fused kernel shares the key/value heads, uncopied
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
         else:
+            k = k.repeat_interleave(group, dim=1)  # (batch, heads, k_len, d_head), per group
+            v = v.repeat_interleave(group, dim=1)
             out, _ = scaled_dot_product_attention(q, k, v, mask)  # (batch, heads, q_len, d_head)
         return self.w_o(merge_heads(out))  # (batch, q_len, d_model)

@@ -117,7 +117,8 @@ class LlamaLM(DecoderLM):
     positions 0, 1, ... whatever the padding, which RoPE does not mind, since only offsets
     count).
 
-    Weights: the embedding N(0, 1/d_model) (a tied output starts with small logits), every
+    Weights: the embedding N(0, 1/d_model) (a tied output starts with small logits; looked
+    up as it is with RoPE, scaled by sqrt(d_model) with added positions), every
     linear map Xavier-uniform (tfcourse.model.init_weights), the RMSNorm gains 1.
     """
 
@@ -127,8 +128,9 @@ class LlamaLM(DecoderLM):
     def __init__(self, config: LlamaConfig):
         nn.Module.__init__(self)  # DecoderLM's forward, not its parts
         c = self.config = config
-        self.embed = Embeddings(c.vocab_size, c.d_model, scaled=False)
         added = {"learned": LearnedPositionalEncoding, "sinusoidal": PositionalEncoding}
+        # Positions added to the input need the token vectors at their scale (chapter 03).
+        self.embed = Embeddings(c.vocab_size, c.d_model, scaled=c.positions in added)
         self.positional = (added[c.positions](c.d_model, c.max_len, c.dropout)
                            if c.positions in added else None)
         self.layers = nn.ModuleList(LlamaLayer(c) for _ in range(c.n_layers))

@@ -14,6 +14,7 @@ a real system computes it). The first two train in about a minute; "mlm" (2,000 
 checkpoints that `make test` remakes only when asked (`make test ARGS=--slow`).
 """
 
+import dataclasses
 import datetime
 import functools
 import re
@@ -80,6 +81,11 @@ def _tiny_llama(task, **overrides):
     return LlamaConfig.tiny(len(task.vocab), **overrides)
 
 
+def _lm_task_named(name):
+    """The lm task under another recipe's name (what a checkpoint records, --resume checks)."""
+    return lambda seed=0: dataclasses.replace(RECIPES["lm"].make_task(seed=seed), name=name)
+
+
 def _iso_date_problem(text):
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
         return "not a date in ISO form (YYYY-MM-DD)"
@@ -131,7 +137,7 @@ RECIPES = {
 # key/value heads (of 4) and the absent position table leave room for d_ff = 392.
 RECIPES["lm-llama"] = Recipe(
     "the lm task with Llama's block (RMSNorm, SwiGLU, rotary positions, grouped-query "
-    "attention; chapter 12)", RECIPES["lm"].make_task, LlamaLM, _tiny_llama,
+    "attention; chapter 12)", _lm_task_named("lm-llama"), LlamaLM, _tiny_llama,
     dict(d_model=128, n_heads=4, n_kv_heads=2, d_ff=392, n_layers=4, dropout=0.1,
          attn_impl="sdpa", max_len=LM_CONTEXT),
     RECIPES["lm"].train)

@@ -11,7 +11,7 @@ import pytest
 from tfcourse.checking import entry
 
 RIGHT = [(f"{exercise}.{name}", solution)
-         for exercise in ("ex08_decoding", "ex09_variants")
+         for exercise in ("ex08_decoding", "ex09_variants", "ex12_modern_block")
          for name, found in import_module(f"buggy_solutions.{exercise}").RIGHT.items()
          for solution in found]
 

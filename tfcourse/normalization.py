@@ -51,7 +51,7 @@ class RMSNorm(nn.Module):
     LayerNorm without the centering and without the bias: each position's vector is only
     rescaled to a root mean square of 1, then gained. One reduction instead of two, and
     as good in practice. Same parameter (weight) and formula as torch.nn.RMSNorm and as
-    transformers' LlamaRMSNorm, which computes in float32 whatever the input's dtype (so does
+    transformers' LlamaRMSNorm, which computes a bfloat16 or float16 input in float32 (so does
     this one).
     """
 
@@ -64,7 +64,7 @@ class RMSNorm(nn.Module):
         d_model = self.weight.size(0)
         if x.size(-1) != d_model:
             raise ValueError(f"x must have shape (..., d_model={d_model}), got {tuple(x.shape)}")
-        h = x.float()
+        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 at least
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., d_model)
         return self.weight * h.to(x.dtype)
 

@@ -519,7 +519,6 @@ BENCHMARKS += [
 import modern  # noqa: E402
 
 
-
 def _tiny_train(model, task, seed, seconds=None, steps=None):
     """_train_lm with the tiny LM's settings (chapter 12's rows)."""
     return _train_lm(model, task, TrainConfig(**TINY_LM_TRAIN), seed, seconds, steps)

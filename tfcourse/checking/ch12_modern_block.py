@@ -13,9 +13,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..attention import scaled_dot_product_attention
 from ..feed_forward import SwiGLU
 from ..normalization import RMSNorm
-from ..attention import scaled_dot_product_attention
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
 from .comparison import describe
 from .mistakes import Mistake, laddered, member

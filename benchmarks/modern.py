@@ -99,6 +99,12 @@ def _llama_at_steps(seed, train):
     return _trained(_model("llama", seed), train, seed, "llama", steps=STEPS)[0]
 
 
+def steps_pair(seed, train):
+    """Held-out loss after STEPS steps (not seconds): Llama, then GPT."""
+    return [_llama_at_steps(seed, train),
+            _trained(_model("lm", seed), train, seed, "lm", steps=STEPS)[0]]
+
+
 def change_pair(seed, train, change):
     """Held-out loss after STEPS steps: Llama, then Llama with `change` undone."""
     return [_llama_at_steps(seed, train),

@@ -531,6 +531,10 @@ BENCHMARKS += [
               ("Llama block", "GPT block"), functools.partial(modern.llama_pair, train=_tiny_train),
               lambda r: f"{r[0]:.3f} ({r[1]:.0f} steps)", lambda a, b: a[0] / b[0], "< 1.0",
               seeds=3, quick=1),
+    Benchmark("llama_steps", f"LM: held-out nats/char after {modern.STEPS} steps, equal "
+              "parameters", ("Llama block", "GPT block"),
+              functools.partial(modern.steps_pair, train=_tiny_train), lambda x: f"{x:.3f}",
+              lambda a, b: a / b, "< 1.0", seeds=3, quick=1),
     *(Benchmark(f"llama_{change}", f"LM: held-out nats/char after {modern.STEPS} steps, "
                 f"Llama block without one change: {what}", ("Llama block", "changed back"),
                 functools.partial(modern.change_pair, train=_tiny_train, change=change),

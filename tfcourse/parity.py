@@ -11,6 +11,11 @@ ways, and PyTorch's modules run on their plain path, so that the two compute the
 
 It applies at every level: MultiHeadAttention <-> nn.MultiheadAttention, EncoderLayer <->
 nn.TransformerEncoderLayer, Encoder <-> nn.TransformerEncoder, and the same for the decoder.
+
+Chapter 12: llama_from_transformers(model) maps transformers' LlamaForCausalLM onto
+tfcourse.modern.LlamaLM (q_proj -> w_q, mlp.gate_proj -> feed_forward.gate,
+input_layernorm -> sublayers.0.norm, lm_head -> generator, ...); transformers itself is
+never imported here.
 """
 
 import re

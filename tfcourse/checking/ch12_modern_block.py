@@ -17,16 +17,13 @@ from ..attention import scaled_dot_product_attention
 from ..feed_forward import SwiGLU
 from ..normalization import RMSNorm
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
+from .ch04_feed_forward_and_norm import _randn
 from .comparison import describe
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
 EXERCISE = "ex12_modern_block"
 _NB = "12_modern_block"
-
-
-def _randn(g, *shape, dtype=torch.float32):
-    return torch.randn(*shape, generator=g, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------

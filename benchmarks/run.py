@@ -538,6 +538,38 @@ BENCHMARKS += [
               lambda a, b: a / b, "> 1.0", seeds=1),
 ]
 
+# Chapter 12's rows; their measuring functions are in benchmarks/modern.py.
+import modern  # noqa: E402
+
+
+def _tiny_train(model, task, seed, seconds=None, steps=None):
+    """_train_lm with the tiny LM's settings (chapter 12's rows)."""
+    return _train_lm(model, task, TrainConfig(**TINY_LM_TRAIN), seed, seconds, steps)
+
+
+_CHANGES = {"layernorm": "LayerNorm for RMSNorm", "gelu": "GELU FFN for SwiGLU",
+            "learned": "learned positions for RoPE", "mha": "4 key/value heads for 2"}
+BENCHMARKS += [
+    Benchmark("llama", "LM: held-out nats/char after 60 s of training, equal parameters",
+              ("Llama block", "GPT block"), functools.partial(modern.llama_pair, train=_tiny_train),
+              lambda r: f"{r[0]:.3f} ({r[1]:.0f} steps)", lambda a, b: a[0] / b[0], "< 1.0",
+              seeds=3, quick=1),
+    Benchmark("llama_steps", f"LM: held-out nats/char after {modern.STEPS} steps, equal "
+              "parameters", ("Llama block", "GPT block"),
+              functools.partial(modern.steps_pair, train=_tiny_train), lambda x: f"{x:.3f}",
+              lambda a, b: a / b, "< 1.0", seeds=3, quick=1),
+    *(Benchmark(f"llama_{change}", f"LM: held-out nats/char after {modern.STEPS} steps, "
+                f"Llama block without one change: {what}", ("Llama block", "changed back"),
+                functools.partial(modern.change_pair, train=_tiny_train, change=change),
+                lambda x: f"{x:.3f}", lambda a, b: a / b, "< 1.0", seeds=3, quick=1)
+      for change, what in _CHANGES.items()),
+    *(Benchmark(f"beyond_{other}", f"LM trained on 64 positions: held-out nats/char at positions "
+                f"64-255 (0-63), RoPE vs {other}", ("RoPE", other),
+                functools.partial(modern.beyond_pair, train=_tiny_train, other=other),
+                lambda r: f"{r[1]:.3f} ({r[0]:.3f})", lambda a, b: a[1] / b[1], "< 1.0",
+                seeds=1) for other in ("learned", "sinusoidal")),
+]
+
 
 # ------------------------------------------------------------------ running them
 

@@ -114,3 +114,21 @@ def test_lm_rows_train_by_time_or_steps():
     assert run._train_lm(model, task, train_config, seed=0, steps=3) == 3
     assert run._train_lm(model, task, train_config, seed=0, seconds=0.0) == 0
     assert {"lm", "lm_throughput", "tying"} <= {b.name for b in run.BENCHMARKS}
+
+
+def test_chapter_12_rows_compare_models_of_equal_parameters_each_with_its_part_swapped():
+    from tfcourse.feed_forward import PositionWiseFeedForward
+    from tfcourse.normalization import LayerNorm
+
+    def n(model):
+        return sum(p.numel() for p in model.parameters())
+
+    llama, gpt = run.modern._model("llama", 0), run.modern._model("lm", 0)
+    assert (n(llama), n(gpt)) == (110_528, 110_720)
+    variants = {change: run.modern._variant(change, 0) for change in run._CHANGES}
+    assert all(abs(n(model) / n(llama) - 1) < 0.005 for model in variants.values())
+    assert isinstance(variants["layernorm"].layers[1].sublayers[0].norm, LayerNorm)
+    assert isinstance(variants["layernorm"].norm, LayerNorm)
+    assert isinstance(variants["gelu"].layers[0].feed_forward, PositionWiseFeedForward)
+    assert variants["learned"].positional is not None and llama.positional is None
+    assert variants["mha"].config.n_kv_heads == 4 == 2 * llama.config.n_kv_heads

@@ -1,4 +1,4 @@
-"""One frozen block config shared by the three model kinds, passed whole."""
+"""One frozen block config shared by the four model kinds, passed whole."""
 
 import dataclasses
 
@@ -8,12 +8,14 @@ import torch
 from tfcourse.config import BlockConfig
 from tfcourse.encoder import Encoder
 from tfcourse.model import Transformer, TransformerConfig
+from tfcourse.modern import LlamaConfig, LlamaLM
 from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
 
 CONFIGS = [
     lambda **o: TransformerConfig.tiny(13, **o),
     lambda **o: EncoderClassifierConfig.tiny(13, 3, **o),
     lambda **o: DecoderLMConfig.tiny(13, **o),
+    lambda **o: LlamaConfig.tiny(13, **o),
 ]
 
 
@@ -28,7 +30,7 @@ def test_every_kind_shares_the_block_and_its_checks(make):
         (dict(n_layers=-1), "n_layers must be an integer >= 1, got -1"),
         (dict(dropout=1.0), r"dropout must be a number in \[0, 1\), got 1.0"),
         (dict(n_heads=5), "d_model=64 is not divisible by n_heads=5"),
-        (dict(activation="tanh"), "activation must be one of 'relu', 'gelu', got 'tanh'"),
+        (dict(activation="tanh"), "activation must be one of 'relu', 'gelu', 'silu', got 'tanh'"),
         (dict(attn_impl="flash"), "attn_impl must be one of 'explicit', 'sdpa', got 'flash'"),
         (dict(pad_id=13), r"pad_id=13 is not an id of the vocabulary \(size 13\)"),
         (dict(pad_id=-1), "pad_id must be an integer >= 0, got -1"),
@@ -38,7 +40,7 @@ def test_every_kind_shares_the_block_and_its_checks(make):
 
 
 @pytest.mark.parametrize("cls, make", [(Transformer, CONFIGS[0]), (EncoderClassifier, CONFIGS[1]),
-                                       (DecoderLM, CONFIGS[2])])
+                                       (DecoderLM, CONFIGS[2]), (LlamaLM, CONFIGS[3])])
 def test_every_setting_reaches_every_layer(cls, make):
     """attn_impl, activation and norm_first reach each attention and feed-forward module
     (the classifier used to drop attn_impl)."""

@@ -43,7 +43,7 @@ def test_dropout_after_the_activation():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"one of \['relu', 'gelu'\], got 'tanh'"):
+    with pytest.raises(ValueError, match=r"one of \['relu', 'gelu', 'silu'\], got 'tanh'"):
         PositionWiseFeedForward(4, 8, activation="tanh")
     with pytest.raises(ValueError, match=r"\(\.\.\., d_model=4\), got \(2, 5\)"):
         PositionWiseFeedForward(4, 8)(torch.zeros(2, 5))

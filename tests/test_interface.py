@@ -123,8 +123,8 @@ def test_a_stopped_sequence_only_pads():
 def test_chapter_9_kinds_are_known_to_checkpoints(tmp_path):
     from tfcourse.recipes import build
 
-    assert checkpoint.kinds() == ("seq2seq", "classifier", "lm")
-    for name in ("classify", "mlm", "lm"):
+    assert checkpoint.kinds() == ("seq2seq", "classifier", "lm", "llama")
+    for name in ("classify", "mlm", "lm", "lm-llama"):
         task, model, _ = build(name, model=dict(d_model=16, n_heads=2, d_ff=32, n_layers=1))
         checkpoint.save_checkpoint(tmp_path / "m.pt", model, task, TrainConfig(), step=0)
         loaded, vocab, state = load_checkpoint(tmp_path / "m.pt")

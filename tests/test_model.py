@@ -142,7 +142,7 @@ def test_share_embeddings_needs_one_vocabulary():
     (dict(dropout=1.0), r"dropout must be a number in \[0, 1\), got 1.0"),
     (dict(n_layers=0), "n_layers must be an integer >= 1, got 0"),
     (dict(dropout=1.5), "dropout must be a number in"),
-    (dict(activation="tanh"), "activation must be one of 'relu', 'gelu', got 'tanh'"),
+    (dict(activation="tanh"), "activation must be one of 'relu', 'gelu', 'silu', got 'tanh'"),
     (dict(pad_id=13), "pad_id=13 is not an id"),
 ])
 def test_config_rejects_bad_values_by_name(overrides, message):

@@ -13,7 +13,8 @@ import pytest
 from tfcourse.checking import entry
 
 RIGHT = [(f"{exercise}.{name}", solution)
-         for exercise in ("ex05_encoder", "ex08_decoding", "ex09_variants", "ex11_tokens")
+         for exercise in ("ex05_encoder", "ex08_decoding", "ex09_variants", "ex11_tokens",
+                         "ex12_modern_block")
          for name, found in import_module(f"buggy_solutions.{exercise}").RIGHT.items()
          for solution in found]
 

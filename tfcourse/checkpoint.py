@@ -1,6 +1,6 @@
 """Checkpoints: a trained model with what rebuilds it (its kind and config), its task's
 vocabulary and class names, the training settings and history. The model kinds are a
-registry: the course's three are known by name, and register() adds one of your own.
+registry: the course's four are known by name, and register() adds one of your own.
 
     save_checkpoint("dates.pt", model, task, config, step)
     model, vocab, state = load_checkpoint("dates.pt")
@@ -41,6 +41,7 @@ _KINDS: dict[str, str | type] = {
     "seq2seq": "tfcourse.model:Transformer",
     "classifier": "tfcourse.variants:EncoderClassifier",
     "lm": "tfcourse.variants:DecoderLM",
+    "llama": "tfcourse.modern:LlamaLM",
 }
 
 

@@ -482,7 +482,7 @@ def _decode(args):
 def _load(args, device, cls, what):
     """The --checkpoint, whose model must be a `cls`: else a ValueError naming what it holds."""
     model, vocab, state = load_checkpoint(args.checkpoint, device=device)
-    if model.kind != cls.kind:
+    if not isinstance(model, cls):  # a subclass too: LlamaLM is a DecoderLM
         raise ValueError(f"{args.checkpoint} holds a {model.kind} model (task "
                          f"{state.get('task')!r}); {args.command} needs {what} ({cls.kind})")
     return model, vocab, state

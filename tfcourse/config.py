@@ -16,7 +16,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Activation = Literal["relu", "gelu"]
+Activation = Literal["relu", "gelu", "silu"]
 AttnImpl = Literal["explicit", "sdpa"]
 
 

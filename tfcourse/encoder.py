@@ -25,12 +25,16 @@ class Embeddings(nn.Module):
     comparable with the positional encoding's sqrt(d_model / 2). (nn.Embedding's own N(0, 1)
     would give rows of norm ~d_model, drowning the positions.) The same table can be the
     output layer's weight (tied), where its scale keeps the first logits small.
+
+    scaled=False: the lookup alone, as Llama's (chapter 12), whose pre-norm block rescales
+    every sublayer's input anyway.
     """
 
-    def __init__(self, vocab_size: int, d_model: int):
+    def __init__(self, vocab_size: int, d_model: int, scaled: bool = True):
         super().__init__()
         self.embedding = nn.Embedding(integer("vocab_size", vocab_size), integer("d_model", d_model))
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        self.scale = math.sqrt(d_model) if scaled else 1.0
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         vocab_size, d_model = self.embedding.weight.shape
@@ -48,7 +52,7 @@ class Embeddings(nn.Module):
                 f"tokens must be ids in [0, vocab_size={vocab_size}), "
                 f"got values from {tokens.min().item()} to {tokens.max().item()}"
             )
-        return self.embedding(tokens) * math.sqrt(d_model)
+        return self.embedding(tokens) * self.scale  # (batch, seq, d_model)
 
 
 class EncoderLayer(nn.Module):

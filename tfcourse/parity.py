@@ -11,6 +11,11 @@ ways, and PyTorch's modules run on their plain path, so that the two compute the
 
 It applies at every level: MultiHeadAttention <-> nn.MultiheadAttention, EncoderLayer <->
 nn.TransformerEncoderLayer, Encoder <-> nn.TransformerEncoder, and the same for the decoder.
+
+Chapter 12: llama_from_transformers(model) maps transformers' LlamaForCausalLM onto
+tfcourse.modern.LlamaLM (q_proj -> w_q, mlp.gate_proj -> feed_forward.gate,
+input_layernorm -> sublayers.0.norm, lm_head -> generator, ...); transformers itself is
+never imported here.
 """
 
 import re
@@ -91,3 +96,44 @@ def run_torch(module, *args, **kwargs):
         return module(*args, **kwargs)
     finally:
         torch.backends.mha.set_fastpath_enabled(enabled)
+
+
+# ---------------------------------------------------------------- chapter 12: Llama
+# transformers' LlamaForCausalLM name -> tfcourse.modern.LlamaLM's, applied to every key.
+_FROM_LLAMA = (
+    (r"^model\.embed_tokens\.", "embed.embedding."),
+    (r"^model\.norm\.", "norm."),
+    (r"^lm_head\.", "generator."),
+    (r"^model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.", r"layers.\1.self_attn.w_\2."),
+    (r"^model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.", r"layers.\1.feed_forward.\2."),
+    (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.sublayers.0.norm."),
+    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.sublayers.1.norm."),
+)
+
+
+def llama_from_transformers(theirs: nn.Module, **overrides):
+    """A tfcourse.modern.LlamaLM with the config and the weights of ``theirs``, a
+    transformers.LlamaForCausalLM (ValueError for a setting LlamaLM does not have: biases,
+    a head width other than d_model / n_heads, RoPE scaling). ``overrides``: other values of
+    LlamaConfig's own settings (attn_impl)."""
+    from tfcourse.modern import LlamaConfig, LlamaLM
+
+    c = theirs.config
+    rope = c.rope_parameters or {}
+    differ = {"attention_bias": (c.attention_bias, False), "mlp_bias": (c.mlp_bias, False),
+              "hidden_act": (c.hidden_act, "silu"),
+              "head_dim": (c.head_dim, c.hidden_size // c.num_attention_heads),
+              "rope_type": (rope.get("rope_type", "default"), "default")}
+    unlike = [f"{name}={got!r} (LlamaLM: {want!r})" for name, (got, want) in differ.items()
+              if got != want]
+    if unlike:
+        raise ValueError(f"LlamaLM has no equivalent of {', '.join(unlike)}")
+    config = LlamaConfig(
+        vocab_size=c.vocab_size, d_model=c.hidden_size, n_heads=c.num_attention_heads,
+        n_kv_heads=c.num_key_value_heads, d_ff=c.intermediate_size, n_layers=c.num_hidden_layers,
+        max_len=c.max_position_embeddings, rope_base=float(rope["rope_theta"]),
+        norm_eps=c.rms_norm_eps, tie_output=c.tie_word_embeddings, **overrides)
+    ours = LlamaLM(config)
+    ours.load_state_dict({_rename(name, _FROM_LLAMA): tensor
+                          for name, tensor in theirs.state_dict().items()})
+    return ours.to(theirs.dtype).eval()

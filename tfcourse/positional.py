@@ -2,7 +2,22 @@
 
     PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))                (paper, section 3.5)
+
+Chapter 12: rotary position embedding (RoPE, Su et al. 2021), the positions of today's open
+models. Nothing is added to the input: inside attention, the query and the key of position m
+are rotated, each pair of features (a, b) by the angle m theta_i,
+
+    (a, b) -> (a cos(m theta_i) - b sin(m theta_i),  a sin(m theta_i) + b cos(m theta_i))
+    theta_i = base^(-2i / d_head),  i = 0 ... d_head / 2 - 1        (base 10000, as PE's)
+
+so that q_m . k_n depends on the offset m - n only (a rotation by m, then back by n).
+Which features form a pair is a convention: adjacent ones, (x_0, x_1), (x_2, x_3), ... (the
+RoFormer paper, Meta's Llama code), or the two halves, (x_i, x_{i + d_head/2}) (GPT-NeoX,
+Hugging Face transformers). They compute the same scores once the rows of W^Q and W^K are
+permuted (halves_from_adjacent).
 """
+
+from typing import Literal
 
 import torch
 from torch import nn
@@ -65,3 +80,68 @@ class LearnedPositionalEncoding(nn.Module):
         _check_positions(x, start, self.embedding.embedding_dim, self.embedding.num_embeddings)
         positions = torch.arange(start, start + x.size(1), device=x.device)
         return self.dropout(x + self.embedding(positions))  # (batch, seq, d_model)
+
+
+Pairs = Literal["halves", "adjacent"]
+
+
+def rotary_cos_sin(positions: torch.Tensor, d_head: int, base: float = 10000.0,
+                   dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos(m theta_i) and sin(m theta_i) for the positions m (seq,) and theta_i =
+    base^(-2i / d_head): two (seq, d_head / 2) tables. The angles are computed in float64
+    (m theta_i reaches thousands of radians, where a bfloat16 angle is off by several
+    radians), then the tables are cast to ``dtype`` (default: torch's default dtype)."""
+    if integer("d_head", d_head) % 2 != 0:
+        raise ValueError(f"d_head must be even (the features are rotated in pairs), got {d_head}")
+    theta = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64, device=positions.device)
+                     / d_head)  # (d_head / 2,)
+    angle = positions.to(torch.float64)[:, None] * theta  # (seq, d_head / 2)
+    dtype = dtype or torch.get_default_dtype()
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 pairs: Pairs = "halves") -> torch.Tensor:
+    """x (..., seq, d_head) with each pair of features (a, b) rotated by its angle:
+    (a cos - b sin, a sin + b cos); cos and sin (seq, d_head / 2) from rotary_cos_sin.
+    pairs="halves": a = x[..., :d/2], b = x[..., d/2:] (transformers); "adjacent":
+    a = x[..., 0::2], b = x[..., 1::2] (RoFormer, Meta)."""
+    if x.size(-1) != 2 * cos.size(-1) or x.size(-2) != cos.size(-2):
+        raise ValueError(f"x must have shape (..., seq={cos.size(-2)}, d_head={2 * cos.size(-1)}) "
+                         f"to match cos and sin {tuple(cos.shape)}, got {tuple(x.shape)}")
+    if pairs == "halves":
+        a, b = x.chunk(2, dim=-1)  # (..., seq, d_head / 2) each
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+    if pairs == "adjacent":
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    raise ValueError(f"pairs must be 'halves' or 'adjacent', got {pairs!r}")
+
+
+def halves_from_adjacent(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """The rows of W^Q or W^K (out_features = n_heads d_head, in_features) reordered so that
+    rotating halves computes what rotating adjacent pairs computed with ``weight``: in each
+    head, the features 0, 2, 4, ... first, then 1, 3, 5, ... (what transformers' conversion
+    of Meta's Llama weights does). The scores q . k do not change."""
+    out_features, in_features = weight.shape
+    d_head = out_features // integer("n_heads", n_heads)
+    return (weight.view(n_heads, d_head // 2, 2, in_features).transpose(1, 2)
+            .reshape(out_features, in_features))
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries or keys (batch, heads, seq, d_head) at positions start, start + 1, ...
+    (with a cache, start = the cached length). No parameters: the tables are a function of
+    the positions, computed at each call (cheap next to attention)."""
+
+    def __init__(self, d_head: int, base: float = 10000.0, pairs: Pairs = "halves"):
+        super().__init__()
+        self.d_head, self.base, self.pairs = integer("d_head", d_head), base, pairs
+
+    def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        positions = torch.arange(start, start + x.size(-2), device=x.device)
+        cos, sin = rotary_cos_sin(positions, self.d_head, self.base, x.dtype)
+        return apply_rotary(x, cos, sin, self.pairs)  # (batch, heads, seq, d_head)
+
+    def extra_repr(self):
+        return f"d_head={self.d_head}, base={self.base:g}, pairs={self.pairs!r}"

@@ -14,6 +14,7 @@ a real system computes it). The first two train in about a minute; "mlm" (2,000 
 checkpoints that `make test` remakes only when asked (`make test ARGS=--slow`).
 """
 
+import dataclasses
 import datetime
 import functools
 import re
@@ -28,6 +29,7 @@ from tfcourse.corpora import LANGUAGES, language_id_task, lm_task, mlm_task
 from tfcourse.data import copy_task, dates_task, reverse_task
 from tfcourse.interface import TaskLike
 from tfcourse.model import Transformer, TransformerConfig
+from tfcourse.modern import LlamaConfig, LlamaLM
 from tfcourse.training import TrainConfig
 from tfcourse.variants import DecoderLM, DecoderLMConfig, EncoderClassifier, EncoderClassifierConfig
 
@@ -73,6 +75,15 @@ def _tiny_mlm(task, **overrides):  # with a classifier head for the languages, t
 
 def _tiny_lm(task, **overrides):
     return DecoderLMConfig.tiny(len(task.vocab), **overrides)
+
+
+def _tiny_llama(task, **overrides):
+    return LlamaConfig.tiny(len(task.vocab), **overrides)
+
+
+def _lm_task_named(name):
+    """The lm task under another recipe's name (what a checkpoint records, --resume checks)."""
+    return lambda seed=0: dataclasses.replace(RECIPES["lm"].make_task(seed=seed), name=name)
 
 
 def _iso_date_problem(text):
@@ -127,6 +138,15 @@ RECIPES["lm-bpe"] = Recipe(
     "next byte-level BPE token (1,024 ids) of the same Python source",
     functools.partial(lm_task, block_size=LM_CONTEXT, bpe_vocab=1024), DecoderLM, _tiny_lm,
     RECIPES["lm"].model, RECIPES["lm"].train)
+# Chapter 12: the same task and training with Llama's block, at the GPT model's parameters
+# (812,928 against 814,592): the 2/3-wide SwiGLU of d_ff = 512 would be 341 wide; the two
+# key/value heads (of 4) and the absent position table leave room for d_ff = 392.
+RECIPES["lm-llama"] = Recipe(
+    "the lm task with Llama's block (RMSNorm, SwiGLU, rotary positions, grouped-query "
+    "attention; chapter 12)", _lm_task_named("lm-llama"), LlamaLM, _tiny_llama,
+    dict(d_model=128, n_heads=4, n_kv_heads=2, d_ff=392, n_layers=4, dropout=0.1,
+         attn_impl="sdpa", max_len=LM_CONTEXT),
+    RECIPES["lm"].train)
 
 
 def recipe(name: str) -> Recipe:

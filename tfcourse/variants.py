@@ -272,7 +272,9 @@ class DecoderLM(nn.Module):
                              f"{tuple(tokens.shape)}")
         seq = tokens.size(1)
         _check_mask(mask, (tokens.size(0), 1, seq, start + seq))
-        x = self.positional(self.embed(tokens), start=start)  # (batch, seq, d_model)
+        x = self.embed(tokens)  # (batch, seq, d_model)
+        if self.positional is not None:  # None: positions inside attention (chapter 12's RoPE)
+            x = self.positional(x, start=start)
         # Query i is position start + i: it may attend to positions 0 ... start + i.
         causal = torch.ones(seq, start + seq, dtype=torch.bool, device=tokens.device).tril(start)
         mask = causal if mask is None else mask & causal  # (..., seq, start + seq)

@@ -1,0 +1,374 @@
+"""Wrong ways to write exercise 12 (RMSNorm, SwiGLU, rotate, rotary_attention), and the
+diagnosis each must get; then RIGHT: correct solutions in other styles than the reference's,
+which every check must pass (tests/test_right_solutions.py)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tfcourse.checking.entry import exercises_dir, load_exercise
+from tfcourse.positional import RotaryEmbedding
+
+from . import wrong
+
+given = load_exercise(exercises_dir() / "ex12_modern_block.py")
+
+# -------------------------------------------------------------------------------- RMSNorm
+
+
+def _norm(forward):
+    return type(forward.__name__, (given.RMSNorm,), {"forward": forward})
+
+
+@wrong("RMSNorm.builtin")
+@_norm
+def rms_builtin(self, x):
+    return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
+
+
+@wrong("RMSNorm.mean_subtracted")
+@_norm
+def rms_centered(self, x):
+    x = x - x.mean(-1, keepdim=True)
+    return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.mean_subtracted")
+@_norm
+def rms_as_layer_norm(self, x):
+    return F.layer_norm(x, x.shape[-1:], eps=self.eps) * self.weight
+
+
+@wrong("RMSNorm.eps_outside")
+@_norm
+def rms_eps_outside(self, x):
+    return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
+
+
+@wrong("RMSNorm.no_eps")
+@_norm
+def rms_no_eps(self, x):
+    return self.weight * x * x.pow(2).mean(-1, keepdim=True).rsqrt()
+
+
+@wrong("RMSNorm.eps_ignored")
+@_norm
+def rms_own_eps(self, x):
+    return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+@wrong("RMSNorm.wrong_power")
+@_norm
+def rms_no_root(self, x):
+    return self.weight * x / (x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.wrong_power")
+@_norm
+def rms_divided_by_rsqrt(self, x):
+    return self.weight * x / torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.l2_norm")
+@_norm
+def rms_l2(self, x):
+    return self.weight * x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.wrong_axis")
+@_norm
+def rms_axis(self, x):
+    return self.weight * x / torch.sqrt(x.pow(2).mean(-2, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.no_gain")
+@_norm
+def rms_no_gain(self, x):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.no_gradient")
+@_norm
+def rms_detached(self, x):
+    rms = x.detach().pow(2).mean(-1, keepdim=True).add(self.eps).sqrt()
+    return self.weight * x.detach() / rms
+
+
+# --------------------------------------------------------------------------------- SwiGLU
+
+
+def _ffn(forward):
+    return type(forward.__name__, (given.SwiGLU,), {"forward": forward})
+
+
+@wrong("SwiGLU.gate_up_swapped")
+@_ffn
+def swiglu_swapped(self, x):
+    return self.down(self.dropout(self.activation(self.up(x)) * self.gate(x)))
+
+
+@wrong("SwiGLU.wrong_activation")
+@_ffn
+def swiglu_gelu(self, x):
+    return self.down(self.dropout(F.gelu(self.gate(x)) * self.up(x)))
+
+
+@wrong("SwiGLU.wrong_activation")
+@_ffn
+def swiglu_sigmoid(self, x):  # GLU's sigmoid gate
+    return self.down(self.dropout(torch.sigmoid(self.gate(x)) * self.up(x)))
+
+
+@wrong("SwiGLU.activation_misplaced")
+@_ffn
+def swiglu_on_product(self, x):
+    return self.down(self.dropout(self.activation(self.gate(x) * self.up(x))))
+
+
+@wrong("SwiGLU.no_gating")
+@_ffn
+def swiglu_no_up(self, x):
+    return self.down(self.dropout(self.activation(self.gate(x))))
+
+
+@wrong("SwiGLU.added")
+@_ffn
+def swiglu_added(self, x):
+    return self.down(self.dropout(self.activation(self.gate(x)) + self.up(x)))
+
+
+@wrong("SwiGLU.dropout_missing")
+@_ffn
+def swiglu_no_dropout(self, x):
+    return self.down(self.activation(self.gate(x)) * self.up(x))
+
+
+# --------------------------------------------------------------------------------- rotate
+
+
+def _angles(x, start, base, dtype=torch.float64, exponent=None):
+    d = x.size(-1)
+    i = torch.arange(0, d, 2, dtype=dtype)
+    theta = base ** (-(exponent(i, d) if exponent else i / d))
+    m = torch.arange(start, start + x.size(-2), dtype=dtype)
+    angle = torch.outer(m, theta)
+    return angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+
+
+def _turn(x, cos, sin, pairs):
+    if pairs == "halves":
+        a, b = x.chunk(2, -1)
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+
+@wrong("rotate.pairs_mixed_up")
+def rotate_always_halves(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, cos, sin, "halves")
+
+
+@wrong("rotate.pairs_mixed_up")
+def rotate_conventions_reversed(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, cos, sin, "adjacent" if pairs == "halves" else "halves")
+
+
+@wrong("rotate.not_offset")
+def rotate_from_zero(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, 0, base)
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.base_ignored")
+def rotate_base_fixed(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, 10000.0)
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.wrong_exponent")
+def rotate_exponent_halved(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base, exponent=lambda i, d: i / (2 * d))  # i over 0, 2, 4, ...
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.wrong_exponent")
+def rotate_positive_exponent(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base, exponent=lambda i, d: -i / d)
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.low_precision")
+def rotate_in_x_dtype(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base, dtype=x.dtype)
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.wrong_direction")
+def rotate_half_signs_flipped(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, cos, -sin, pairs)
+
+
+@wrong("rotate.cos_sin_swapped")
+def rotate_cos_sin_swapped(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, sin, cos, pairs)
+
+
+@wrong("rotate.angles_laid_out_for_other_pairs")
+def rotate_hf_with_interleaved_angles(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    if pairs == "halves":  # transformers' rotate_half, with Meta's order of the angles
+        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        a, b = x.chunk(2, -1)
+        return x * cos + torch.cat((-b, a), -1) * sin
+    cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    return x * cos + torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2) * sin
+
+
+@wrong("rotate.no_gradient")
+def rotate_rebuilt_from_values(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return torch.tensor(_turn(x, cos, sin, pairs).tolist(), dtype=x.dtype)
+
+
+# ----------------------------------------------------------------------- rotary_attention
+
+
+def _attend(q, k, v, causal):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if causal is not None:
+        scores = scores.masked_fill(~causal, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def _cat(past, new):
+    return new if past is None else torch.cat((past, new), -2)
+
+
+def _start(past_k):
+    return 0 if past_k is None else past_k.size(-2)
+
+
+@wrong("rotary_attention.values_rotated")
+def attention_values_rotated(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k, v = (rope(t, start) for t in (q, k, v))
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.not_offset")
+def attention_rotated_from_zero(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q), rope(k)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.cache_rotated_again")
+def attention_cache_rotated_again(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    q, k = rope(q, start), rope(k)  # every key rotated at its position, the cached ones again
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.mask_not_offset")
+def attention_mask_from_the_corner(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril())
+
+
+@wrong("rotary_attention.no_causal_mask")
+def attention_unmasked(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    return F.scaled_dot_product_attention(q, _cat(past_k, k), _cat(past_v, v))
+
+
+@wrong("rotary_attention.one_side_rotated")
+def attention_queries_only(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q = rope(q, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.no_gradient")
+def attention_detached(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start).detach(), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+# ---------------------------------------------------------------------------------- RIGHT
+
+
+@_norm
+def rms_float32_as_transformers(self, x):
+    h = x.float() if x.dtype != torch.float64 else x
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+    return self.weight * h.to(x.dtype)
+
+
+@_norm
+def rms_by_norm(self, x):
+    rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) / math.sqrt(x.size(-1))
+    return x / torch.sqrt(rms**2 + self.eps) * self.weight
+
+
+@_ffn
+def swiglu_silu_written_out(self, x):
+    g = self.gate(x)
+    act = g * torch.sigmoid(g) if self.activation is F.silu else self.activation(g)
+    return self.down(self.dropout(act * self.up(x)))
+
+
+def rotate_complex(x, start=0, base=10000.0, pairs="halves"):
+    """Meta's way: each pair a complex number, multiplied by e^(i m theta)."""
+    d = x.size(-1)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    m = torch.arange(start, start + x.size(-2), dtype=torch.float64)
+    turn = torch.polar(torch.ones(len(m), d // 2, dtype=torch.float64), torch.outer(m, theta))
+    if pairs == "halves":
+        a, b = x.double().chunk(2, -1)
+        z = torch.complex(a, b) * turn
+        return torch.cat((z.real, z.imag), -1).to(x.dtype)
+    z = torch.view_as_complex(x.double().unflatten(-1, (d // 2, 2)).contiguous()) * turn
+    return torch.view_as_real(z).flatten(-2).to(x.dtype)
+
+
+def rotate_half_as_transformers(x, start=0, base=10000.0, pairs="halves"):
+    d = x.size(-1)
+    wide = torch.promote_types(x.dtype, torch.float32)  # float32, float64 for a float64 x
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.int64).to(wide) / d))
+    freqs = torch.outer(torch.arange(start, start + x.size(-2)).to(wide), inv_freq)
+    if pairs == "halves":
+        emb = torch.cat((freqs, freqs), -1)
+        a, b = x.chunk(2, -1)
+        rotated = torch.cat((-b, a), -1)
+    else:
+        emb = freqs.repeat_interleave(2, -1)
+        rotated = torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+    return x * emb.cos().to(x.dtype) + rotated * emb.sin().to(x.dtype)
+
+
+def attention_with_sdpa(q, k, v, past_k=None, past_v=None, base=10000.0):
+    start = _start(past_k)
+    rope = RotaryEmbedding(q.size(-1), base)
+    k, v = _cat(past_k, rope(k, start)), _cat(past_v, v)
+    mask = torch.arange(k.size(-2)) <= torch.arange(start, start + q.size(-2))[:, None]
+    return F.scaled_dot_product_attention(rope(q, start), k, v, attn_mask=mask)
+
+
+RIGHT = {"RMSNorm": [rms_float32_as_transformers, rms_by_norm],
+         "SwiGLU": [swiglu_silu_written_out],
+         "rotate": [rotate_complex, rotate_half_as_transformers],
+         "rotary_attention": [attention_with_sdpa]}

@@ -1,0 +1,549 @@
+"""Exercise 12: the parts of Llama's block: RMSNorm, SwiGLU, rotary positions, and attention
+with rotary positions and a cache; their cases and their catalogues of mistakes.
+
+The class items (RMSNorm, SwiGLU) are given their __init__: the checks copy the reference's
+parameters, randomized, into the learner's module and compare forward passes. rotate's
+cases reach the regimes where its mistakes show: an offset (start, a cache's length), a base
+of Llama 3's 500,000, and bfloat16 at positions in the thousands (an angle computed in
+bfloat16 is off by radians there).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..attention import scaled_dot_product_attention
+from ..feed_forward import SwiGLU
+from ..normalization import RMSNorm
+from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
+from .ch04_feed_forward_and_norm import _randn
+from .comparison import describe
+from .mistakes import Mistake, laddered, member
+from .pipeline import Case, Item, gradient_case
+
+EXERCISE = "ex12_modern_block"
+_NB = "12_modern_block"
+
+
+# ---------------------------------------------------------------------------------------
+# RMSNorm
+
+
+def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False):
+    """RMSNorm with the variations that mistakes make (float32 at least, as the reference)."""
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    if center:
+        h = h - h.mean(dim, keepdim=True)
+    square = (h * h).sum(dim, keepdim=True) if l2 else (h * h).mean(dim, keepdim=True)
+    e = module.eps
+    if isinstance(eps, float):  # a number of the learner's own instead of self.eps
+        e, eps = eps, "inside"
+    if eps == "inside":
+        root = (square + e) ** power
+    else:
+        root = square ** power + (e if eps == "outside" else 0)
+    y = (h / root).to(x.dtype)
+    return y * module.weight if gain else y
+
+
+def _rms_with(**bug):
+    return lambda module, x: _rms(module, x, **bug)
+
+
+RMS_MISTAKES = (
+    Mistake(
+        "builtin", "Built-in RMSNorm called",
+        "you called torch.nn.RMSNorm or F.rms_norm; the exercise is to write x / sqrt(mean(x^2) "
+        "+ eps) * weight yourself.",
+        uses=("rms_norm",),
+    ),
+    Mistake(
+        "mean_subtracted", "Mean subtracted: that is LayerNorm, not RMSNorm",
+        "RMSNorm does not center: it divides x itself by its root mean square, sqrt(mean(x^2) + "
+        "eps). Subtracting the mean (and dividing by the standard deviation) is LayerNorm.",
+        (_rms_with(center=True), _rms_with(center=True, eps="outside")),
+    ),
+    Mistake(
+        "eps_outside", "Epsilon outside the square root",
+        "eps goes under the root, sqrt(mean(x^2) + eps), as in torch.nn.RMSNorm and Llama; not "
+        "sqrt(mean(x^2)) + eps.",
+        (_rms_with(eps="outside"),),
+    ),
+    Mistake(
+        "no_eps", "Epsilon missing",
+        "divide by sqrt(mean(x^2) + eps): eps (self.eps) keeps the division safe when a "
+        "position's features are all (nearly) 0.",
+        (_rms_with(eps="none"),),
+    ),
+    Mistake(
+        "eps_ignored", "self.eps ignored",
+        "use the module's own eps, self.eps (set by __init__), not a number of your own.",
+        tuple(_rms_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12)),
+    ),
+    Mistake(
+        "wrong_power", "Wrong power of (mean(x^2) + eps): {which}",
+        "divide by the ROOT mean square, (mean(x^2) + eps) ** 0.5. {effect}",
+        tuple(member(_rms_with(power=p), which=which, effect=effect) for p, which, effect in (
+            (1, "no square root", "Dividing by the mean square leaves rows of root mean square "
+             "1 / rms, not 1."),
+            (-0.5, "the reciprocal square root, then divided by it", "(mean(x^2) + eps) ** -0.5 "
+             "(torch.rsqrt) is 1 / rms already: multiply by it."))),
+    ),
+    Mistake(
+        "l2_norm", "Divided by the L2 norm, not the root mean square",
+        "sqrt(sum(x^2)) is sqrt(d_model) times the root mean square: take the MEAN of the "
+        "squares over the features, so that a normalized row has root mean square 1 (F.normalize "
+        "gives norm 1).",
+        (_rms_with(l2=True), lambda m, x: F.normalize(x, dim=-1, eps=m.eps) * m.weight),
+    ),
+    Mistake(
+        "wrong_axis", "Normalized over the wrong axis",
+        "each position is normalized over its own d_model features: the mean of x^2 over the "
+        "last axis (dim=-1, keepdim=True).",
+        tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1))),
+    ),
+    Mistake(
+        "no_gain", "Gain missing",
+        "multiply the normalized x by the learned gain self.weight (it starts at 1, so the "
+        "mistake shows only once it is trained).",
+        (_rms_with(gain=False),),
+    ),
+)
+
+_RMS_LADDER = {
+    "builtin": (None, "write the mean of the squares and the division yourself."),
+    "mean_subtracted": (None, "normalize the row [1., 2., 3.] with weight 1: RMSNorm gives "
+                        "[0.46, 0.93, 1.39] (its mean stays positive); print yours."),
+    "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
+                    "square root?"),
+    "no_eps": (None, "run your norm on a row of zeros: what does 0 / 0 give?"),
+    "eps_ignored": (None, "build the module with eps=0.5 and print self.eps: is that the eps "
+                    "your forward uses?"),
+    "wrong_power": (None, "print the root mean square of one normalized row before the gain: "
+                    "it must be about 1."),
+    "l2_norm": (None, "print (y ** 2).mean(-1) of your normalized rows before the gain: 1, "
+                "not 1 / d_model."),
+    "wrong_axis": (None, "on a (batch, seq, d_model) x, print the shape of your mean of "
+                   "squares: (batch, seq, 1)."),
+    "no_gain": (None, "set self.weight to 2 and print one output row: does it double?"),
+}
+
+
+def _rms_case(seed, shape, scale, dtype=torch.float32, eps=None):
+    g = torch.Generator().manual_seed(seed)
+    x = (scale * _randn(g, *shape) + 0.5 * scale).to(dtype)  # a mean far from 0
+    d_model = shape[-1]
+    state = {"weight": (1 + _randn(g, d_model)).to(dtype)}
+    label = describe(x=x) + f", {x.dtype}, d_model={d_model}" + (f", eps={eps}" if eps else "")
+    return Case((x,), names=("x",), label=label, init=(d_model,) + ((eps,) if eps else ()),
+                state=state, dtype=dtype, seed=seed)
+
+
+RMS = Item(
+    EXERCISE, "RMSNorm", RMSNorm,
+    [
+        _rms_case(0, (2, 5, 8), 2.0),
+        _rms_case(1, (3, 4, 6), 1e-6),  # rms ~ eps: where eps, and where it stands, matter
+        _rms_case(2, (2, 3, 4, 7), 0.03, eps=1e-3),  # 4-D, an eps of its own ~ mean(x^2)
+        _rms_case(3, (4, 6), 3.0, torch.float64),
+        gradient_case(_rms_case(4, (2, 3, 6), 1.0), "x"),
+    ],
+    laddered(RMS_MISTAKES, _RMS_LADDER),
+    formula="Compare with weight * x / sqrt(mean(x^2 over the last axis) + eps).",
+    twins=(_rms_with(),),
+    section=(_NB, "1. RMSNorm: LayerNorm without the mean"),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# SwiGLU
+
+
+def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True):
+    """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
+    activation on "gate", "both", "product" or "none"; combine: "mul" or "add"."""
+    act = act or ffn.activation
+    gate, up = ffn.gate(x), ffn.up(x)
+    if swap:
+        gate, up = up, gate
+    if where == "product":
+        h = act(gate * up)
+    else:
+        g = act(gate) if where in ("gate", "both") else gate
+        u = act(up) if where == "both" else up
+        h = g * u if combine == "mul" else g + u
+    return ffn.down(ffn.dropout(h) if drop else h)
+
+
+def _swiglu_with(**bug):
+    return lambda ffn, x: _swiglu(ffn, x, **bug)
+
+
+SWIGLU_MISTAKES = (
+    Mistake(
+        "gate_up_swapped", "Gate and up swapped",
+        "the activation goes on self.gate(x), and self.up(x) is multiplied as it is: "
+        "activation(gate(x)) * up(x). The two have the same shape, so only the values tell.",
+        (_swiglu_with(swap=True),),
+    ),
+    Mistake(
+        "wrong_activation", "{which} instead of the layer's activation",
+        "SwiGLU's gate goes through SiLU (Swish): z * sigmoid(z), F.silu. Use self.activation, "
+        "which __init__ set from the argument (silu; gelu would make GEGLU).",
+        tuple(member(_swiglu_with(act=act), which=which) for act, which in (
+            (F.gelu, "GELU"), (torch.sigmoid, "A sigmoid (GLU's)"), (F.relu, "ReLU"),
+            (F.silu, "SiLU"))),
+    ),
+    Mistake(
+        "activation_misplaced", "Activation in the wrong place",
+        "only the gate goes through the activation, before the product: activation(gate(x)) * "
+        "up(x); not the product, and not up(x) too.",
+        (_swiglu_with(where="product"), _swiglu_with(where="both")),
+    ),
+    Mistake(
+        "no_gating", "No gating: one branch only",
+        "SwiGLU multiplies two projections of x, the gate (through the activation) and up: "
+        "down(activation(gate(x)) * up(x)).",
+        (lambda ffn, x: ffn.down(ffn.dropout(ffn.activation(ffn.gate(x)))),
+         lambda ffn, x: ffn.down(ffn.dropout(ffn.activation(ffn.up(x)))),
+         lambda ffn, x: ffn.down(ffn.dropout(ffn.up(x)))),
+    ),
+    Mistake(
+        "added", "Gate added instead of multiplied",
+        "the gate scales up(x) feature by feature: activation(gate(x)) * up(x), a product.",
+        (_swiglu_with(combine="add"),),
+    ),
+    Mistake(
+        "dropout_missing", "Dropout not applied",
+        "in training the gated hidden layer goes through self.dropout before self.down.",
+        (_swiglu_with(drop=False),),
+    ),
+)
+
+_SWIGLU_LADDER = {
+    "gate_up_swapped": (None, "print which of self.gate(x) and self.up(x) your activation "
+                        "receives."),
+    "wrong_activation": (None, "print self.activation(torch.tensor(-1.0)) and your activation "
+                         "of -1.0: SiLU gives -0.2689."),
+    "activation_misplaced": (None, "write your hidden layer as a formula: which term does the "
+                             "activation wrap?"),
+    "no_gating": (None, "count the projections of x your forward uses: three (gate, up, "
+                  "down)."),
+    "added": (None, "set self.up's weight to zeros: the hidden layer must become 0."),
+    "dropout_missing": (None, "in training mode with dropout=0.5, print how many hidden units "
+                        "are 0 before self.down."),
+}
+
+
+def _swiglu_case(seed, shape, d_ff, activation="silu", dropout=0.0, train=False,
+                 dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = _randn(g, *shape, dtype=dtype)
+    label = describe(x=x) + f", d_model={shape[-1]}, d_ff={d_ff}, activation={activation!r}"
+    if dropout:
+        label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
+    return Case((x,), names=("x",), label=label, init=(shape[-1], d_ff, dropout, activation),
+                train=train, seed=seed, dtype=None if dtype == torch.float32 else dtype)
+
+
+SWIGLU = Item(
+    EXERCISE, "SwiGLU", SwiGLU,
+    [
+        _swiglu_case(0, (2, 5, 6), 10),
+        _swiglu_case(1, (3, 4, 6), 12, "gelu"),  # GEGLU: the activation is the layer's
+        _swiglu_case(2, (7, 4), 9),
+        _swiglu_case(3, (2, 3, 6), 10, dropout=0.5, train=True),
+        _swiglu_case(4, (2, 3, 6), 10, dtype=torch.float64),
+    ],
+    laddered(SWIGLU_MISTAKES, _SWIGLU_LADDER),
+    formula="Compare with down(dropout(activation(gate(x)) * up(x))).",
+    twins=(_swiglu_with(),),
+    section=(_NB, "2. SwiGLU: a gated feed-forward network"),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# rotate(x, start=0, base=10000.0, pairs="halves")
+
+
+def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
+            exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None):
+    """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
+    laid out over the features for `pairs` (None: right; "interleaved" for halves,
+    "halved" for adjacent: the other convention's)."""
+    seq, d = x.size(-2), x.size(-1)
+    base = own_base or base
+    angle_dtype = x.dtype if angle_dtype == "x" else angle_dtype
+    i = torch.arange(d // 2, dtype=angle_dtype)
+    power = {"2i/d": 2 * i / d, "i/d": i / d, "-2i/d": -2 * i / d, "2i/(d-2)": 2 * i / (d - 2),
+             "4i/d": 4 * i / d}[exponent]
+    theta = base ** -power
+    positions = torch.arange(seq, dtype=angle_dtype) + (start if offset else 0)
+    angle = positions[:, None] * theta  # (seq, d / 2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    if swap:
+        cos, sin = sin, cos
+    sin = sign * sin
+    if layout is None:
+        return apply_rotary(x, cos, sin, pairs)
+    if pairs == "halves":  # the angles of adjacent pairs, features paired as halves
+        cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        a, b = x.chunk(2, dim=-1)
+        rotated = torch.cat((-b, a), -1)
+    else:  # the angles of halves, features paired as adjacent ones
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
+    return x * cos + rotated * sin
+
+
+def _rotate_with(**bug):
+    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, pairs, **bug)
+
+
+def _other_pairs(x, start=0, base=10000.0, pairs="halves"):
+    return _rotate(x, start, base, {"halves": "adjacent", "adjacent": "halves"}[pairs])
+
+
+def _always(fixed):
+    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, fixed)
+
+
+ROTATE_MISTAKES = (
+    Mistake(
+        "pairs_mixed_up", "The two pair conventions mixed up",
+        "pairs='halves' rotates x[..., i] with x[..., i + d_head/2] (transformers); "
+        "pairs='adjacent' rotates x[..., 2i] with x[..., 2i + 1] (RoFormer, Meta). Both are "
+        "right, but a model's weights were trained with one of them.",
+        (_other_pairs, _always("halves"), _always("adjacent")),
+    ),
+    Mistake(
+        "not_offset", "Positions not offset by start (the cache's length)",
+        "with a cache the new tokens are at positions start, start + 1, ...: rotate by "
+        "(start + t) theta_i, not t theta_i, or every new token looks like the first.",
+        (_rotate_with(offset=False),),
+    ),
+    Mistake(
+        "base_ignored", "base ignored",
+        "theta_i = base ** (-2i / d_head) with the argument `base` (Llama 3 uses 500,000), not "
+        "a number of your own.",
+        tuple(_rotate_with(own_base=b) for b in (10000.0, 500000.0)),
+    ),
+    Mistake(
+        "wrong_exponent", "Wrong frequencies: theta_i = base^(-{power})",
+        "theta_i = base ** (-2i / d_head) for i = 0, 1, ..., d_head/2 - 1: the first pair turns "
+        "by 1 radian per position, the last by nearly 1 / base.",
+        tuple(member(_rotate_with(exponent=e), power=e) for e in ("i/d", "-2i/d", "2i/(d-2)",
+                                                                  "4i/d")),
+    ),
+    Mistake(
+        "low_precision", "cos and sin built in {dtype}",
+        "position x theta reaches thousands of radians, where a bfloat16 number is off by "
+        "several: compute the angles in float32 or float64 (torch.arange(..., dtype="
+        "torch.float64)), take cos and sin, and only then cast them to x's dtype.",
+        (member(_rotate_with(angle_dtype="x"), dtype="x's dtype (bfloat16)"),),
+    ),
+    Mistake(
+        "wrong_direction", "Rotated the wrong way",
+        "each pair (a, b) becomes (a cos - b sin, a sin + b cos): the minus on the first; your "
+        "signs turn by -angle (rotate_half is cat(-b, a), not cat(b, -a)).",
+        (_rotate_with(sign=-1),),
+    ),
+    Mistake(
+        "cos_sin_swapped", "cos and sin swapped",
+        "(a, b) -> (a cos - b sin, a sin + b cos): at position 0 the angle is 0 and x must "
+        "come back unchanged (cos 0 = 1, sin 0 = 0).",
+        (_rotate_with(swap=True), _rotate_with(swap=True, sign=-1)),
+    ),
+    Mistake(
+        "angles_laid_out_for_other_pairs", "Angles laid out for the other convention",
+        "the angle of pair i must be on both of its features: for halves, features i and i + "
+        "d_head/2 (cat((cos, cos), -1)); for adjacent, features 2i and 2i + 1 "
+        "(repeat_interleave(2, -1)).",
+        (_rotate_with(layout="other"),),
+    ),
+)
+
+_ROTATE_LADDER = {
+    "pairs_mixed_up": (None, "rotate x = e_0 (a 1 at feature 0) at position 1: with halves the "
+                       "1 moves to feature d_head/2, with adjacent to feature 1."),
+    "not_offset": (None, "call rotate(x[..., 5:6, :], start=5) and compare with rotate(x)[..., "
+                   "5:6, :]: equal."),
+    "base_ignored": (None, "print theta for base=500000 and base=10000: the last pair's must "
+                     "differ."),
+    "wrong_exponent": (None, "print your theta for d_head=8, base=10000: [1, 0.1, 0.01, "
+                       "0.001]."),
+    "low_precision": (None, "print torch.tensor(3000., dtype=torch.bfloat16) + 1: the angle "
+                      "does not even move."),
+    "wrong_direction": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: the paired "
+                        "feature must become +sin, not -sin."),
+    "cos_sin_swapped": (None, "rotate any x at start=0: the output must be x itself."),
+    "angles_laid_out_for_other_pairs": (None, "print the shape and the first row of your cos "
+                                        "table next to the features it multiplies."),
+}
+
+
+def _rotate_case(seed, shape, start=0, base=None, pairs=None, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = _randn(g, *shape).to(dtype)
+    kwargs = {"start": start} if start else {}
+    kwargs.update({"base": base} if base else {})
+    kwargs.update({"pairs": pairs} if pairs else {})
+    label = describe(x=x) + f", {dtype}".replace("torch.", "") + "".join(
+        f", {k}={v!r}" for k, v in kwargs.items())
+    return Case((x,), kwargs, names=("x",), label=label, seed=seed)
+
+
+def rotate(x, start=0, base=10000.0, pairs="halves"):
+    """The reference: the package's RotaryEmbedding."""
+    return RotaryEmbedding(x.size(-1), base, pairs)(x, start)
+
+
+ROTATE = Item(
+    EXERCISE, "rotate", rotate,
+    [
+        _rotate_case(0, (2, 3, 5, 8)),
+        _rotate_case(1, (2, 3, 5, 8), pairs="adjacent"),
+        _rotate_case(2, (1, 2, 3, 8), start=7),  # the new tokens after a cache of 7
+        _rotate_case(3, (1, 2, 6, 16), start=3, base=500000.0, pairs="adjacent"),
+        _rotate_case(4, (1, 2, 3, 8), start=3000, dtype=torch.bfloat16),
+        _rotate_case(5, (2, 1, 7, 12), start=2, dtype=torch.float64),
+        gradient_case(_rotate_case(6, (1, 2, 4, 8), start=1), "x"),
+    ],
+    laddered(ROTATE_MISTAKES, _ROTATE_LADDER),
+    formula="Compare with (a, b) -> (a cos - b sin, a sin + b cos), angle (start + t) * "
+            "base ** (-2i / d_head), on the pairs that `pairs` names.",
+    twins=(_rotate_with(),),
+    section=(_NB, "3. Rotary position embedding"),
+)
+
+
+# ---------------------------------------------------------------------------------------
+# rotary_attention(q, k, v, past_k=None, past_v=None, base=10000.0)
+
+
+def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
+               offset=True, rerotate=False, mask="offset", which="qk"):
+    """Causal attention of the new positions with RoPE, with the variations mistakes make."""
+    start = 0 if past_k is None else past_k.size(-2)
+    at = start if offset else 0
+    rq = _rotate(q, at, base) if "q" in which else q
+    rk = _rotate(k, at, base) if "k" in which else k
+    v = _rotate(v, at, base) if rotate_v else v
+    if past_k is not None:
+        rk, v = torch.cat((past_k, rk), -2), torch.cat((past_v, v), -2)
+        if rerotate:  # the cached keys rotated again, with the new ones
+            rk = _rotate(torch.cat((past_k, k), -2), 0, base)
+    seq, total = q.size(-2), rk.size(-2)
+    allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(start),
+               "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
+               "none": None}[mask]
+    scores = rq @ rk.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, -math.inf)
+    return scores.softmax(-1) @ v  # (batch, heads, seq, d_head)
+
+
+def _attention_with(**bug):
+    return (lambda q, k, v, past_k=None, past_v=None, base=10000.0:
+            _attention(q, k, v, past_k, past_v, base, **bug))
+
+
+ATTENTION_MISTAKES = (
+    Mistake(
+        "values_rotated", "RoPE applied to the values too",
+        "rotary positions act on the scores, q . k: rotate the queries and the keys only. The "
+        "values are what attention averages; rotating them mixes positions into the output.",
+        (_attention_with(rotate_v=True),),
+    ),
+    Mistake(
+        "not_offset", "New positions not offset by the cache's length",
+        "the new tokens come after the past_k.size(-2) cached ones: rotate them at positions "
+        "start, start + 1, ... (rotate(..., start=start)), as the cached keys were.",
+        (_attention_with(offset=False),),
+    ),
+    Mistake(
+        "cache_rotated_again", "Cached keys rotated again",
+        "past_k holds keys already rotated at their positions: concatenate the new rotated "
+        "keys after them; rotating the concatenation turns the cached ones twice.",
+        (_attention_with(rerotate=True),),
+    ),
+    Mistake(
+        "mask_not_offset", "Causal mask not shifted by the cache's length",
+        "query t is position start + t: it may read keys 0 ... start + t. A (seq, start + seq) "
+        "mask is .tril(start) (diagonal=start), not .tril().",
+        (_attention_with(mask="unshifted"),),
+    ),
+    Mistake(
+        "no_causal_mask", "No causal mask",
+        "with several new tokens, each may read only the keys up to its own position: mask "
+        "the later ones.",
+        (_attention_with(mask="none"),),
+    ),
+    Mistake(
+        "one_side_rotated", "Only {which} rotated",
+        "rotate both the queries and the keys, at the same positions: the score q_m . k_n then "
+        "depends on m - n only.",
+        tuple(member(_attention_with(which=w), which=name) for w, name in (
+            ("q", "the queries"), ("k", "the keys"), ("", "nothing"))),
+    ),
+)
+
+_ATTENTION_LADDER = {
+    "values_rotated": (None, "print which tensors you pass to rotate: q and k, not v."),
+    "not_offset": (None, "print the start you rotate the new tokens at, next to "
+                   "past_k.size(-2)."),
+    "cache_rotated_again": (None, "print which tensor your keys' rotate receives: the new k "
+                            "alone, before the concatenation."),
+    "mask_not_offset": (None, "print your mask for 2 new tokens after 3 cached ones: the first "
+                        "row must allow 4 keys, the second 5."),
+    "no_causal_mask": (None, "give 3 new tokens and no cache: the first one's output must not "
+                       "change when you change the last one's v."),
+    "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
+                         "scores must not change."),
+}
+
+
+def _attention_case(seed, n_kv, new, past=0, base=None, heads=2, d=8):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (_randn(g, n_kv, heads, new, d) for _ in range(3))
+    kwargs = {}
+    if past:
+        positions = torch.arange(past)
+        cos, sin = rotary_cos_sin(positions, d, base or 10000.0)
+        kwargs["past_k"] = apply_rotary(_randn(g, n_kv, heads, past, d), cos, sin)
+        kwargs["past_v"] = _randn(g, n_kv, heads, past, d)
+    if base:
+        kwargs["base"] = base
+    label = describe(q=q, k=k, v=v, **{n: t for n, t in kwargs.items() if n != "base"})
+    label += f", base={base}" if base else ""
+    return Case((q, k, v), kwargs, names=("q", "k", "v"), label=label, seed=seed)
+
+
+def rotary_attention(q, k, v, past_k=None, past_v=None, base=10000.0):
+    """The reference: the package's RotaryEmbedding and chapter 01's attention."""
+    start = 0 if past_k is None else past_k.size(-2)
+    rope = RotaryEmbedding(q.size(-1), base)
+    q, k = rope(q, start), rope(k, start)
+    if past_k is not None:
+        k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
+    causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start)
+    return scaled_dot_product_attention(q, k, v, causal)[0]  # (batch, heads, seq, d_head)
+
+
+ATTENTION = Item(
+    EXERCISE, "rotary_attention", rotary_attention,
+    [
+        _attention_case(0, 2, 5),
+        _attention_case(1, 1, 1, past=6),  # one new token after a cache of 6
+        _attention_case(2, 2, 3, past=4, base=500.0),  # several new tokens after a cache
+        gradient_case(_attention_case(3, 1, 4, past=2), "q"),
+    ],
+    laddered(ATTENTION_MISTAKES, _ATTENTION_LADDER),
+    formula="Compare with softmax(rotate(q, start) rotate(k, start)^T / sqrt(d_head), masked "
+            "causally with the cache) [past_v; v], start = past_k.size(-2).",
+    twins=(_attention_with(),),
+    section=(_NB, "4. Rotary attention with a cache"),
+)
+
+ITEMS = (RMS, SWIGLU, ROTATE, ATTENTION)

@@ -6,7 +6,8 @@ are chosen; the learners' `pytest exercises` has its own settings, exercises/pyt
 
 LONGEST_FIRST = ("tests/test_browser.py::test_notebook_09", "tests/test_browser.py::test_notebook_08",
                  "tests/test_shipped_checkpoint.py::test_stated_command_makes_it_again",
-                 "tests/test_browser.py::test_notebook_04", "notebooks/09_", "notebooks/10_", "notebooks/07_", "notebooks/04_", "notebooks/08_",
+                 "tests/test_browser.py::test_notebook_04", "notebooks/09_", "notebooks/10_",
+                 "notebooks/07_", "notebooks/04_", "notebooks/08_",
                  "tests/test_checks.py::test_pytest_", "tests/test_checks.py::test_hostile_files",
                  "tests/test_training.py::test_copy_task", "tests/test_ddp.py")
 

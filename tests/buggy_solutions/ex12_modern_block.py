@@ -40,6 +40,18 @@ def rms_as_layer_norm(self, x):
     return F.layer_norm(x, x.shape[-1:], eps=self.eps) * self.weight
 
 
+@wrong("RMSNorm.std_not_rms")
+@_norm
+def rms_by_variance(self, x):
+    return self.weight * x / torch.sqrt(x.var(-1, keepdim=True) + self.eps)
+
+
+@wrong("RMSNorm.std_not_rms")
+@_norm
+def rms_by_std(self, x):
+    return self.weight * x / (x.std(dim=-1, keepdim=True, correction=0) + self.eps)
+
+
 @wrong("RMSNorm.eps_outside")
 @_norm
 def rms_eps_outside(self, x):

@@ -30,12 +30,18 @@ _NB = "12_modern_block"
 # RMSNorm
 
 
-def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False):
-    """RMSNorm with the variations that mistakes make (float32 at least, as the reference)."""
+def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
+         spread=None):
+    """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
+    spread: the variance (around the mean) instead of the mean square, with `spread` as its
+    correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered."""
     h = x.to(torch.promote_types(x.dtype, torch.float32))
     if center:
         h = h - h.mean(dim, keepdim=True)
-    square = (h * h).sum(dim, keepdim=True) if l2 else (h * h).mean(dim, keepdim=True)
+    if spread is not None:
+        square = h.var(dim, correction=spread, keepdim=True)
+    else:
+        square = (h * h).sum(dim, keepdim=True) if l2 else (h * h).mean(dim, keepdim=True)
     e = module.eps
     if isinstance(eps, float):  # a number of the learner's own instead of self.eps
         e, eps = eps, "inside"
@@ -63,6 +69,12 @@ RMS_MISTAKES = (
         "RMSNorm does not center: it divides x itself by its root mean square, sqrt(mean(x^2) + "
         "eps). Subtracting the mean (and dividing by the standard deviation) is LayerNorm.",
         (_rms_with(center=True), _rms_with(center=True, eps="outside")),
+    ),
+    Mistake(
+        "std_not_rms", "Divided by the standard deviation, not the root mean square",
+        "x.var() and x.std() subtract the mean inside; RMSNorm's mean(x^2) does not: divide x "
+        "by sqrt(mean(x^2) + eps), the mean of the squares themselves.",
+        tuple(_rms_with(spread=c, eps=e) for c in (1, 0) for e in ("inside", "outside")),
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
@@ -115,6 +127,8 @@ _RMS_LADDER = {
     "builtin": (None, "write the mean of the squares and the division yourself."),
     "mean_subtracted": (None, "normalize the row [1., 2., 3.] with weight 1: RMSNorm gives "
                         "[0.46, 0.93, 1.39] (its mean stays positive); print yours."),
+    "std_not_rms": (None, "for the row [1., 2., 3.] print x.var(-1) and x.pow(2).mean(-1): "
+                    "1.0 against 4.67; RMSNorm divides by the root of the second."),
     "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
                     "square root?"),
     "no_eps": (None, "run your norm on a row of zeros: what does 0 / 0 give?"),

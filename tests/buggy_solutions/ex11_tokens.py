@@ -6,7 +6,7 @@ in other styles than the reference's, which every check must pass
 import re
 from collections import Counter, defaultdict
 
-from tfcourse.tokens import pre_tokenize
+from tfcourse.tokens import merge, pre_tokenize
 
 from . import wrong
 
@@ -254,6 +254,24 @@ def encode_longest_match(text, merges):
 def encode_first_pair_found(text, merges):
     return [r for piece in pre_tokenize(text) for r in _encode_word(
         tuple(piece.encode()), merges, lambda found, m: found[0])]
+
+
+@wrong("encode.by_count")
+def encode_most_frequent_pair(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        ids = list(piece.encode("utf-8"))
+        while len(ids) > 1:
+            counts = {}
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+            known = [pair for pair in counts if pair in merges]
+            if not known:
+                break
+            pair = max(known, key=lambda p: counts[p])  # as training chooses
+            ids = list(merge(tuple(ids), pair, merges[pair]))
+        out += ids
+    return out
 
 
 @wrong("encode.latest_first")

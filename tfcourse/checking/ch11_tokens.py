@@ -347,8 +347,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
-    merge), or "greedy" (no pairs: the longest known token at each position); `rounds` at
-    most that many merges per piece."""
+    merge), "count" (the pair most frequent in the piece, training's rule; ties to the first
+    seen), "count_rank" (the same, ties to the lowest rank), or "greedy" (no pairs: the
+    longest known token at each position); `rounds` at most that many merges per piece."""
     pieces = pre_tokenize(text) if split else [text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}
@@ -368,8 +369,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
             found = [p for p in zip(word, word[1:]) if p in merges]
             if not found:
                 break
+            counts = Counter(found)  # in order of first occurrence
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
-                    "leftmost": found[0]}[pick]
+                    "leftmost": found[0], "count": max(counts, key=counts.get),
+                    "count_rank": max(counts, key=lambda p: (counts[p], -merges[p]))}[pick]
             word = merge(word, pair, merges[pair])
             done += 1
         out += word
@@ -408,6 +411,13 @@ ENCODE_MISTAKES = (
         (_encode_with(pick="leftmost"),),
     ),
     Mistake(
+        "by_count", "The pair most frequent in the piece merged first, not the lowest rank",
+        "counting pairs is how training CHOOSES merges; encoding REPLAYS them: each round, "
+        "merge the adjacent pair learned earliest (the lowest rank: min(pairs, "
+        "key=merges.get)), however often it occurs in the piece.",
+        (_encode_with(pick="count"), _encode_with(pick="count_rank")),
+    ),
+    Mistake(
         "latest_first", "The pair learned last merged first",
         "ranks are the order of training: the lowest rank was learned first and goes first; "
         "min, not max.",
@@ -425,6 +435,8 @@ _ENCODE_LADDER = {
                              "print list('é'.encode('utf-8')) next to ord('é')."),
     "no_pre_tokens": (("11_tokens", "2. Pre-tokens: where merges stop"),
                       "print pre_tokenize(text) for the case, and encode each piece."),
+    "by_count": (None, "encode 'cbbbbcbc' with the merges cb, bb, bc (256, 257, 258): bb "
+                 "occurs most, yet cb was learned first and goes first."),
     "greedy_longest": (None, "print the ranks of the pairs at each round for one word of the "
                        "case: which is merged first?"),
     "leftmost_pair": (None, "print, each round, every adjacent pair with its rank."),
@@ -448,7 +460,9 @@ def _encode_case(text, merges, note=""):
 
 ENCODE = Item(
     EXERCISE, "encode", encode,
-    [_encode_case("the cat sat", _MERGES),
+    [_encode_case("cbbbbcbc", {(99, 98): 256, (98, 98): 257, (98, 99): 258},
+                  " (merges cb, bb, bc: bb occurs most, cb was learned first)"),
+     _encode_case("the cat sat", _MERGES),
      _encode_case("the cattle; the mat", _MERGES),
      _encode_case("cafe café, déjà", _MERGES, " (letters of two bytes)"),
      _encode_case("aaaaaa abababab", _MERGES, " (runs)"),

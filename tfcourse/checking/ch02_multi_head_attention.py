@@ -642,12 +642,14 @@ SPLIT = Item(
               SPLIT_TRANSPOSE_FIRST, SPLIT_UNFLATTENED_HEADS_FIRST), _LADDER),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
     section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
+    axes=("batch", "heads", "seq", "d_head"),
 )
 MERGE = Item(
     EXERCISE, "merge_heads", merge_heads, MERGE_CASES,
     laddered((MERGE_ORDER, MERGE_BY_VIEW, MERGE_CONCATENATED), _LADDER),
     formula="merge_heads(split_heads(x, n)) must give x back.",
     section=("02_multi_head_attention", "Merge, then project"),
+    axes=("batch", "seq", "d_model"),
 )
 MHA = Item(
     EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, laddered(MISTAKES, _LADDER),
@@ -655,6 +657,7 @@ MHA = Item(
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
     twins=(_variant(),),
     section=("02_multi_head_attention", "3. Build it, one step at a time"),
+    axes=("batch", "seq", "d_model"),
 )
 
 ITEMS = (SPLIT, MERGE, MHA)

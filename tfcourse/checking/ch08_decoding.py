@@ -416,6 +416,7 @@ GREEDY = Item(
     formula="At each step take the argmax of the last position's logits and append it.",
     twins=(_greedy_with(),),
     section=("08_decoding", "1. Decoding is a search"),
+    shifts=((3, "max_len", "count"),),
 )
 
 
@@ -610,6 +611,7 @@ BEAM = Item(
             "take the top beam-many, and split each index into beam = index // vocab, "
             "token = index % vocab.",
     twins=(_beam_with(),),
+    shifts=((2, "lengths", "length"),),
     section=("08_decoding", "5. Outputs of different lengths: the length penalty and top-$p$ at work"),
 )
 

@@ -716,6 +716,7 @@ WINDOW = Item(
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
     twins=(_window(),),
+    shifts=((0, "size", "length"), (1, "window", "count")),
     section=("10_efficiency_and_scale", "8. Long sequences: local windows, sparse patterns, low rank"),
 )
 

@@ -134,11 +134,52 @@ def _sizes_of(size, inputs):
     return f" ({size} is the size of {hits[0]})" if len(hits) == 1 else ""
 
 
-def shape_story(got, expected, inputs=()) -> str:
+def _named(names, axes) -> str:
+    """'the batch and seq axes' for indices `axes` of the expected shape's `names`."""
+    said = [names[i] for i in axes]
+    return f"the {', '.join(said[:-1])} and {said[-1]} axes"
+
+
+def _merged(got, want, names) -> str:
+    """': the seq and d_model axes merged into one ...' when each axis of `got` is a run of
+    consecutive expected axes multiplied together (or each expected axis a run of yours: split),
+    with the expected axes named by `names`; '' when not."""
+    def runs(short, long):  # the consecutive axes of `long` that make each axis of `short`
+        found, i = [], 0
+        for size in short:
+            j, product = i, 1
+            while j < len(long) and (product < size or j == i):
+                product *= long[j]
+                j += 1
+            if product != size:
+                return None
+            found.append(range(i, j))
+            i = j
+        return found if i == len(long) else None
+
+    if len(got) < len(want):
+        groups = runs(got, want)
+        merged = [g for g in groups or () if len(g) > 1]
+        if merged:
+            told = "; ".join(f"{_named(names, g)} merged into one" for g in merged)
+            return (f": {told} (a flatten or view that starts at the wrong axis: merge only the "
+                    "axes that belong together, after moving them side by side)")
+    else:
+        groups = runs(want, got)
+        split = [(i, g) for i, g in enumerate(groups or ()) if len(g) > 1]
+        if split:
+            told = "; ".join(f"the {names[i]} axis split into {len(g)}" for i, g in split)
+            return f": {told} (a view or unflatten too many)"
+    return ""
+
+
+def shape_story(got, expected, inputs=(), axes=()) -> str:
     """What a wrong shape tells, in words: ': an extra axis of size 1 in front ...', or ''.
-    `inputs`: (name, tensor) pairs, to say where a size comes from."""
+    `inputs`: (name, tensor) pairs, to say where a size comes from; `axes`: the names of the
+    expected shape's axes ("batch", "seq", ...), to say which are swapped or merged."""
     got, want = tuple(got), tuple(expected)
     n, m = len(got), len(want)
+    named = len(axes) == m
     if n == m + 1:
         for i in range(n):
             if got[:i] + got[i + 1:] == want:
@@ -156,10 +197,23 @@ def shape_story(got, expected, inputs=()) -> str:
                             "index [0] too many, or keepdim=True forgotten")
                 return (f": {_axis(i, m)}, of size {want[i]}, is missing: reduced away (summed, "
                         "averaged or indexed) where it should stay")
+    if n < m and tuple(w for w in want if w != 1) == got:
+        ones = [i for i, w in enumerate(want) if w == 1]
+        return (f": the axes of size 1 at positions {', '.join(map(str, ones))} are missing: "
+                f"expected {want}, a shape that broadcasts where it is used")
+    if named and n != m and math.prod(got) == math.prod(want):
+        told = _merged(got, want, axes)
+        if told:
+            return told
     if n != m:
         return f": {n} axes where {m} are expected"
     diff = [i for i in range(n) if got[i] != want[i]]
     if sorted(got) == sorted(want):
+        if named and len(set(want)) == m:
+            order = tuple(axes[want.index(g)] for g in got)
+            swapped = _named(axes, diff)
+            return (f": {swapped} {'swapped' if len(diff) == 2 else 'permuted'}: yours are "
+                    f"({', '.join(order)}), expected ({', '.join(axes)}){_LAYOUT.get(frozenset(axes[i] for i in diff), '')}")
         if len(diff) == 2:
             i, j = diff
             text = (f": axes {i} and {j} swapped (sizes {want[i]} and {want[j]}): a transpose "
@@ -193,7 +247,14 @@ def shape_story(got, expected, inputs=()) -> str:
     return f": {axes}"
 
 
-def structure_problem(value, expected, what: str, parts=(), inputs=()) -> tuple[Mistake, str] | None:
+_SEQ_FIRST = (" (the (seq, batch, ...) layout of nn.MultiheadAttention's default batch_first="
+              "False and of PyTorch's tutorials: this course puts the batch first)")
+_LAYOUT = {frozenset(("batch", "seq")): _SEQ_FIRST,
+           frozenset(("batch", "seq", "heads")): _SEQ_FIRST,
+           frozenset(("heads", "seq")): " (a transpose(1, 2) missing, or one too many)"}
+
+
+def structure_problem(value, expected, what: str, parts=(), inputs=(), axes=()) -> tuple[Mistake, str] | None:
     """The first way `value` cannot be `expected`'s kind of result: (mistake, text) with
     WRONG_TYPE, WRONG_SHAPE or WRONG_DTYPE, or None. A wrong shape says what it tells
     (shape_story), with `inputs` (name, tensor) to name where a size comes from."""
@@ -201,14 +262,17 @@ def structure_problem(value, expected, what: str, parts=(), inputs=()) -> tuple[
         if not isinstance(value, torch.Tensor):
             return WRONG_TYPE, f"{what} should be a torch.Tensor, got {kind_of(value)}"
         if value.shape != expected.shape:
+            hf = (expected.dtype == torch.bool and value.dim() == 2 < expected.dim()
+                  and value.shape[-1] == expected.shape[-1])
             return WRONG_SHAPE, (f"{what} has shape {tuple(value.shape)}, expected "
-                                 f"{tuple(expected.shape)}{shape_story(value.shape, expected.shape, inputs)}")
+                                 f"{tuple(expected.shape)}"
+                                 f"{shape_story(value.shape, expected.shape, inputs, axes)}"
+                                 + (" (a (batch, src_len) mask, the shape of Hugging Face's "
+                                    "attention_mask: here a mask broadcasts over heads and "
+                                    "queries as it is: (batch, 1, 1, src_len))" if hf else ""))
         if value.dtype != expected.dtype:
-            why = " (the inputs' dtype)" if expected.is_floating_point() else ""
-            if value.is_floating_point() and not expected.is_floating_point() \
-                    and expected.dtype != torch.bool:
-                why = float_for_integer(value)
-            return WRONG_DTYPE, f"{what} has dtype {value.dtype}, expected {expected.dtype}{why}"
+            return WRONG_DTYPE, (f"{what} has dtype {value.dtype}, expected {expected.dtype}"
+                                 f"{dtype_story(value, expected, inputs)}")
         return None
     if isinstance(expected, (tuple, list)):
         kind = "a tuple" if isinstance(expected, tuple) else "a list"
@@ -218,8 +282,8 @@ def structure_problem(value, expected, what: str, parts=(), inputs=()) -> tuple[
             return WRONG_TYPE, f"{what} should be {kind}{shape}, got {kind_of(value)}"
         if len(value) != len(expected):
             return WRONG_TYPE, f"{what} should be {kind}{shape}, got {len(value)} values"
-        for v, e, name in zip(value, expected, names):
-            problem = structure_problem(v, e, name, inputs=inputs)
+        for i, (v, e, name) in enumerate(zip(value, expected, names)):
+            problem = structure_problem(v, e, name, inputs=inputs, axes=axes if i == 0 else ())
             if problem:
                 return problem
         return None
@@ -283,7 +347,7 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     )
 
 
-def first_difference(value, expected, what: str, parts) -> tuple[str, str, bool]:
+def first_difference(value, expected, what: str, parts, axes=()) -> tuple[str, str, bool]:
     """The name of the first tensor of a result that differs from the expected one, how, and
     whether that tells what the result is (a resemblance: a factor, an order, ...)."""
     numbers = (int, float)
@@ -293,10 +357,15 @@ def first_difference(value, expected, what: str, parts) -> tuple[str, str, bool]
         a, e = (torch.tensor(v, dtype=torch.float64) for v in (value, expected))
         told = resemblance(a, e, what) or grouped_factor(a, e, what, parts)
         return what, told or "its values differ", bool(told)
-    for v, e, name in _leaves(value, expected, what, parts):
+    for i, (v, e, name) in enumerate(_leaves(value, expected, what, parts)):
         if v.shape == e.shape and not safely(close, v, e):
+            if v.dtype == e.dtype == torch.bool and torch.equal(v, ~e):
+                return name, (f"your {name} {_is(name)} the expected with True and False swapped "
+                              "at every entry: the other polarity (True = masked out, as in "
+                              "nn.MultiheadAttention's bool attn_mask and key_padding_mask; "
+                              "here True = may attend)"), True
             try:
-                told = resemblance(v, e, name)
+                told = resemblance(v, e, name, axes if i == 0 else ())
                 return name, (f"{told}; " if told else "") + difference(v, e), bool(told)
             except Exception:  # a learner's tensor that cannot be described
                 return name, "its values differ", False
@@ -375,10 +444,12 @@ _ELEMENTWISE = (("exp", torch.exp), ("log", torch.log), ("square", torch.square)
                 ("log_softmax over the last axis", lambda x: x.log_softmax(-1)))
 
 
-def resemblance(actual, expected, what: str = "output") -> str:
+def resemblance(actual, expected, what: str = "output", axes=()) -> str:
     """What a wrong result is, told by the expected one, when it is one of: a constant factor
     or offset of it (with the value), an elementwise function of it, its values in another
-    order along one axis, or a monotone function of it; '' when none."""
+    order along one axis, two of its axes swapped (named by `axes`, the expected's axis
+    names), its values shifted by one position along an axis, or a monotone function of it;
+    '' when none."""
     if not (isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor)
             and actual.shape == expected.shape and actual.numel() >= 2
             and actual.is_floating_point() and expected.is_floating_point()):
@@ -402,7 +473,7 @@ def resemblance(actual, expected, what: str = "output") -> str:
                 return f"your {what} {_is(what)} the {name} of the expected, entry by entry"
             if _fits(e, f(a)):
                 return f"the {name} of your {what} is the expected, entry by entry"
-    told = _reordered(a, e, what)
+    told = _reordered(a, e, what) or _swapped(a, e, what, axes) or _shifted(a, e, what)
     if told:
         return told
     order = e.flatten().argsort()
@@ -421,6 +492,39 @@ def resemblance(actual, expected, what: str = "output") -> str:
 
 def _is(what: str) -> str:
     return "are" if what.endswith("s") else "is"
+
+
+def _swapped(a: torch.Tensor, e: torch.Tensor, what: str, axes=()) -> str:
+    """'your output is the expected with its batch and seq axes swapped ...' (two axes of the
+    same size), or ''."""
+    for i, j in itertools.combinations(range(a.dim()), 2):
+        if a.size(i) == a.size(j) > 1 and _fits(a, e.transpose(i, j)):
+            which = (_named(axes, (i, j)) if len(axes) == a.dim()
+                     else f"axes {i} and {j}")
+            layout = _LAYOUT.get(frozenset(axes[k] for k in (i, j)), "") if len(axes) == a.dim() else ""
+            return (f"your {what} {_is(what)} the expected with {which} swapped (both of size "
+                    f"{a.size(i)}){layout}")
+    return ""
+
+
+def _shifted(a: torch.Tensor, e: torch.Tensor, what: str) -> str:
+    """'your output at position i along the first axis is the expected's at i + 1 ...' (off by
+    one: counting from 1, or a slice that starts one late), or ''."""
+    for axis in range(a.dim()):
+        n = a.size(axis)
+        if n < 3:
+            continue
+        head, tail = e.narrow(axis, 0, n - 1), e.narrow(axis, 1, n - 1)
+        if _fits(head, tail):  # the expected does not change along this axis
+            continue
+        for k, (mine, theirs) in ((1, (a.narrow(axis, 0, n - 1), tail)),
+                                  (-1, (a.narrow(axis, 1, n - 1), head))):
+            if _fits(mine, theirs):
+                return (f"your {what} along {_axis(axis, a.dim())} is the expected shifted by one: "
+                        f"position i holds the expected's i {'+' if k > 0 else '-'} 1 (off by one: "
+                        "positions counted from 1 instead of 0, or a slice that starts one "
+                        f"{'late' if k > 0 else 'early'})")
+    return ""
 
 
 def _reordered(a: torch.Tensor, e: torch.Tensor, what: str) -> str:
@@ -452,6 +556,45 @@ def _reordered(a: torch.Tensor, e: torch.Tensor, what: str) -> str:
     return ""
 
 
+def dtype_story(value: torch.Tensor, expected: torch.Tensor, inputs=()) -> str:
+    """Why a result came out in another dtype, and where that dtype comes from: ' (...)'."""
+    got, want = value.dtype, expected.dtype
+    if want == torch.bool:
+        try:
+            values = set(value.unique().tolist()) if value.numel() else set()
+        except Exception:
+            return ""
+        if not value.is_floating_point() and values <= {0, 1}:
+            return (": a mask of 0/1 integers, Hugging Face's attention_mask convention (1 = "
+                    "attend, int64): here a mask is bool; a comparison (tokens != pad_id) gives "
+                    "one, .long() or .int() after it undoes that")
+        if value.is_floating_point() and values <= {0.0, -math.inf, 1.0} or \
+                value.is_floating_point() and bool((value <= 0).all()):
+            return (": an additive float mask (0 where attention is allowed, -inf or a large "
+                    "negative number where not), the convention of nn.MultiheadAttention's float "
+                    "attn_mask and of Hugging Face's extended mask: here a mask is bool, True = "
+                    "may attend")
+        return ": a mask is bool (True = may attend): a comparison gives one"
+    if value.is_floating_point() and not expected.is_floating_point():
+        return float_for_integer(value)
+    floats = {t.dtype for _, t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()}
+    if got == torch.float64 and want != torch.float64 and torch.float64 not in floats:
+        return (": float64, the dtype of NumPy arrays, of math on Python floats turned into "
+                "tensors with dtype=torch.float64, and of anything computed from a float64 tensor "
+                "(angles made with torch.arange(..., dtype=torch.float64) give a float64 table): "
+                f"make the tensors you create {want} (or .to({want}) the result)")
+    if not value.is_floating_point() and not expected.is_floating_point():
+        if got == torch.int32 and want == torch.int64:
+            return (": int32, the integer dtype of TensorFlow/Keras and JAX (and of some NumPy "
+                    "builds): torch's ids and indices are int64 (.long())")
+        return ""
+    if expected.is_floating_point():
+        low = got in (torch.float16, torch.bfloat16)
+        return (" (the inputs' dtype" + (": a low-precision cast, or an autocast region, not "
+                "undone" if low else "") + ")")
+    return ""
+
+
 def float_for_integer(value: torch.Tensor) -> str:
     """Why a float result was likely given where integers are expected: ' (...)'."""
     try:
@@ -465,9 +608,25 @@ def float_for_integer(value: torch.Tensor) -> str:
             "made as float (torch.zeros, torch.tensor(1.0), ...)? Use `//`, or .long()")
 
 
+# What breaks numerically in each regime that a case's features name (case_features).
+REGIMES = {
+    "masked": "a row whose every score is -inf has a softmax of 0 / 0 = NaN",
+    "magnitude": ("at such magnitudes e^x overflows (float32 holds e^88 at most: inf, then inf / "
+                  "inf = NaN) and the rows far below a maximum taken over more than their own "
+                  "row underflow to 0 (e^-104 is 0 in float32: then 0 / 0)"),
+    "offset": ("E[x^2] - E[x]^2 subtracts two numbers of about mean^2 to find a small one: "
+               "catastrophic cancellation, float32 keeps 7 digits and the variance loses them "
+               "all (subtract the mean first, then square)"),
+    "low": ("float16 keeps about 3 significant digits and overflows past 65504 (a -1e9 or "
+            "float32's finfo.min fill becomes -inf), bfloat16 keeps about 2: sums lose their "
+            "small terms, and a constant made in float32 changes the dtype"),
+}
+
+
 def case_features(args, train: bool = False) -> dict[str, str]:
     """What sets a case's inputs apart, each feature by name: 4-D inputs, a mask, a fully
-    masked row, large magnitudes, float64, training mode."""
+    masked row, large magnitudes, positions whose mean is large against their spread, low
+    precision, float64, training mode (what breaks numerically with some of them: REGIMES)."""
     features = {}
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     rank = max((t.dim() for t in tensors if t.is_floating_point()), default=0)
@@ -478,10 +637,20 @@ def case_features(args, train: bool = False) -> dict[str, str]:
     if any(t.dtype == torch.bool and t.dim() >= 1 and t.numel() and (~t.any(-1)).any()
            for t in tensors):
         features["masked"] = "a fully masked row (a query with no key to see, or a masked block)"
-    magnitude = max((float(t.abs().max()) for t in tensors if t.is_floating_point() and t.numel()
-                     and torch.isfinite(t).all()), default=0.0)
+    finite = [t for t in tensors if t.is_floating_point() and t.numel() and torch.isfinite(t).all()]
+    magnitude = max((float(t.abs().max()) for t in finite), default=0.0)
     if magnitude >= 100:
         features["magnitude"] = f"inputs as large as {magnitude:.0e}"
+    offset = max((float(t.double().mean(-1).abs().max() / t.double().std(-1, correction=0).min())
+                  for t in finite if t.dim() >= 2 and t.size(-1) > 1 and t.std(-1).min() > 0),
+                 default=0.0)
+    if offset >= 100:
+        features["offset"] = ("positions whose mean is large against their spread (about "
+                              f"{offset:.0e} times it)")
+    low = sorted({str(t.dtype).removeprefix("torch.") for t in tensors
+                  if t.dtype in (torch.float16, torch.bfloat16)})
+    if low:
+        features["low"] = f"{' and '.join(low)} inputs"
     if any(t.dtype == torch.float64 for t in tensors):
         features["float64"] = "float64 inputs"
     if train:

@@ -133,11 +133,16 @@ SEQ_FIRST = Mistake(
     "{input}.size(1) the sequence length, and a (seq, d_model) table broadcasts over the batch "
     "as it is (or as table[None] / unsqueeze(0), not unsqueeze(1)): the seq-first (seq, batch, "
     "...) layout of PyTorch's tutorials does not apply here.\n  it raised {error}")
+OFF_BY_ONE = Mistake(
+    "off_by_one", "Off by one: your {what} is the expected for {name} {moved}",
+    "{name} is a {kind}, and yours counts one {how}, on {label}: a range or a slice that "
+    "starts or stops one early or late, a `< n` where `<= n` is meant, a + 1 or - 1 too many, "
+    "or another library's convention (counting from 1, or including the end).")
 WRONG_ORDER = Mistake(
     "results_order", "Results returned in the wrong order",
     "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
     "{label}.")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, RECURSION, IN_PLACE,
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, OFF_BY_ONE, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)
 

@@ -699,3 +699,14 @@ def greedy_with_the_cache(model, src, src_mask, max_len, bos_id, eos_id):
 
 
 RIGHT = {"greedy_decode": (greedy_with_the_cache,)}
+
+
+@wrong("beam_search_step.penalty_formula")
+def beam_penalty_floor_division(scores, log_probs, lengths, alpha=0.6):
+    batch, beam, vocab = log_probs.shape
+    total = (scores.unsqueeze(-1) + log_probs).view(batch, -1)
+    lp = ((5 + lengths) // 6) ** alpha  # (batch, beam)
+    ranked = total / lp.repeat_interleave(vocab, dim=1)
+    best = ranked.topk(beam, dim=1).indices
+    return total.gather(1, best), best // vocab, best % vocab
+

@@ -190,6 +190,34 @@ def _exp_over_sum(guard):
     return compute
 
 
+def _global_max(over, guard):
+    """A hand-written softmax stabilised with a maximum taken over more than the row: `over`
+    "all" (scores.max(), the whole tensor) or "matrix" (each (q_len, k_len) matrix). A row far
+    below that maximum has every e^(s - max) underflow to 0, and 0 / 0; `guard`, how fully
+    masked rows get weights 0: "any" (zeroed afterwards, the underflowed rows stay NaN),
+    "nan_to_num" (every NaN made 0), "where" (where the sum is 0)."""
+
+    def compute(q, k, v, m=None):
+        scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+        if m is not None:
+            scores = scores.masked_fill(~m, float("-inf"))
+        top = scores.max() if over == "all" else scores.amax((-2, -1), keepdim=True)
+        e = torch.exp(scores - top)
+        total = e.sum(-1, keepdim=True)
+        if guard == "where":
+            weights = torch.where(total > 0, e / total.clamp(min=torch.finfo(e.dtype).tiny),
+                                  torch.zeros_like(e))
+        else:
+            weights = e / total
+            if guard == "nan_to_num":
+                weights = weights.nan_to_num(0.0)
+            elif m is not None:
+                weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
+        return weights @ v, weights
+
+    return compute
+
+
 FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
@@ -372,6 +400,15 @@ MISTAKES = (
         tuple(_exp_over_sum(guard) for guard in ("where", "any", "multiplied", "nan_to_num")),
     ),
     Mistake(
+        "global_max", "Softmax stabilised with the maximum of the whole tensor, not of each row",
+        "softmax(s) = softmax(s - c) for a c of each row's own: subtract each row's largest "
+        "(allowed) score, amax(-1, keepdim=True). A maximum over every row (scores.max()) lies "
+        "far above the scores of some rows when they differ in scale (here of the order of "
+        "10^6): there every e^(s - max) underflows to 0 and the row's softmax is 0 / 0.",
+        tuple(_global_max(over, guard) for over in ("all", "matrix")
+              for guard in ("any", "nan_to_num", "where")),
+    ),
+    Mistake(
         "mask_ignored", "Mask ignored",
         "your weights are the same as with no mask: use `mask` to block the keys where it is False.",
         (lambda q, k, v, m=None: reference(q, k, v),),
@@ -468,6 +505,9 @@ _LADDER = {
                         "subtract?"),
     "softmax_overflow": (None, "print torch.exp(torch.tensor(100.0)) and the largest score "
                          "of the case above: what does exp make of it, and what is inf / inf?"),
+    "global_max": (None, "print the maximum you subtract and its shape, and each row's "
+                   "largest score, on the case above: what is e^(row's largest - your "
+                   "maximum) in float32?"),
     "query_key_swapped": (None, "with q_len != k_len print your scores' shape: (..., q_len, "
                           "k_len)."),
     "wrong_axes": (None, "on a 4-D key (batch, heads, k_len, d_k), print the shape after your "

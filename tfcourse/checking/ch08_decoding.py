@@ -363,7 +363,8 @@ _BEAM_LADDER = {
                          "to its log P / lp."),
     "penalty_multiplied": (None, "print lp and what you rank by for one candidate: log P "
                            "divided by lp."),
-    "penalty_formula": (None, "print your lp for length 1 and alpha = 1: 1.0."),
+    "penalty_formula": (None, "print your lp for lengths 1, 2 and 7 with alpha = 0.5: "
+                        "about 1.0, 1.08 and 1.41."),
     "alpha_ignored": (None, "with alpha = 0, lp must be 1 for every length: print yours."),
     "partly_normalized": (None, "write your ranking value as a formula: is the beam's score "
                           "inside the division?"),
@@ -504,6 +505,10 @@ BEAM_MISTAKES = (
             (lambda n, a: ((5 + n) / 6) ** -a, "the exponent's sign flipped",
              ": a longer candidate gets a larger lp (alpha > 0), and dividing its negative log P "
              "by it favours longer sentences."),
+            (lambda n, a: ((5 + n) // 6) ** a, "the fraction rounded down (floor division)",
+             ": `//` rounds (5 + length) / 6 down to a whole number, so that every length from "
+             "1 to 6 gets the same lp, 1, and 7 to 12 the same 2 ** alpha: the penalty is a "
+             "fraction, `/`."),
             (lambda n, a: n ** a, "the length alone raised to alpha",
              ": GNMT's (5 + length) / 6 (1 at length 1) keeps short sentences from being "
              "penalized too much."),

@@ -644,7 +644,7 @@ def case_features(args, train: bool = False) -> dict[str, str]:
     offset = max((float(t.double().mean(-1).abs().max() / t.double().std(-1, correction=0).min())
                   for t in finite if t.dim() >= 2 and t.size(-1) > 1 and t.std(-1).min() > 0),
                  default=0.0)
-    if offset >= 100:
+    if offset >= 1000:
         features["offset"] = ("positions whose mean is large against their spread (about "
                               f"{offset:.0e} times it)")
     low = sorted({str(t.dtype).removeprefix("torch.") for t in tensors

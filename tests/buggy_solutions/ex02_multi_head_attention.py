@@ -661,3 +661,18 @@ class HeadsFoldedHeadMajor(MultiHeadAttention):
         out = (weights @ v).view(h, batch, q_len, -1).permute(1, 2, 0, 3).reshape(batch, q_len, d_model)
         weights = weights.view(h, batch, q_len, k_len).transpose(0, 1)
         return self.w_o(out), (weights if need_weights else None)
+
+
+@wrong("MultiHeadAttention.read_seq_first")
+class SequenceFirst(MultiHeadAttention):  # nn.MultiheadAttention's (seq, batch, d_model)
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        tgt_len, bsz, d_model = query.shape
+        src_len, h = key.size(0), self.n_heads
+        d_head = d_model // h
+        q = self.w_q(query).reshape(tgt_len, bsz * h, d_head).transpose(0, 1)
+        k = self.w_k(key).reshape(src_len, bsz * h, d_head).transpose(0, 1)
+        v = self.w_v(value).reshape(src_len, bsz * h, d_head).transpose(0, 1)
+        weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d_head), dim=-1)
+        out = (weights @ v).transpose(0, 1).reshape(tgt_len, bsz, d_model)
+        weights = weights.view(bsz, h, tgt_len, src_len)
+        return self.w_o(out), (weights if need_weights else None)

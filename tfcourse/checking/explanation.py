@@ -332,13 +332,32 @@ def not_finite(value, expected, what: str, parts) -> tuple[str, str, int, int] |
     return None
 
 
+def substitution(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """'every difference is a 2 where 1 is expected, all at position 0 of the last axis' when
+    two same-shape tensors of whole numbers differ at several entries, always by the same
+    value in place of the same other (one id, or one convention, for another); else ''."""
+    if actual.is_floating_point() or expected.is_floating_point() or actual.dim() < 1 \
+            or torch.bool in (actual.dtype, expected.dtype):
+        return ""
+    wrong = actual != expected
+    pairs = set(zip(actual[wrong].tolist(), expected[wrong].tolist()))
+    if len(pairs) != 1 or int(wrong.sum()) < 2:
+        return ""
+    (got, want), = pairs
+    columns = set(wrong.nonzero()[:, -1].tolist())
+    where = f", all at position {columns.pop()} of the last axis" if len(columns) == 1 else ""
+    return f"every difference is a {got} where {want} is expected{where}"
+
+
 def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     """A short account of how two same-shape tensors differ."""
     if not actual.is_floating_point() or not expected.is_floating_point():
         wrong = actual != expected
         index = tuple(int(i) for i in wrong.nonzero()[0]) if wrong.any() else ()
+        told = substitution(actual, expected)
         return (f"{int(wrong.sum())} of {actual.numel()} entries differ, first at index {index}: "
-                f"got {actual[index].item()}, expected {expected[index].item()}")
+                f"got {actual[index].item()}, expected {expected[index].item()}"
+                + (f" ({told})" if told else ""))
     diff = (actual.double() - expected.double()).abs().nan_to_num(float("inf"))
     index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
     return (
@@ -359,6 +378,13 @@ def first_difference(value, expected, what: str, parts, axes=()) -> tuple[str, s
         return what, told or "its values differ", bool(told)
     for i, (v, e, name) in enumerate(_leaves(value, expected, what, parts)):
         if v.shape == e.shape and not safely(close, v, e):
+            if not v.is_floating_point() and not e.is_floating_point() and v.dim() >= 1 \
+                    and v.numel() >= 3:
+                told = _shifted(v.double(), e.double(), name)
+                if told:
+                    return name, f"{told}; {difference(v, e)}", True
+                if substitution(v, e):
+                    return name, difference(v, e), True
             if v.dtype == e.dtype == torch.bool and torch.equal(v, ~e):
                 return name, (f"your {name} {_is(name)} the expected with True and False swapped "
                               "at every entry: the other polarity (True = masked out, as in "
@@ -617,6 +643,11 @@ REGIMES = {
     "offset": ("E[x^2] - E[x]^2 subtracts two numbers of about mean^2 to find a small one: "
                "catastrophic cancellation, float32 keeps 7 digits and the variance loses them "
                "all (subtract the mean first, then square)"),
+    "one": ("with one position a reduction over the sequence has a single term, an unbiased "
+            "(n - 1) statistic divides by 0, a squeeze() removes the axis, and a slice [:-1] or "
+            "[1:] is empty"),
+    "batch1": ("with a batch of one a squeeze() removes the batch axis, and a loop or an index "
+               "that assumes several sequences finds one"),
     "low": ("float16 keeps about 3 significant digits and overflows past 65504 (a -1e9 or "
             "float32's finfo.min fill becomes -inf), bfloat16 keeps about 2: sums lose their "
             "small terms, and a constant made in float32 changes the dtype"),
@@ -626,7 +657,8 @@ REGIMES = {
 def case_features(args, train: bool = False) -> dict[str, str]:
     """What sets a case's inputs apart, each feature by name: 4-D inputs, a mask, a fully
     masked row, large magnitudes, positions whose mean is large against their spread, low
-    precision, float64, training mode (what breaks numerically with some of them: REGIMES)."""
+    precision, a sequence of one position, a batch of one, float64, training mode (what
+    breaks with some of them: REGIMES)."""
     features = {}
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     rank = max((t.dim() for t in tensors if t.is_floating_point()), default=0)
@@ -651,6 +683,12 @@ def case_features(args, train: bool = False) -> dict[str, str]:
                   if t.dtype in (torch.float16, torch.bfloat16)})
     if low:
         features["low"] = f"{' and '.join(low)} inputs"
+    if any(t.dim() >= 3 and t.is_floating_point() and t.size(-2) == 1
+           or t.dim() == 2 and not t.is_floating_point() and t.dtype != torch.bool and t.size(1) == 1
+           for t in tensors):
+        features["one"] = "a sequence of one position"
+    if any(t.dim() >= 2 and t.size(0) == 1 and t.dtype != torch.bool for t in tensors):
+        features["batch1"] = "a batch of one"
     if any(t.dtype == torch.float64 for t in tensors):
         features["float64"] = "float64 inputs"
     if train:

@@ -77,6 +77,7 @@ from .mistakes import (
     EXITED,
     FILE_MISTAKES,
     IN_PLACE,
+    MASK_READ_INVERTED,
     NO_MATCH,
     NOT_FINITE,
     NOT_IMPLEMENTED,
@@ -84,6 +85,7 @@ from .mistakes import (
     OFF_BY_ONE,
     PARAMETERS_CHANGED,
     RAISED,
+    READ_SEQ_FIRST,
     RECURSION,
     REFERENCE_USED,
     RENAMED,
@@ -454,6 +456,7 @@ class Item:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts
         self._fail_if_shifted(result, reference, case, what)
+        self._fail_if_read_otherwise(result, reference, case, what)
         problem = structure_problem(result, expected, what, parts, _inputs(case), self.axes)
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
@@ -490,10 +493,41 @@ class Item:
                     continue
                 if safely(case.same or self.same, result, expected):
                     sign = "+" if delta > 0 else "-"
-                    OFF_BY_ONE.fail(self._details(case, result), what=what, name=name, kind=kind,
+                    OFF_BY_ONE.fail(self._details(case, result), what=what.removeprefix("the "),
+                                    name=name, kind=kind,
                                     moved=f"= {moved} (not {value})" if isinstance(value, int)
                                     else f"{sign} 1 (not {name})", label=case.label,
                                     how="too many" if delta > 0 else "too few")
+
+    def _fail_if_read_otherwise(self, result, reference, case, what):
+        """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
+        inverted; READ_SEQ_FIRST when it is the reference's for its (batch, seq, ...) inputs
+        read seq-first (each input's axes 0 and 1 swapped, and the output's back)."""
+        named = [(i, n) for i, (n, a) in enumerate(zip(case.names, case.args))
+                 if n and isinstance(a, torch.Tensor)]
+        masks = [(i, n) for i, n in named if case.args[i].dtype == torch.bool
+                 and 0 < int(case.args[i].sum()) < case.args[i].numel()]
+        seq = [(i, n) for i, n in named if case.args[i].is_floating_point()
+               and case.args[i].dim() == 3 and case.args[i].size(0) > 1]
+        compare = case.same or self.same
+        for mistake, chosen, change, back in (
+                (MASK_READ_INVERTED, masks, lambda a: ~a, lambda r: r),
+                (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), _seq_first_back)):
+            if not chosen:
+                continue
+            args = list(case.args)
+            for i, _ in chosen:
+                args[i] = change(args[i])
+            try:
+                expected = back(self._expected(reference, dataclasses.replace(case, args=tuple(args))))
+            except Exception:  # the reference refuses the inputs read otherwise
+                continue
+            if safely(compare, result, expected):
+                names = [n for _, n in chosen]
+                mistake.fail(self._details(case, result), what=what.removeprefix("the "),
+                             label=case.label, are="are" if len(names) > 1 else "is",
+                             gives="give" if len(names) > 1 else "gives",
+                             names=" and ".join(filter(None, (", ".join(names[:-1]), names[-1]))))
 
     def _news(self, case, passed):
         """' Your code is right on the 5 cases before this one, and this is the first with
@@ -516,6 +550,14 @@ class Item:
         return (f" Your code is right on the {cases} before this one, and this is the first "
                 f"with {' and '.join(new)}{together}: what does your code do with "
                 f"{'them' if len(new) > 1 else 'it'}?" + (f" ({regimes})" if regimes else ""))
+
+
+def _seq_first_back(result):
+    """A result computed on seq-first inputs, with its (or its first part's) axes 0 and 1
+    swapped back."""
+    if isinstance(result, tuple):
+        return (_seq_first_back(result[0]),) + result[1:]
+    return result.transpose(0, 1)
 
 
 def _inputs(case):

@@ -272,3 +272,20 @@ def test_the_numerical_regime_of_the_first_failing_case_is_told():
     line = first_line(dataclasses.replace(norm, cases=cases, mistakes=()), Moments)
     assert "positions whose mean is large against their spread" in line, line
     assert "catastrophic cancellation" in line, line
+
+
+def test_a_result_rounded_in_a_16_bit_float_is_told():
+    attention = dataclasses.replace(entry.item("ex01_attention.scaled_dot_product_attention"),
+                                    mistakes=())
+
+    def scores_in_half(query, key, value, mask=None):  # Q K^T in float16, the rest in float32
+        scores = (query.half() @ key.half().transpose(-2, -1)).to(query.dtype)
+        weights = torch.softmax(scores / math.sqrt(query.size(-1)), dim=-1)
+        return weights @ value, weights
+
+    line = first_line(attention, scores_in_half)
+    assert "up to a rounding noise of about" in line, line
+    assert "an intermediate computed in float16 or bfloat16" in line, line
+    expected = torch.linspace(-1, 1, 50)
+    smooth = expected + 1e-4 * expected**3  # a small error that follows the values: a formula
+    assert "rounding noise" not in resemblance(smooth, expected)

@@ -106,7 +106,7 @@ NORM_MISTAKES = (
     Mistake(
         "eps_ignored", "self.eps ignored",
         "use the module's own eps, self.eps (set by __init__), not a number of your own.",
-        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7)),
+        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7, 1e-3, 1e-4)),
     ),
     Mistake(
         "wrong_axis", "Normalized over the wrong axis",

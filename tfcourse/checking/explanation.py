@@ -513,7 +513,30 @@ def resemblance(actual, expected, what: str = "output", axes=()) -> str:
         return (f"your {what} {_is(what)} an {way} function of the expected, entry by entry (each "
                 "entry's rank is right, its value is not): a step applied to every entry, or "
                 "one missing")
-    return ""
+    return _low_precision(a, e, what, actual.dtype)
+
+
+def _low_precision(a: torch.Tensor, e: torch.Tensor, what: str, dtype: torch.dtype) -> str:
+    """'your output is the expected up to a rounding noise of about 2e-03 ...' when the two differ
+    by noise of the size of float16's or bfloat16's rounding, at many entries and uncorrelated
+    with the values (a rounding, not a formula), in a result of a wider dtype; else ''."""
+    if dtype not in (torch.float32, torch.float64) or a.numel() < 8:
+        return ""
+    scale = float(e.abs().max())
+    error = a - e
+    largest = float(error.abs().max()) / scale
+    spread = float((error.abs() > 4 * torch.finfo(dtype).eps * scale).double().mean())
+    if not largest or spread < 0.25 or abs(float(torch.corrcoef(torch.stack(
+            (error.flatten(), e.flatten())))[0, 1])) > 0.5:
+        return ""
+    if largest > 8 * 2.0 ** -8:
+        return ""
+    kept = 24 if dtype == torch.float32 else 53
+    return (f"your {what} {_is(what)} the expected up to a rounding noise of about {largest:.0e} "
+            f"of its scale, at most entries: the rounding of a 16-bit float (float16 keeps 11 "
+            f"significant bits, bfloat16 8, {str(dtype).removeprefix('torch.')} {kept}): an "
+            "intermediate computed in float16 or bfloat16 (a .half() or .to(...), an autocast, "
+            "a constant made in it)")
 
 
 def _is(what: str) -> str:

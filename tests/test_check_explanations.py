@@ -289,3 +289,35 @@ def test_a_result_rounded_in_a_16_bit_float_is_told():
     expected = torch.linspace(-1, 1, 50)
     smooth = expected + 1e-4 * expected**3  # a small error that follows the values: a formula
     assert "rounding noise" not in resemblance(smooth, expected)
+
+
+def test_ids_in_another_library_convention_are_told():
+    batch = entry.item("ex07_training.make_batch")
+
+    def make_batch(pairs, vocab, left=False, labels=False):
+        def pad(rows):  # on the left when `left`: Hugging Face's padding_side="left"
+            n = max(map(len, rows))
+            return torch.tensor([[PAD] * (n - len(r)) * left + r + [PAD] * (n - len(r)) * (not left)
+                                 for r in rows])
+
+        src = pad([vocab.encode(s) for s, _ in pairs])
+        ys = [vocab.encode(t) for _, t in pairs]
+        tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+        if labels:  # Hugging Face's labels: -100 where the loss must not look
+            tgt_out = tgt_out.masked_fill(tgt_out == PAD, -100)
+        return Batch(src, tgt_in, tgt_out, (src != PAD)[:, None, None], target_mask(tgt_in, PAD))
+
+    line = first_line(batch, lambda pairs, vocab: make_batch(pairs, vocab, left=True))
+    assert "each row of your src holds the expected's values moved right by its own amount" in line
+    assert "Hugging Face's padding_side='left'" in line, line
+    line = first_line(batch, lambda pairs, vocab: make_batch(pairs, vocab, labels=True))
+    assert "every difference is a -100 where 0 is expected: -100 is the ignore_index" in line, line
+    pool = entry.item("ex09_variants.mean_pool")
+
+    def mean_pool(h, keep):  # the mean over axis 0, as for (seq, batch, d_model)
+        k = keep.to(h.dtype)[..., None]
+        return (h * k).sum(0) / k.sum(0).clamp(min=1)
+
+    line = first_line(pool, mean_pool)
+    assert line.startswith("Batch and sequence axes mixed up: h and keep read as (seq, batch, "
+                           "...) give exactly your pooled vectors"), line

@@ -128,10 +128,12 @@ def _axis(i, ndim):
 
 
 def _sizes_of(size, inputs):
-    """' (3 is the size of x's axis 1)' when exactly one input axis has that size, else ''."""
+    """' (3 is the size of x's axis 1)' when one to three input axes have that size, else ''."""
     hits = [f"{name}'s axis {i}" for name, t in inputs if isinstance(t, torch.Tensor)
             for i, s in enumerate(t.shape) if s == size]
-    return f" ({size} is the size of {hits[0]})" if len(hits) == 1 else ""
+    if not hits or len(hits) > 3:
+        return ""
+    return f" ({size} is the size of {' and '.join(hits)})"
 
 
 def _named(names, axes) -> str:
@@ -205,6 +207,9 @@ def shape_story(got, expected, inputs=(), axes=()) -> str:
         told = _merged(got, want, axes)
         if told:
             return told
+    if n > m and got[n - m:] == want and set(got[:n - m]) == {1}:
+        return (f": {n - m} extra axes of size 1 in front: already shaped for broadcasting "
+                f"(as (batch, heads, ...) masks are), where {want} is asked for")
     if n != m:
         return f": {n} axes where {m} are expected"
     diff = [i for i in range(n) if got[i] != want[i]]
@@ -346,7 +351,11 @@ def substitution(actual: torch.Tensor, expected: torch.Tensor) -> str:
     (got, want), = pairs
     columns = set(wrong.nonzero()[:, -1].tolist())
     where = f", all at position {columns.pop()} of the last axis" if len(columns) == 1 else ""
-    return f"every difference is a {got} where {want} is expected{where}"
+    told = f"every difference is a {got} where {want} is expected{where}"
+    if got == -100:
+        told += (": -100 is the ignore_index of F.cross_entropy and of Hugging Face's labels; "
+                 "here padding is marked with pad_id")
+    return told
 
 
 def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
@@ -385,6 +394,9 @@ def first_difference(value, expected, what: str, parts, axes=()) -> tuple[str, s
                     return name, f"{told}; {difference(v, e)}", True
                 if substitution(v, e):
                     return name, difference(v, e), True
+                told = _rows_moved(v, e, name)
+                if told:
+                    return name, f"{told}; {difference(v, e)}", True
             if v.dtype == e.dtype == torch.bool and torch.equal(v, ~e):
                 return name, (f"your {name} {_is(name)} the expected with True and False swapped "
                               "at every entry: the other polarity (True = masked out, as in "
@@ -541,6 +553,25 @@ def _low_precision(a: torch.Tensor, e: torch.Tensor, what: str, dtype: torch.dty
 
 def _is(what: str) -> str:
     return "are" if what.endswith("s") else "is"
+
+
+def _rows_moved(a: torch.Tensor, e: torch.Tensor, what: str) -> str:
+    """'each row of your src holds the expected's values moved to its end ...' when every row
+    (last axis) is the expected's rolled right by its own amount, not the same for all (the
+    padding put first: left padding); else ''."""
+    if a.dim() != 2 or a.shape != e.shape:
+        return ""
+    shifts = []
+    for mine, theirs in zip(a, e):
+        found = [k for k in range(a.size(1)) if torch.equal(mine, theirs.roll(k))]
+        if not found:
+            return ""
+        shifts.append(found[0])
+    if len(set(shifts)) < 2:
+        return ""
+    return (f"each row of your {what} holds the expected's values moved right by its own amount "
+            f"({', '.join(map(str, shifts))}): the padding put first (left padding, Hugging "
+            "Face's padding_side='left'), where it goes after the tokens")
 
 
 def _swapped(a: torch.Tensor, e: torch.Tensor, what: str, axes=()) -> str:

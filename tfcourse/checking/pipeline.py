@@ -509,6 +509,10 @@ class Item:
                  and 0 < int(case.args[i].sum()) < case.args[i].numel()]
         seq = [(i, n) for i, n in named if case.args[i].is_floating_point()
                and case.args[i].dim() == 3 and case.args[i].size(0) > 1]
+        if seq:  # and the inputs (a mask, ids) that share their (batch, seq) axes
+            lead = case.args[seq[0][0]].shape[:2]
+            seq += [(i, n) for i, n in named if (i, n) not in seq and case.args[i].dim() >= 2
+                    and case.args[i].shape[:2] == lead]
         compare = case.same or self.same
         for mistake, chosen, change, back in (
                 (MASK_READ_INVERTED, masks, lambda a: ~a, lambda r: r),
@@ -557,7 +561,7 @@ def _seq_first_back(result):
     swapped back."""
     if isinstance(result, tuple):
         return (_seq_first_back(result[0]),) + result[1:]
-    return result.transpose(0, 1)
+    return result.transpose(0, 1) if result.dim() >= 3 else result
 
 
 def _inputs(case):

@@ -533,3 +533,14 @@ def softmax_minus_max_per_matrix(query, key, value, mask=None):
     total = e.sum(-1, keepdim=True)
     weights = torch.where(total > 0, e / total.clamp_min(1e-38), torch.zeros_like(e))
     return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_float32")
+def additive_mask_as_in_keras(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (1.0 - mask.float()) * -1e9  # tf.cast(mask, tf.float32)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask.any(dim=-1, keepdim=True)
+    return weights @ value, weights

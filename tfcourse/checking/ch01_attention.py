@@ -135,15 +135,16 @@ def _additive(q, k, v, m=None):
     return weights @ v, weights
 
 
-def _added_fill(fill):
+def _added_fill(fill, dtype=None):
     """An additive mask with a finite value, scores + (~mask) * fill (BERT's extended
-    attention mask): fully masked rows zeroed, as in the reference."""
+    attention mask): fully masked rows zeroed, as in the reference. `dtype`: the mask made in
+    that dtype (TensorFlow's (1 - tf.cast(mask, tf.float32)) * -1e9) instead of the scores'."""
 
     def compute(q, k, v, m=None):
         scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
         if m is None:
             return _attend(q, k, v)
-        weights = torch.softmax(scores + (~m).to(scores.dtype) * fill, dim=-1)
+        weights = torch.softmax(scores + (~m).to(dtype or scores.dtype) * fill, dim=-1)
         weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
         return weights @ v, weights
 
@@ -384,6 +385,15 @@ MISTAKES = (
         + tuple(_added_fill(fill) for fill in (-1e4, -1e3, -1e5, -65504.0)),
     ),
     Mistake(
+        "mask_float32", "Additive mask made in float32 whatever the scores' dtype",
+        "(1 - mask.float()) * -1e9, TensorFlow's and Keras's way (tf.cast(mask, tf.float32)), "
+        "is float32: added to bfloat16 or float16 scores it makes them float32, and the "
+        "weights then meet values of another dtype. Make it in the scores' dtype, "
+        "(~mask).to(scores.dtype) * fill, or fill the scores: scores.masked_fill(~mask, "
+        "float('-inf')).",
+        tuple(_added_fill(fill, torch.float32) for fill in (-1e9, -1e4, -1e30, MIN)),
+    ),
+    Mistake(
         "max_over_masked", "Softmax's maximum taken over the masked scores too",
         "a softmax written by hand, exp(s - max) with the masked keys zeroed afterwards, takes "
         "its max over every score: when a masked key has the largest score (scores of the "
@@ -500,6 +510,8 @@ _LADDER = {
                 "equal."),
     "mask_axis_added": (_MASKING, "print mask.shape and the scores' shape, aligned from the "
                         "right: every axis must be equal or 1."),
+    "mask_float32": (_MASKING, "on bfloat16 inputs print the dtype of your mask term and of "
+                     "the scores after adding it: both must stay bfloat16."),
     "max_over_masked": (_MASKING, "on the case above print the largest score of a row and "
                         "the largest allowed score of that row: which one does your softmax "
                         "subtract?"),

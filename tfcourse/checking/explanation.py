@@ -259,13 +259,25 @@ _LAYOUT = {frozenset(("batch", "seq")): _SEQ_FIRST,
            frozenset(("heads", "seq")): " (a transpose(1, 2) missing, or one too many)"}
 
 
+def _not_torch(value) -> str:
+    """What a result that is not a tensor tells: ' (a NumPy array: ...)', or ''."""
+    if type(value).__module__.split(".")[0] in ("numpy", "jax", "jaxlib", "tensorflow"):
+        return (f" (a {type(value).__module__.split('.')[0]} array: NumPy's, JAX's and "
+                "TensorFlow's operations leave torch, its gradients and its devices: write it "
+                "with torch operations)")
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return (f" ({len(value)} tensors in a {type(value).__name__}: torch.stack or torch.cat "
+                "them into one)")
+    return ""
+
+
 def structure_problem(value, expected, what: str, parts=(), inputs=(), axes=()) -> tuple[Mistake, str] | None:
     """The first way `value` cannot be `expected`'s kind of result: (mistake, text) with
     WRONG_TYPE, WRONG_SHAPE or WRONG_DTYPE, or None. A wrong shape says what it tells
     (shape_story), with `inputs` (name, tensor) to name where a size comes from."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(value, torch.Tensor):
-            return WRONG_TYPE, f"{what} should be a torch.Tensor, got {kind_of(value)}"
+            return WRONG_TYPE, f"{what} should be a torch.Tensor, got {kind_of(value)}{_not_torch(value)}"
         if value.shape != expected.shape:
             hf = (expected.dtype == torch.bool and value.dim() == 2 < expected.dim()
                   and value.shape[-1] == expected.shape[-1])

@@ -162,50 +162,27 @@ def _max_over_masked(q, k, v, m=None):
     return weights @ v, weights
 
 
-def _exp_over_sum(guard):
+def _exp_over_sum(guard, over=None):
     """A hand-written softmax, exp(s) / sum exp(s), with no maximum subtracted: exp of a large
-    score is inf, and inf / inf NaN. Masked scores filled with -inf; `guard`, how fully masked
-    rows (a sum of 0) get weights 0: "where" (where the sum is 0), "any" (the rows with no
-    allowed key, zeroed afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every
-    NaN made 0, the overflowed ones too)."""
+    score is inf, and inf / inf NaN; or, with `over`, stabilised with a maximum taken over more
+    than the row: "all" (scores.max(), the whole tensor) or "matrix" (each (q_len, k_len)
+    matrix), where a row far below that maximum has every e^(s - max) underflow to 0, and
+    0 / 0. Masked scores filled with -inf; `guard`, how fully masked rows (a sum of 0) get
+    weights 0: "where" (where the sum is 0), "any" (the rows with no allowed key, zeroed
+    afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every NaN made 0, the
+    overflowed ones too)."""
 
     def compute(q, k, v, m=None):
         scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
         if m is not None and guard != "multiplied":
             scores = scores.masked_fill(~m, float("-inf"))
+        if over is not None:
+            scores = scores - (scores.max() if over == "all" else scores.amax((-2, -1), keepdim=True))
         e = torch.exp(scores)
         if m is not None and guard == "multiplied":
             e = e * m
         total = e.sum(-1, keepdim=True)
         if guard in ("where", "multiplied"):
-            weights = torch.where(total > 0, e / total.clamp(min=torch.finfo(e.dtype).tiny),
-                                  torch.zeros_like(e))
-        else:
-            weights = e / total
-            if guard == "nan_to_num":
-                weights = weights.nan_to_num(0.0)
-            elif m is not None:
-                weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
-        return weights @ v, weights
-
-    return compute
-
-
-def _global_max(over, guard):
-    """A hand-written softmax stabilised with a maximum taken over more than the row: `over`
-    "all" (scores.max(), the whole tensor) or "matrix" (each (q_len, k_len) matrix). A row far
-    below that maximum has every e^(s - max) underflow to 0, and 0 / 0; `guard`, how fully
-    masked rows get weights 0: "any" (zeroed afterwards, the underflowed rows stay NaN),
-    "nan_to_num" (every NaN made 0), "where" (where the sum is 0)."""
-
-    def compute(q, k, v, m=None):
-        scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
-        if m is not None:
-            scores = scores.masked_fill(~m, float("-inf"))
-        top = scores.max() if over == "all" else scores.amax((-2, -1), keepdim=True)
-        e = torch.exp(scores - top)
-        total = e.sum(-1, keepdim=True)
-        if guard == "where":
             weights = torch.where(total > 0, e / total.clamp(min=torch.finfo(e.dtype).tiny),
                                   torch.zeros_like(e))
         else:
@@ -415,7 +392,7 @@ MISTAKES = (
         "(allowed) score, amax(-1, keepdim=True). A maximum over every row (scores.max()) lies "
         "far above the scores of some rows when they differ in scale (here of the order of "
         "10^6): there every e^(s - max) underflows to 0 and the row's softmax is 0 / 0.",
-        tuple(_global_max(over, guard) for over in ("all", "matrix")
+        tuple(_exp_over_sum(guard, over) for over in ("all", "matrix")
               for guard in ("any", "nan_to_num", "where")),
     ),
     Mistake(

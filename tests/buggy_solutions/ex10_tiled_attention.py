@@ -734,7 +734,7 @@ def tiled_block_softmax_own_max(query, key, value, mask=None, block_size=128):
     k_len = key.size(-2)
     scale = 1 / math.sqrt(query.size(-1))
     m = torch.full(query.shape[:-1] + (1,), -math.inf)
-    l = torch.zeros_like(m)
+    total = torch.zeros_like(m)
     o = torch.zeros(query.shape[:-1] + (value.size(-1),))
     for start in range(0, k_len, block_size):
         s = query @ key[..., start:start + block_size, :].transpose(-2, -1) * scale
@@ -745,10 +745,10 @@ def tiled_block_softmax_own_max(query, key, value, mask=None, block_size=128):
         p = torch.exp(s - torch.nan_to_num(block_max, neginf=0.0))  # the block's own softmax
         m_new = torch.maximum(m, block_max)
         alpha = torch.exp(m - torch.nan_to_num(m_new, neginf=0.0))
-        l = alpha * l + p.sum(-1, keepdim=True)
+        total = alpha * total + p.sum(-1, keepdim=True)
         o = alpha * o + p @ value[..., start:start + block_size, :]
         m = m_new
-    return o / torch.where(l == 0, torch.ones_like(l), l)
+    return o / torch.where(total == 0, torch.ones_like(total), total)
 
 
 @wrong("sliding_window_mask.window_too_narrow")

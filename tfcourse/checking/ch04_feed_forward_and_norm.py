@@ -72,6 +72,11 @@ def _norm_with(**bug):
     return lambda module, x: _norm(module, x, **bug)
 
 
+def _by_moments(var):
+    """LayerNorm whose variance is var(x), E[x^2] - E[x]^2 written one way or another."""
+    return lambda m, x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(var(x) + m.eps) * m.weight + m.bias
+
+
 NORM_MISTAKES = (
     Mistake(
         "builtin", "Built-in layer norm called",
@@ -152,8 +157,7 @@ NORM_MISTAKES = (
         "large against its spread both terms are about mean^2, and float32 keeps 7 digits "
         "(float64 16): their difference, the small variance, loses them all (and can come out negative). "
         "Subtract the mean first, then square: ((x - mean) ** 2).mean(-1).",
-        tuple((lambda var: lambda m, x: (x - x.mean(-1, keepdim=True))
-               / torch.sqrt(var(x) + m.eps) * m.weight + m.bias)(var) for var in (
+        tuple(_by_moments(var) for var in (
             lambda x: (x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2,
             lambda x: ((x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2).clamp(min=0),
             lambda x: (x * x).sum(-1, keepdim=True) / x.size(-1)

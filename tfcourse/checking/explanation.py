@@ -216,9 +216,9 @@ def shape_story(got, expected, inputs=(), axes=()) -> str:
     if sorted(got) == sorted(want):
         if named and len(set(want)) == m:
             order = tuple(axes[want.index(g)] for g in got)
-            swapped = _named(axes, diff)
-            return (f": {swapped} {'swapped' if len(diff) == 2 else 'permuted'}: yours are "
-                    f"({', '.join(order)}), expected ({', '.join(axes)}){_LAYOUT.get(frozenset(axes[i] for i in diff), '')}")
+            layout = _LAYOUT.get(frozenset(axes[i] for i in diff), "")
+            return (f": {_named(axes, diff)} {'swapped' if len(diff) == 2 else 'permuted'}: yours "
+                    f"are ({', '.join(order)}), expected ({', '.join(axes)}){layout}")
         if len(diff) == 2:
             i, j = diff
             text = (f": axes {i} and {j} swapped (sizes {want[i]} and {want[j]}): a transpose "

@@ -628,7 +628,8 @@ WINDOW_MISTAKES = (
     Mistake(
         "window_too_narrow", "Window one key too narrow",
         "query i may attend key j when |i - j| <= window: `window` keys on each side (only "
-        "before it, if causal) AND its own position. A window of 0 sees itself alone.",
+        "before it, if causal) AND its own position. A window of 0 sees itself alone. (Mistral's "
+        "sliding_window counts its own position in: i - j < window.)",
         (_window(reach=lambda w: w - 1),),
     ),
     Mistake(

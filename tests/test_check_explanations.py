@@ -5,6 +5,7 @@ common mistake matches"), a float where integers are expected with the likely `/
 result, or as a size or index that torch refuses), a mask with an axis too many, and what
 is new in the first case that fails (a feature, or two features seen apart, together)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,8 @@ import torch
 
 from tfcourse.checking import Case, CheckFailure, Item, entry
 from tfcourse.checking.explanation import resemblance
+from tfcourse.data import BOS, EOS, PAD, Batch, pad_sequences
+from tfcourse.masks import target_mask
 
 
 def first_line(item, target):
@@ -158,3 +161,163 @@ def test_the_first_case_with_two_features_together_is_told():
     line = first_line(item, double)
     assert ("Your code is right on the 2 cases before this one, and this is the first with "
             "4-D inputs and a mask together") in line, line
+
+
+# Stories that name conventions, regimes and off-by-one without a catalogued mistake.
+
+
+def test_a_result_one_length_off_is_named_off_by_one_by_rerunning_the_reference():
+    def causal_mask(size, device=None):  # a mask for positions 1 .. size - 1
+        return torch.ones(size - 1, size - 1, dtype=torch.bool).tril()
+
+    line = first_line(entry.item("ex06_decoder.causal_mask"), causal_mask)
+    assert line.startswith("Off by one: the reference with size = 4 (not 5) gives exactly your "
+                           "mask: size is a length, and yours counts one too few"), line
+
+    item = Item("ex99_test", "ramp", lambda n: torch.arange(n) * 2.0,
+                [Case((5,), names=(None,))], shifts=((0, "n", "count"),))
+    line = first_line(item, lambda n: torch.arange(n + 1) * 2.0)
+    assert line.startswith("Off by one: the reference with n = 6 (not 5) gives exactly your "
+                           "output: n is a count, and yours counts one too many"), line
+
+
+def test_values_shifted_by_one_position_are_told():
+    bare = dataclasses.replace(TABLE, mistakes=())  # (its catalogue names positions from 1)
+    line = first_line(bare, lambda n, d: _table(n + 1, d)[1:])  # positions 1 .. max_len
+    assert ("your table along the first axis is the expected shifted by one: position i holds "
+            "the expected's i + 1") in line, line
+    item = Item("ex99_test", "ids", lambda t: t * 3, [Case((torch.arange(12).view(2, 6),),
+                                                           names=("t",))])
+    line = first_line(item, lambda t: torch.cat([t[:, 1:], t[:, :1]], 1) * 0 + (t + 1) * 3)
+    assert "along the last axis is the expected shifted by one" in line, line
+
+
+def test_swapped_and_merged_axes_are_named():
+    split = entry.item("ex02_multi_head_attention.split_heads")
+
+    def split_heads(x, n_heads):  # written for nn.MultiheadAttention's (seq, batch, d_model)
+        seq, batch, d_model = x.shape
+        return x.view(seq, batch, n_heads, d_model // n_heads).permute(1, 2, 0, 3)
+
+    line = first_line(split, split_heads)
+    assert ("the batch and seq axes swapped: yours are (seq, heads, batch, d_head), expected "
+            "(batch, heads, seq, d_head) (the (seq, batch, ...) layout of "
+            "nn.MultiheadAttention") in line, line
+    line = first_line(entry.item("ex02_multi_head_attention.merge_heads"),
+                      lambda x: x.transpose(1, 2).flatten(1))
+    assert "the seq and d_model axes merged into one" in line, line
+    same_sizes = Item("ex99_test", "same", lambda x: x * 2, [Case((torch.randn(4, 4, 3),),
+                                                                names=("x",))],
+                      axes=("batch", "seq", "d_model"))
+    line = first_line(same_sizes, lambda x: x.transpose(0, 1) * 2)
+    assert ("your output is the expected with the batch and seq axes swapped (both of size 4)"
+            in line), line
+
+
+def test_a_result_in_another_dtype_or_convention_says_where_it_comes_from():
+    def table(max_len, d_model):  # angles made in float64, as NumPy does
+        return _table(max_len, d_model).double()
+
+    line = first_line(TABLE, table)
+    assert "float64, the dtype of NumPy arrays" in line, line
+    batch = entry.item("ex07_training.make_batch")
+
+    def additive(pairs, vocab):  # nn.MultiheadAttention's float mask
+        src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+        ys = [vocab.encode(t) for _, t in pairs]
+        tgt_in = pad_sequences([[BOS, *y] for y in ys])
+        src_mask = torch.zeros(src.shape).masked_fill(src == PAD, float("-inf"))[:, None, None]
+        return Batch(src, tgt_in, pad_sequences([[*y, EOS] for y in ys]), src_mask,
+                     target_mask(tgt_in, PAD))
+
+    line = first_line(batch, additive)
+    assert "an additive float mask" in line and "nn.MultiheadAttention's float attn_mask" in line, line
+    def band(size, window):
+        offset = (torch.arange(size)[:, None] - torch.arange(size)).abs()
+        return offset <= window
+
+    def hf_band(size, window):  # 1 = attend, as Hugging Face's attention_mask
+        return ((torch.arange(size)[:, None] - torch.arange(size)).abs() <= window).long()
+
+    item = Item("ex99_test", "band", band, [Case((7, 2))])
+    line = first_line(item, hf_band)
+    assert "a mask of 0/1 integers, Hugging Face's attention_mask convention" in line, line
+    line = first_line(item, lambda size, window: hf_band(size, window) == 0)  # True = blocked
+    assert "True and False swapped at every entry: the other polarity" in line, line
+
+
+def test_an_input_read_with_another_convention_is_named():
+    item = Item("ex99_test", "masked_mean", lambda x, m: (x * m).sum(1) / m.sum(1),
+                [Case((torch.randn(2, 3, 4), torch.tensor([[True, False, True]] * 2)[..., None]),
+                      names=("x", "keep"))])
+    line = first_line(item, lambda x, m: (x * ~m).sum(1) / (~m).sum(1))
+    assert line.startswith("Mask read with the other polarity: keep inverted gives exactly your "
+                           "output"), line
+    item = Item("ex99_test", "running", lambda x: x.cumsum(1), [Case((torch.randn(2, 5, 3),),
+                                                                    names=("x",))])
+    line = first_line(item, lambda x: x.cumsum(0))  # the sequence read on axis 0
+    assert line.startswith("Batch and sequence axes mixed up: x read as (seq, batch, ...) gives "
+                           "exactly your output"), line
+
+
+def test_the_numerical_regime_of_the_first_failing_case_is_told():
+    norm = entry.item("ex04_feed_forward_and_norm.LayerNorm")
+    cases = [norm.cases[0], norm.cases[-1]]  # the last: means 10^5 times the spread
+
+    class Moments(norm.reference):  # E[x^2] - E[x]^2, written so that no computation matches
+        def forward(self, x):
+            var = x.pow(2).mean(-1, keepdim=True).sub(x.mean(-1, keepdim=True).pow(2)).abs()
+            return self.weight * (x - x.mean(-1, keepdim=True)) / (var + self.eps).sqrt() + self.bias
+
+    line = first_line(dataclasses.replace(norm, cases=cases, mistakes=()), Moments)
+    assert "positions whose mean is large against their spread" in line, line
+    assert "catastrophic cancellation" in line, line
+
+
+def test_a_result_rounded_in_a_16_bit_float_is_told():
+    attention = dataclasses.replace(entry.item("ex01_attention.scaled_dot_product_attention"),
+                                    mistakes=())
+
+    def scores_in_half(query, key, value, mask=None):  # Q K^T in float16, the rest in float32
+        scores = (query.half() @ key.half().transpose(-2, -1)).to(query.dtype)
+        weights = torch.softmax(scores / math.sqrt(query.size(-1)), dim=-1)
+        return weights @ value, weights
+
+    line = first_line(attention, scores_in_half)
+    assert "up to a rounding noise of about" in line, line
+    assert "an intermediate computed in float16 or bfloat16" in line, line
+    expected = torch.linspace(-1, 1, 50)
+    smooth = expected + 1e-4 * expected**3  # a small error that follows the values: a formula
+    assert "rounding noise" not in resemblance(smooth, expected)
+
+
+def test_ids_in_another_library_convention_are_told():
+    batch = entry.item("ex07_training.make_batch")
+
+    def make_batch(pairs, vocab, left=False, labels=False):
+        def pad(rows):  # on the left when `left`: Hugging Face's padding_side="left"
+            n = max(map(len, rows))
+            return torch.tensor([[PAD] * (n - len(r)) * left + r + [PAD] * (n - len(r)) * (not left)
+                                 for r in rows])
+
+        src = pad([vocab.encode(s) for s, _ in pairs])
+        ys = [vocab.encode(t) for _, t in pairs]
+        tgt_in, tgt_out = pad_sequences([[BOS, *y] for y in ys]), pad_sequences([[*y, EOS] for y in ys])
+        if labels:  # Hugging Face's labels: -100 where the loss must not look
+            tgt_out = tgt_out.masked_fill(tgt_out == PAD, -100)
+        return Batch(src, tgt_in, tgt_out, (src != PAD)[:, None, None], target_mask(tgt_in, PAD))
+
+    line = first_line(batch, lambda pairs, vocab: make_batch(pairs, vocab, left=True))
+    assert "each row of your src holds the expected's values moved right by its own amount" in line
+    assert "Hugging Face's padding_side='left'" in line, line
+    line = first_line(batch, lambda pairs, vocab: make_batch(pairs, vocab, labels=True))
+    assert "every difference is a -100 where 0 is expected: -100 is the ignore_index" in line, line
+    pool = entry.item("ex09_variants.mean_pool")
+
+    def mean_pool(h, keep):  # the mean over axis 0, as for (seq, batch, d_model)
+        k = keep.to(h.dtype)[..., None]
+        return (h * k).sum(0) / k.sum(0).clamp(min=1)
+
+    line = first_line(pool, mean_pool)
+    assert line.startswith("Batch and sequence axes mixed up: h and keep read as (seq, batch, "
+                           "...) give exactly your pooled vectors"), line

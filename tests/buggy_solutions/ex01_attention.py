@@ -506,3 +506,41 @@ def softmax_by_hand_mask_multiplied(query, key, value, mask=None):
         e = e * mask
     weights = (e / e.sum(-1, keepdim=True)).nan_to_num(0.0)
     return weights @ value, weights
+
+
+# ---------------------------------------------------------------------------------------
+# Numerical regimes
+
+
+@wrong("scaled_dot_product_attention.global_max")
+def softmax_minus_global_max(query, key, value, mask=None):
+    # "subtract the max for stability", as np.exp(x - np.max(x)) does: one max for everything
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    e = torch.exp(scores - scores.max())
+    weights = (e / e.sum(dim=-1, keepdim=True)).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.global_max")
+def softmax_minus_max_per_matrix(query, key, value, mask=None):
+    scores = torch.matmul(query, key.transpose(-1, -2)) * query.shape[-1] ** -0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf")))
+    top = scores.flatten(-2).max(-1).values[..., None, None]  # one max per (batch, head)
+    e = (scores - top).exp()
+    total = e.sum(-1, keepdim=True)
+    weights = torch.where(total > 0, e / total.clamp_min(1e-38), torch.zeros_like(e))
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.mask_float32")
+def additive_mask_as_in_keras(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (1.0 - mask.float()) * -1e9  # tf.cast(mask, tf.float32)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask.any(dim=-1, keepdim=True)
+    return weights @ value, weights

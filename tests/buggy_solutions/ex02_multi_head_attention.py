@@ -624,3 +624,55 @@ class OutputProjectionOnTheValues(_Buggy):
         v = split_heads(self.w_o(self.w_v(value)), h)
         out, weights = scaled_dot_product_attention(q, k, v, mask)
         return merge_heads(out), weights if need_weights else None
+
+
+# ---------------------------------------------------------------------------------------
+# Other libraries' layouts
+
+
+@wrong("split_heads.wrong_shape")
+def split_sequence_first(x, n_heads):
+    # nn.MultiheadAttention reads (seq, batch, d_model): q.view(tgt_len, bsz * num_heads, d_head)
+    seq, batch, d_model = x.shape
+    folded = x.contiguous().view(seq, batch * n_heads, d_model // n_heads).transpose(0, 1)
+    return folded.view(batch, n_heads, seq, d_model // n_heads)
+
+
+@wrong("merge_heads.wrong_shape")
+def merge_flattened_from_axis_1(x):
+    return x.transpose(1, 2).flatten(1)  # (batch, seq * d_model)
+
+
+@wrong("MultiHeadAttention.mask_repeated")
+class HeadsFoldedHeadMajor(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        batch, q_len, d_model = query.shape
+        k_len, h = key.size(1), self.n_heads
+
+        def fold(x, length):  # (heads * batch, length, d_head), head-major
+            return x.view(batch, length, h, -1).permute(2, 0, 1, 3).reshape(h * batch, length, -1)
+
+        q, k, v = fold(self.w_q(query), q_len), fold(self.w_k(key), k_len), fold(self.w_v(value), k_len)
+        scores = q @ k.transpose(1, 2) / math.sqrt(d_model // h)
+        if mask is not None:
+            m = mask.expand(batch, 1, q_len, k_len)[:, 0].repeat_interleave(h, dim=0)
+            scores = scores.masked_fill(~m, float("-inf"))
+        weights = scores.softmax(-1).nan_to_num(0.0)
+        out = (weights @ v).view(h, batch, q_len, -1).permute(1, 2, 0, 3).reshape(batch, q_len, d_model)
+        weights = weights.view(h, batch, q_len, k_len).transpose(0, 1)
+        return self.w_o(out), (weights if need_weights else None)
+
+
+@wrong("MultiHeadAttention.read_seq_first")
+class SequenceFirst(MultiHeadAttention):  # nn.MultiheadAttention's (seq, batch, d_model)
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        tgt_len, bsz, d_model = query.shape
+        src_len, h = key.size(0), self.n_heads
+        d_head = d_model // h
+        q = self.w_q(query).reshape(tgt_len, bsz * h, d_head).transpose(0, 1)
+        k = self.w_k(key).reshape(src_len, bsz * h, d_head).transpose(0, 1)
+        v = self.w_v(value).reshape(src_len, bsz * h, d_head).transpose(0, 1)
+        weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d_head), dim=-1)
+        out = (weights @ v).transpose(0, 1).reshape(tgt_len, bsz, d_model)
+        weights = weights.view(bsz, h, tgt_len, src_len)
+        return self.w_o(out), (weights if need_weights else None)

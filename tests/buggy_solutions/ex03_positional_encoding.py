@@ -481,3 +481,20 @@ class EncodingAddedTwice(PositionalEncoding):
         pe = self.pe[start : start + x.size(1)]
         x = x + pe
         return self.dropout(x + pe)
+
+
+@wrong("sinusoidal_encoding.off_by_one")
+def table_positions_0_to_max_len(max_len, d_model):
+    position = torch.arange(0, max_len + 1).unsqueeze(1).float()  # 0 ... max_len inclusive
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len + 1, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+@wrong("sinusoidal_encoding.wrong_dtype")
+def table_in_float64(max_len, d_model):
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    angles = position / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # float64 throughout

@@ -507,3 +507,20 @@ class AlwaysGeluTanh(PositionWiseFeedForward):
         h = self.linear1(x)
         h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
         return self.linear2(self.dropout(h))
+
+
+@wrong("LayerNorm.cancellation")
+class VarianceFromMoments(LayerNorm):  # Var[x] = E[x^2] - E[x]^2, one pass over x
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = (x * x).mean(-1, keepdim=True) - mean ** 2
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+@wrong("LayerNorm.cancellation")
+class VarianceFromSums(LayerNorm):  # a streaming formula: running sums of x and x^2
+    def forward(self, x):
+        n = x.shape[-1]
+        s1, s2 = x.sum(-1, keepdim=True), (x ** 2).sum(-1, keepdim=True)
+        mu = s1 / n
+        return (x - mu) * torch.rsqrt(s2 / n - mu * mu + self.eps) * self.weight + self.bias

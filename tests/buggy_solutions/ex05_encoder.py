@@ -332,6 +332,15 @@ class mask_only_to_the_first_layer(given.Encoder):
         return self.norm(x)
 
 
+@wrong("Encoder.mask_read_inverted")
+class mask_as_key_padding_mask(given.Encoder):  # nn.TransformerEncoder's src_key_padding_mask
+    def forward(self, x, mask=None):
+        padding = None if mask is None else ~mask  # True at the padding
+        for layer in self.layers:
+            x = layer(x, padding)
+        return self.norm(x)
+
+
 @wrong("Encoder.not_chained")
 class layers_not_chained(given.Encoder):
     def forward(self, x, mask=None):

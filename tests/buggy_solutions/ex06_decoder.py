@@ -380,3 +380,8 @@ class MemoryNormalized(_Layer):
         if self.sublayers[1].norm_first:
             memory = self.sublayers[1].norm(memory)
         return self.block(x, memory, tgt_mask, src_mask)
+
+
+@wrong("causal_mask.off_by_one")
+def causal_mask_without_the_last_position(size, device=None):
+    return torch.ones(size - 1, size - 1, dtype=torch.bool, device=device).tril()

@@ -890,3 +890,42 @@ def warmup_in_front(step, d_model, warmup):
     if step < 1:
         raise ValueError("step counts from 1")
     return warmup**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+# ---------------------------------------------------------------------------------------
+# Other libraries' conventions
+
+
+@wrong("make_batch.eos_first")
+def batch_fairseq_prev_output_tokens(pairs, vocab):
+    # fairseq: prev_output_tokens is the target rolled right, with EOS moved to the front
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    tgt_out = pad_sequences([vocab.encode(t) + [EOS] for _, t in pairs])
+    tgt_in = pad_sequences([[EOS] + vocab.encode(t) for _, t in pairs])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.hf_mask")
+def batch_hugging_face_attention_mask(pairs, vocab):
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    ys = [vocab.encode(t) for _, t in pairs]
+    tgt_in, tgt_out = pad_sequences([[BOS] + y for y in ys]), pad_sequences([y + [EOS] for y in ys])
+    attention_mask = (src != PAD).long()  # (batch, src_len), 1 = attend
+    return Batch(src, tgt_in, tgt_out, attention_mask, target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.hf_mask")
+def batch_integer_mask(pairs, vocab):
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    ys = [vocab.encode(t) for _, t in pairs]
+    tgt_in, tgt_out = pad_sequences([[BOS] + y for y in ys]), pad_sequences([y + [EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD).int(), target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.wrong_dtype")
+def batch_additive_mask(pairs, vocab):  # the float mask of nn.MultiheadAttention
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    ys = [vocab.encode(t) for _, t in pairs]
+    tgt_in, tgt_out = pad_sequences([[BOS] + y for y in ys]), pad_sequences([y + [EOS] for y in ys])
+    src_mask = torch.zeros(src.shape).masked_fill(src == PAD, float("-inf"))[:, None, None]
+    return Batch(src, tgt_in, tgt_out, src_mask, target_mask(tgt_in, PAD))

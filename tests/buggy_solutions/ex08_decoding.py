@@ -699,3 +699,30 @@ def greedy_with_the_cache(model, src, src_mask, max_len, bos_id, eos_id):
 
 
 RIGHT = {"greedy_decode": (greedy_with_the_cache,)}
+
+
+@wrong("beam_search_step.penalty_formula")
+def beam_penalty_floor_division(scores, log_probs, lengths, alpha=0.6):
+    batch, beam, vocab = log_probs.shape
+    total = (scores.unsqueeze(-1) + log_probs).view(batch, -1)
+    lp = ((5 + lengths) // 6) ** alpha  # (batch, beam)
+    ranked = total / lp.repeat_interleave(vocab, dim=1)
+    best = ranked.topk(beam, dim=1).indices
+    return total.gather(1, best), best // vocab, best % vocab
+
+
+
+@wrong("greedy_decode.eos_start")
+@torch.no_grad()
+def greedy_from_eos_as_fairseq(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), eos_id, dtype=torch.long)  # prev_output_tokens start
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1))[None, None])
+        token = model.generator(h[:, -1]).argmax(-1).masked_fill(done, model.config.pad_id)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        done |= token == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]

@@ -1019,3 +1019,30 @@ def positions_with_replacement(tokens, mask_id, special_ids, vocab_size, rate=0.
 def count_plus_one(h, keep):
     k = keep.unsqueeze(-1).to(h.dtype)
     return (h * k).sum(1) / (k.sum(1) + 1)
+
+
+@wrong("lm_loss.padding_of_inputs")
+def lm_loss_padding_of_inputs(logits, tokens, pad_id=PAD):
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+    real = inputs != pad_id  # skip the padded positions
+    return nll[real].mean()
+
+
+@wrong("mask_tokens.rounded_half_up")
+def mask_tokens_rounded_half_up(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                                pad_id=PAD):
+    special = torch.tensor(sorted({*special_ids, pad_id, mask_id}))
+    eligible = ~torch.isin(tokens, special)
+    n = eligible.sum(1)
+    k = (rate * n + 0.5).floor().long().clamp(min=1).minimum(n)  # round to nearest
+    scores = torch.rand(tokens.shape, generator=generator).masked_fill(~eligible, 2.0)
+    chosen = scores.argsort(1).argsort(1) < k[:, None]
+    draw = torch.rand(tokens.shape, generator=generator)
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    ids = ordinary.nonzero()[:, 0]
+    random_ids = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, tokens, pad_id)

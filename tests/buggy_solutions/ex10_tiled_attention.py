@@ -727,3 +727,34 @@ def diagonals_summed(size, window, causal=False):
     """The diagonals summed in one expression: the same failure past the sequence's length."""
     low = 0 if causal else -window
     return sum(torch.diag(torch.ones(size - abs(k)), k) for k in range(low, window + 1)).t() > 0
+
+
+@wrong("tiled_attention.block_own_max")
+def tiled_block_softmax_own_max(query, key, value, mask=None, block_size=128):
+    k_len = key.size(-2)
+    scale = 1 / math.sqrt(query.size(-1))
+    m = torch.full(query.shape[:-1] + (1,), -math.inf)
+    total = torch.zeros_like(m)
+    o = torch.zeros(query.shape[:-1] + (value.size(-1),))
+    for start in range(0, k_len, block_size):
+        s = query @ key[..., start:start + block_size, :].transpose(-2, -1) * scale
+        if mask is not None:
+            s = s.masked_fill(~mask.expand(*mask.shape[:-1], k_len)[..., start:start + block_size],
+                              -math.inf)
+        block_max = s.amax(-1, keepdim=True)
+        p = torch.exp(s - torch.nan_to_num(block_max, neginf=0.0))  # the block's own softmax
+        m_new = torch.maximum(m, block_max)
+        alpha = torch.exp(m - torch.nan_to_num(m_new, neginf=0.0))
+        total = alpha * total + p.sum(-1, keepdim=True)
+        o = alpha * o + p @ value[..., start:start + block_size, :]
+        m = m_new
+    return o / torch.where(total == 0, torch.ones_like(total), total)
+
+
+@wrong("sliding_window_mask.window_too_narrow")
+def window_mistral_convention(size, window, causal=False):
+    # Mistral's sliding_window: a token sees the `window` positions up to itself, i - j < window
+    i = torch.arange(size).unsqueeze(1)
+    j = torch.arange(size).unsqueeze(0)
+    allowed = (i - j).abs() < window
+    return allowed & (j <= i) if causal else allowed

@@ -135,15 +135,16 @@ def _additive(q, k, v, m=None):
     return weights @ v, weights
 
 
-def _added_fill(fill):
+def _added_fill(fill, dtype=None):
     """An additive mask with a finite value, scores + (~mask) * fill (BERT's extended
-    attention mask): fully masked rows zeroed, as in the reference."""
+    attention mask): fully masked rows zeroed, as in the reference. `dtype`: the mask made in
+    that dtype (TensorFlow's (1 - tf.cast(mask, tf.float32)) * -1e9) instead of the scores'."""
 
     def compute(q, k, v, m=None):
         scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
         if m is None:
             return _attend(q, k, v)
-        weights = torch.softmax(scores + (~m).to(scores.dtype) * fill, dim=-1)
+        weights = torch.softmax(scores + (~m).to(dtype or scores.dtype) * fill, dim=-1)
         weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
         return weights @ v, weights
 
@@ -161,17 +162,22 @@ def _max_over_masked(q, k, v, m=None):
     return weights @ v, weights
 
 
-def _exp_over_sum(guard):
+def _exp_over_sum(guard, over=None):
     """A hand-written softmax, exp(s) / sum exp(s), with no maximum subtracted: exp of a large
-    score is inf, and inf / inf NaN. Masked scores filled with -inf; `guard`, how fully masked
-    rows (a sum of 0) get weights 0: "where" (where the sum is 0), "any" (the rows with no
-    allowed key, zeroed afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every
-    NaN made 0, the overflowed ones too)."""
+    score is inf, and inf / inf NaN; or, with `over`, stabilised with a maximum taken over more
+    than the row: "all" (scores.max(), the whole tensor) or "matrix" (each (q_len, k_len)
+    matrix), where a row far below that maximum has every e^(s - max) underflow to 0, and
+    0 / 0. Masked scores filled with -inf; `guard`, how fully masked rows (a sum of 0) get
+    weights 0: "where" (where the sum is 0), "any" (the rows with no allowed key, zeroed
+    afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every NaN made 0, the
+    overflowed ones too)."""
 
     def compute(q, k, v, m=None):
         scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
         if m is not None and guard != "multiplied":
             scores = scores.masked_fill(~m, float("-inf"))
+        if over is not None:
+            scores = scores - (scores.max() if over == "all" else scores.amax((-2, -1), keepdim=True))
         e = torch.exp(scores)
         if m is not None and guard == "multiplied":
             e = e * m
@@ -356,6 +362,15 @@ MISTAKES = (
         + tuple(_added_fill(fill) for fill in (-1e4, -1e3, -1e5, -65504.0)),
     ),
     Mistake(
+        "mask_float32", "Additive mask made in float32 whatever the scores' dtype",
+        "(1 - mask.float()) * -1e9, TensorFlow's and Keras's way (tf.cast(mask, tf.float32)), "
+        "is float32: added to bfloat16 or float16 scores it makes them float32, and the "
+        "weights then meet values of another dtype. Make it in the scores' dtype, "
+        "(~mask).to(scores.dtype) * fill, or fill the scores: scores.masked_fill(~mask, "
+        "float('-inf')).",
+        tuple(_added_fill(fill, torch.float32) for fill in (-1e9, -1e4, -1e30, MIN)),
+    ),
+    Mistake(
         "max_over_masked", "Softmax's maximum taken over the masked scores too",
         "a softmax written by hand, exp(s - max) with the masked keys zeroed afterwards, takes "
         "its max over every score: when a masked key has the largest score (scores of the "
@@ -370,6 +385,15 @@ MISTAKES = (
         "softmax(s - c) for any c: subtract each row's largest (allowed) score before exp, so "
         "that no exp exceeds 1, or use torch.softmax.",
         tuple(_exp_over_sum(guard) for guard in ("where", "any", "multiplied", "nan_to_num")),
+    ),
+    Mistake(
+        "global_max", "Softmax stabilised with the maximum of the whole tensor, not of each row",
+        "softmax(s) = softmax(s - c) for a c of each row's own: subtract each row's largest "
+        "(allowed) score, amax(-1, keepdim=True). A maximum over every row (scores.max()) lies "
+        "far above the scores of some rows when they differ in scale (here of the order of "
+        "10^6): there every e^(s - max) underflows to 0 and the row's softmax is 0 / 0.",
+        tuple(_exp_over_sum(guard, over) for over in ("all", "matrix")
+              for guard in ("any", "nan_to_num", "where")),
     ),
     Mistake(
         "mask_ignored", "Mask ignored",
@@ -463,11 +487,16 @@ _LADDER = {
                 "equal."),
     "mask_axis_added": (_MASKING, "print mask.shape and the scores' shape, aligned from the "
                         "right: every axis must be equal or 1."),
+    "mask_float32": (_MASKING, "on bfloat16 inputs print the dtype of your mask term and of "
+                     "the scores after adding it: both must stay bfloat16."),
     "max_over_masked": (_MASKING, "on the case above print the largest score of a row and "
                         "the largest allowed score of that row: which one does your softmax "
                         "subtract?"),
     "softmax_overflow": (None, "print torch.exp(torch.tensor(100.0)) and the largest score "
                          "of the case above: what does exp make of it, and what is inf / inf?"),
+    "global_max": (None, "print the maximum you subtract and its shape, and each row's "
+                   "largest score, on the case above: what is e^(row's largest - your "
+                   "maximum) in float32?"),
     "query_key_swapped": (None, "with q_len != k_len print your scores' shape: (..., q_len, "
                           "k_len)."),
     "wrong_axes": (None, "on a 4-D key (batch, heads, k_len, d_k), print the shape after your "

@@ -264,6 +264,16 @@ def _mask_repeated(mask, q):
     return per_batch.repeat(heads, 1, 1).view(batch, heads, q_len, -1)
 
 
+def _mask_interleaved(mask, q):
+    """The mask repeated batch-major (repeat_interleave: m0, m0, m1, m1) for scores folded
+    head-major (row h * batch + b is head h of sequence b): batch b, head h gets the mask of
+    batch (h * batch + b) // heads."""
+    batch, heads, q_len, _ = q.shape
+    per_batch = mask.expand(batch, 1, q_len, mask.size(-1))[:, 0]  # (batch, q_len, k_len)
+    rows = per_batch.repeat_interleave(heads, 0)  # (batch * heads, q_len, k_len), batch-major
+    return rows.view(heads, batch, q_len, -1).transpose(0, 1)
+
+
 def _split_by_query_length(query):
     """split_heads that takes the sequence length from the query (a self-attention habit)."""
     batch, seq, _ = query.shape
@@ -314,12 +324,14 @@ def _equal_lengths(case, error):
 
 MASK_REPEATED = Mistake(
     "mask_repeated", "Mask repeated over the heads in the wrong order",
-    "scores flattened to (batch * heads, ...) are batch-major: row b * heads + h is sequence "
-    "b, head h. mask.repeat(heads, 1, 1) tiles the masks head-major (m0, m1, m0, m1, ...), so "
-    "heads get another sequence's padding; each sequence's mask must come heads times in a "
-    "row (m0, m0, m1, m1: repeat_interleave), or no copy at all: the (batch, 1, 1, k_len) "
-    "mask broadcasts over the heads axis as it is.",
-    tuple(_variant(adapt_mask=_mask_repeated, fill=fill) for fill in (None, float("-inf"), -1e9)),
+    "scores folded to (batch * heads, ...) batch-major (row b * heads + h is sequence b, head "
+    "h) need each sequence's mask heads times in a row (m0, m0, m1, m1: repeat_interleave); "
+    "folded head-major (row h * batch + b, as nn.MultiheadAttention's view(..., bsz * "
+    "num_heads, ...) after a transpose gives) they need the masks tiled (m0, m1, m0, m1: "
+    "repeat). The other order gives heads another sequence's padding. Or make no copy at all: "
+    "the (batch, 1, 1, k_len) mask broadcasts over the heads axis as it is.",
+    tuple(_variant(adapt_mask=adapt, fill=fill) for adapt in (_mask_repeated, _mask_interleaved)
+          for fill in (None, float("-inf"), -1e9)),
 )
 MASK_HEADS = Mistake(
     "mask_heads", "Mask not broadcast over heads",
@@ -642,12 +654,14 @@ SPLIT = Item(
               SPLIT_TRANSPOSE_FIRST, SPLIT_UNFLATTENED_HEADS_FIRST), _LADDER),
     formula="split_heads(x, n)[:, i] must equal x[:, :, i * d_head : (i + 1) * d_head].",
     section=("02_multi_head_attention", "Split: `(batch, seq, d_model)` → `(batch, heads, seq, d_head)`"),
+    axes=("batch", "heads", "seq", "d_head"),
 )
 MERGE = Item(
     EXERCISE, "merge_heads", merge_heads, MERGE_CASES,
     laddered((MERGE_ORDER, MERGE_BY_VIEW, MERGE_CONCATENATED), _LADDER),
     formula="merge_heads(split_heads(x, n)) must give x back.",
     section=("02_multi_head_attention", "Merge, then project"),
+    axes=("batch", "seq", "d_model"),
 )
 MHA = Item(
     EXERCISE, "MultiHeadAttention", MultiHeadAttention, MHA_CASES, laddered(MISTAKES, _LADDER),
@@ -655,6 +669,7 @@ MHA = Item(
     parts=("output", "weights"), formula="Compare each step with Concat(head_1, ..., head_h) W^O.",
     twins=(_variant(),),
     section=("02_multi_head_attention", "3. Build it, one step at a time"),
+    axes=("batch", "seq", "d_model"),
 )
 
 ITEMS = (SPLIT, MERGE, MHA)

@@ -312,6 +312,8 @@ TABLE = Item(
     formula="Compare PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same).",
     twins=(_table,),
     section=("03_positional_encoding", "3. Build it, one step at a time"),
+    shifts=((0, "max_len", "length"),),
+    axes=("position", "d_model"),
 )
 
 
@@ -472,6 +474,7 @@ POSITIONAL = Item(
     formula="The output is dropout(x + PE[start : start + seq]).",
     twins=(_pe(lambda x, pe, m: m.dropout(x + pe)),),
     section=("03_positional_encoding", "7. The module: adding the encoding to the embeddings"),
+    shifts=((1, "start", "position"),),
 )
 
 

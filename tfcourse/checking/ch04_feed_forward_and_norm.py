@@ -72,6 +72,11 @@ def _norm_with(**bug):
     return lambda module, x: _norm(module, x, **bug)
 
 
+def _by_moments(var):
+    """LayerNorm whose variance is var(x), E[x^2] - E[x]^2 written one way or another."""
+    return lambda m, x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(var(x) + m.eps) * m.weight + m.bias
+
+
 NORM_MISTAKES = (
     Mistake(
         "builtin", "Built-in layer norm called",
@@ -106,7 +111,7 @@ NORM_MISTAKES = (
     Mistake(
         "eps_ignored", "self.eps ignored",
         "use the module's own eps, self.eps (set by __init__), not a number of your own.",
-        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7)),
+        tuple(_norm_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, 1e-9, 1e-7, 1e-3, 1e-4)),
     ),
     Mistake(
         "wrong_axis", "Normalized over the wrong axis",
@@ -147,6 +152,18 @@ NORM_MISTAKES = (
          * m.weight + m.bias,),
     ),
     Mistake(
+        "cancellation", "Variance as E[x^2] - E[x]^2: catastrophic cancellation",
+        "E[x^2] - E[x]^2 is the variance in exact arithmetic, but where a position's mean is "
+        "large against its spread both terms are about mean^2, and float32 keeps 7 digits "
+        "(float64 16): their difference, the small variance, loses them all (and can come out negative). "
+        "Subtract the mean first, then square: ((x - mean) ** 2).mean(-1).",
+        tuple(_by_moments(var) for var in (
+            lambda x: (x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2,
+            lambda x: ((x * x).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2).clamp(min=0),
+            lambda x: (x * x).sum(-1, keepdim=True) / x.size(-1)
+            - (x.sum(-1, keepdim=True) / x.size(-1)) ** 2)),
+    ),
+    Mistake(
         "l2_normalized", "Divided by the L2 norm instead of standardized",
         "LayerNorm subtracts each position's mean and divides by its standard deviation, "
         "(x - mean) / sqrt(var + eps); x / ||x|| (F.normalize) is another normalization.",
@@ -173,9 +190,9 @@ NORM_MISTAKES = (
 )
 
 
-def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None):
+def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None, mean=0.5):
     g = torch.Generator().manual_seed(seed)
-    x = scale * _randn(g, *shape, dtype=dtype) + 0.5
+    x = scale * _randn(g, *shape, dtype=dtype) + mean
     d_model = shape[-1]
     state = {"weight": 1 + _randn(g, d_model, dtype=dtype), "bias": _randn(g, d_model, dtype=dtype)}
     label = describe(x=x) + f", {x.dtype}, d_model={d_model}" + (f", eps={eps}" if eps else "")
@@ -205,6 +222,9 @@ _NORM_LADDER = {
                      "about 0."),
     "variance_not_centered": (None, "for the row [1., 2., 3.] the variance is 2/3: print "
                               "yours."),
+    "cancellation": (None, "on a row x = 1000 + torch.randn(16) print (x * x).mean() - "
+                     "x.mean() ** 2 next to ((x - x.mean()) ** 2).mean(): which is the "
+                     "variance, about 1?"),
     "l2_normalized": (None, "print the mean and std of one normalized row before the gain: 0 "
                       "and 1, not a norm of 1."),
     "gain_bias_swapped": (None, "set self.weight to 2 and self.bias to 0 and print one output "
@@ -268,6 +288,9 @@ NORM = Item(
         _norm_case(3, (4, 6), 2.0, torch.float64),
         _norm_case(4, (2, 3, 6), 0.03, eps=1e-3),  # eps of its own: self.eps matters
         gradient_case(_norm_case(5, (2, 3, 6), 1.0), "x"),
+        # positions whose mean (10^5) is 10^5 times their spread: E[x^2] - E[x]^2 cancels
+        # (float64, where a right solution's rounding stays below the tolerance)
+        _norm_case(6, (2, 3, 16), 1.0, torch.float64, mean=1e5),
     ],
     laddered(NORM_MISTAKES, _NORM_LADDER),
     formula="Compare with weight * (x - mean) / sqrt(var + eps) + bias over the last axis.",

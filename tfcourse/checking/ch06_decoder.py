@@ -166,6 +166,7 @@ MASK = Item(
     formula="Query i may attend to keys j <= i: the lower triangle, diagonal included.",
     after=(_check_device,),
     section=("06_decoder", "5. No peeking: later target tokens cannot change earlier outputs"),
+    shifts=((0, "size", "length"),),
 )
 
 

@@ -33,7 +33,8 @@ VOCAB = Vocab("abcdefg")
 
 _FORMS = {"bos+y": lambda y: [BOS, *y], "y+eos": lambda y: [*y, EOS], "y": lambda y: y,
           "bos+y+eos": lambda y: [BOS, *y, EOS], "y+pad": lambda y: [*y, PAD],
-          "y+eos+pad": lambda y: [*y, EOS, PAD], "bos+y-last": lambda y: [BOS, *y][:-1]}
+          "y+eos+pad": lambda y: [*y, EOS, PAD], "bos+y-last": lambda y: [BOS, *y][:-1],
+          "eos+y": lambda y: [EOS, *y]}
 
 
 def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src_mask="pad",
@@ -54,7 +55,8 @@ def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src
     }
     src_masks = {"pad": padding_mask(src, PAD), "all": torch.ones_like(padding_mask(src, PAD)),
                  "inverted": ~padding_mask(src, PAD), "2d": src != PAD, "3d": (src != PAD)[:, None],
-                 "from_target": padding_mask(tgt_in_ids, PAD)}
+                 "from_target": padding_mask(tgt_in_ids, PAD), "hf": (src != PAD).long(),
+                 "int": padding_mask(src, PAD).long(), "int32": padding_mask(src, PAD).int()}
     masks["from_source"] = lambda: target_mask(src, PAD)
     return Batch(src, tgt_in_ids, tgt_out_ids, src_masks[src_mask], masks[tgt_mask]())
 
@@ -80,6 +82,13 @@ BATCH_MISTAKES = (
         "the decoder reads it). Build tgt_in and tgt_out from each target's ids before padding "
         "(BOS + y, y + EOS), or slice before you pad.",
         (_sliced_from_padded,),
+    ),
+    Mistake(
+        "eos_first", "Decoder input starts with EOS (fairseq's prev_output_tokens), not BOS",
+        "fairseq starts the decoder input with EOS (its prev_output_tokens are the target "
+        "rolled right, EOS first); this course starts it with BOS: tgt_in = BOS y_1 ... y_n, "
+        "and EOS is only ever predicted, at the end of tgt_out.",
+        (_batch_with(tgt_in="eos+y"),),
     ),
     Mistake(
         "not_shifted", "Decoder targets not shifted",
@@ -145,6 +154,13 @@ BATCH_MISTAKES = (
         (_batch_with(src_mask="all"),),
     ),
     Mistake(
+        "hf_mask", "Source mask as Hugging Face's attention_mask: integers, not bool",
+        "Hugging Face's attention_mask is (batch, src_len) int64, 1 at real tokens; here "
+        "src_mask is bool, True at real tokens, and (batch, 1, 1, src_len), so that it "
+        "broadcasts over heads and queries: padding_mask(src, PAD) makes it.",
+        (_batch_with(src_mask="hf"), _batch_with(src_mask="int"), _batch_with(src_mask="int32")),
+    ),
+    Mistake(
         "src_mask_shape", "Source mask without its head and query axes",
         "src_mask must broadcast to the attention scores (batch, heads, q_len, src_len): shape "
         "(batch, 1, 1, src_len), as padding_mask(src, PAD) makes it.",
@@ -165,9 +181,9 @@ FIELDS = ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask")
 
 
 def _mask_equal(actual, expected):
-    """Equal bool masks, in any form that broadcasts the same (e.g. (batch, 1, L, L) and
+    """Equal masks of one dtype, in any form that broadcasts the same (e.g. (batch, 1, L, L) and
     (1, 1, L, L) for a causal mask that is the same for every sentence)."""
-    if not isinstance(actual, torch.Tensor) or actual.dtype != torch.bool or actual.dim() > 4:
+    if not isinstance(actual, torch.Tensor) or actual.dtype != expected.dtype or actual.dim() > 4:
         return False
     try:
         shape = torch.broadcast_shapes(actual.shape, expected.shape)
@@ -212,6 +228,10 @@ _SHIFT = ("07_training", "What if the targets are not shifted?")
 _BATCH_LADDER = {
     "sliced_from_padded": (None, "print tgt_in for the shortest target of the case: does EOS "
                            "appear in it?"),
+    "eos_first": (_SHIFT, "print tgt_in[0]: its first id must be BOS (1), the start symbol; "
+                  "EOS (2) comes only at the end of tgt_out."),
+    "hf_mask": (None, "print src_mask.dtype and src_mask.shape: torch.bool and (batch, 1, 1, "
+                "src_len)."),
     "not_shifted": (_SHIFT, "print tgt_in[0] and tgt_out[0] one above the other: at every "
                     "column, the token below must be the one that follows the token above."),
     "in_out_swapped": (_SHIFT, "print tgt_in[0]: it must start with BOS."),

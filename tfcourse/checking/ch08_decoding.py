@@ -127,15 +127,16 @@ def _source(lengths, seed, pad=PAD):
 def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad", first=False,
             keep_bos=False, position=-1, feed="all", steps=0, use_src_mask=True,
             causal=True, keep_eos=True, accumulate=True, done_first=False, one_row=False,
-            bounded=True, generator=True, pick="argmax"):
+            bounded=True, generator=True, pick="argmax", start="bos"):
     """Greedy decoding with the variations mistakes make. fill: what a finished sequence
     gets ("pad": model.config.pad_id, right; None: nothing, it goes on; or a token id).
     pick: "argmax" (right), or "sample" / "sample_replace": torch.multinomial on the softmax
     (without or with replacement, as torch.distributions.Categorical draws), or
     "batch_softmax": the argmax of a softmax over the batch axis. use_src_mask:
-    True (right), False (not given to decode), "encode" (not given to encode) or "neither"."""
+    True (right), False (not given to decode), "encode" (not given to encode) or "neither".
+    start: the token every sequence starts from, "bos" (right) or "eos" (fairseq's)."""
     memory = model.encode(src, None if use_src_mask in ("encode", "neither") else src_mask)
-    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    ys = torch.full((src.size(0), 1), bos_id if start == "bos" else eos_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
     fill = model.config.pad_id if fill == "pad" else fill
     for _ in range(max_len + steps if bounded else 64):
@@ -177,6 +178,12 @@ def _one_sentence(case, error):
 
 
 GREEDY_MISTAKES = (
+    Mistake(
+        "eos_start", "Decoding started from EOS (fairseq's convention), not BOS",
+        "fairseq's decoders start from EOS (its prev_output_tokens begin with it); this "
+        "course's model was trained on BOS y_1 ... y_n: start every sequence from bos_id.",
+        (_greedy_with(start="eos"), _greedy_with(start="eos", keep_bos=True)),
+    ),
     Mistake(
         "no_stop", "Greedy decoding does not stop at EOS",
         "once a sequence has produced EOS it is finished: from then on give it padding "
@@ -325,6 +332,8 @@ def _greedy_case(make, lengths, max_len, seed, pad=PAD):
 # first cases, one row runs to max_len in the next; then a real (random) Transformer.
 # The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
 _GREEDY_LADDER = {
+    "eos_start": (None, "print the first column of the ids you feed the decoder at the first "
+                  "step: bos_id, the symbol the model was trained to start from."),
     "no_stop": (None, "print ys after each step for a batch of 2 where one sentence ends "
                 "first: what does the finished one get next?"),
     "batch_of_one": (None, "decode a batch of two sentences: print next_word == eos_id, "
@@ -363,7 +372,8 @@ _BEAM_LADDER = {
                          "to its log P / lp."),
     "penalty_multiplied": (None, "print lp and what you rank by for one candidate: log P "
                            "divided by lp."),
-    "penalty_formula": (None, "print your lp for length 1 and alpha = 1: 1.0."),
+    "penalty_formula": (None, "print your lp for lengths 1, 2 and 7 with alpha = 0.5: "
+                        "about 1.0, 1.08 and 1.41."),
     "alpha_ignored": (None, "with alpha = 0, lp must be 1 for every length: print yours."),
     "partly_normalized": (None, "write your ranking value as a formula: is the beam's score "
                           "inside the division?"),
@@ -416,6 +426,7 @@ GREEDY = Item(
     formula="At each step take the argmax of the last position's logits and append it.",
     twins=(_greedy_with(),),
     section=("08_decoding", "1. Decoding is a search"),
+    shifts=((3, "max_len", "count"),),
 )
 
 
@@ -503,6 +514,10 @@ BEAM_MISTAKES = (
             (lambda n, a: ((5 + n) / 6) ** -a, "the exponent's sign flipped",
              ": a longer candidate gets a larger lp (alpha > 0), and dividing its negative log P "
              "by it favours longer sentences."),
+            (lambda n, a: ((5 + n) // 6) ** a, "the fraction rounded down (floor division)",
+             ": `//` rounds (5 + length) / 6 down to a whole number, so that every length from "
+             "1 to 6 gets the same lp, 1, and 7 to 12 the same 2 ** alpha: the penalty is a "
+             "fraction, `/`."),
             (lambda n, a: n ** a, "the length alone raised to alpha",
              ": GNMT's (5 + length) / 6 (1 at length 1) keeps short sentences from being "
              "penalized too much."),
@@ -610,6 +625,7 @@ BEAM = Item(
             "take the top beam-many, and split each index into beam = index // vocab, "
             "token = index % vocab.",
     twins=(_beam_with(),),
+    shifts=((2, "lengths", "length"),),
     section=("08_decoding", "5. Outputs of different lengths: the length penalty and top-$p$ at work"),
 )
 

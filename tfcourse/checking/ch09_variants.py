@@ -44,11 +44,12 @@ EXERCISE = "ex09_variants"
 
 def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, flat=False,
         count_pad=False, ignore=None, reduce="mean", log="log_softmax", eps=0.0, last=None,
-        count=None):
+        count=None, padding_of="targets"):
     """The next-token loss with the variations mistakes make: `pair` the slices of logits
     and of tokens along `axis` (or of the flattened batch, `flat`); last: every logit kept,
     the last one given the target last(tokens) (batch, 1); count: the summed loss divided by
-    count(tokens) instead of the number of real targets."""
+    count(tokens) instead of the number of real targets; padding_of: "inputs", padding told
+    by the tokens the logits have read (sliced like the logits), not by the targets."""
     logits = logits.double()
     if last is not None:
         x, y = logits, torch.cat((tokens[:, 1:], last(tokens)), 1)
@@ -59,13 +60,14 @@ def _lm(logits, tokens, pad_id, pair=(slice(None, -1), slice(1, None)), axis=1, 
     index = [slice(None)] * tokens.dim()
     index[axis] = pair[0]
     x = logits[tuple(index)]
+    read = tokens[tuple(index)]
     index[axis] = pair[1]
     y = tokens[tuple(index)]
     log_p = {"log_softmax": lambda: F.log_softmax(x, -1), "logits": lambda: x,
              "softmax": lambda: x.softmax(-1), "axis": lambda: F.log_softmax(x, 1)}[log]()
     nll = -log_p.gather(-1, y.unsqueeze(-1)).squeeze(-1)  # (..., positions)
     nll = (1 - eps) * nll - eps * log_p.mean(-1)
-    keep = (y != (pad_id if ignore is None else ignore)).double()
+    keep = ((read if padding_of == "inputs" else y) != (pad_id if ignore is None else ignore)).double()
     if count_pad:
         keep = torch.ones_like(keep)
     per = nll * keep
@@ -147,6 +149,13 @@ LM_MISTAKES = (
         (_lm_with(axis=0),),
     ),
     Mistake(
+        "padding_of_inputs", "Padding told by the inputs, not by the targets",
+        "the loss leaves out the positions whose TARGET is padding, tokens[:, 1:] != pad_id; "
+        "you test the tokens the logits have read, tokens[:, :-1], one position earlier: a "
+        "padded text's first padding (the target after its last token) then counts.",
+        (_lm_with(padding_of="inputs"),),
+    ),
+    Mistake(
         "pad_id_ignored", "pad_id ignored",
         "use the pad_id argument (ignore_index=pad_id) to find the padding, not the number 0.",
         (_lm_with(ignore=0),),
@@ -225,6 +234,9 @@ LM_MISTAKES = (
 # The second hint (check(..., hint=2)) and the section that teaches the step, by mistake.
 _SHIFT = ("09_variants", "5. Shifted targets and the loss")
 _LM_LADDER = {
+    "padding_of_inputs": (None, "for a padded text 'ab' + PAD, list the (logit, target) pairs "
+                          "and which of them count: the pair that reads b and predicts PAD must "
+                          "not."),
     "not_shifted": (_SHIFT, "write down, for t = 0, 1, 2, which token logits[:, t] has read "
                     "and which one it should predict."),
     "shifted_backwards": (_SHIFT, "for a text 'abc': which logit has read only 'a', and which "
@@ -332,6 +344,7 @@ def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
     k = {"round": lambda: (rate * n).round().long().clamp(min=1),
          "no_min": lambda: (rate * n).round().long(),
          "floor": lambda: (rate * n).long().clamp(min=1),
+         "half_up": lambda: (rate * n + 0.5).floor().long().clamp(min=1),
          "length": lambda: (rate * torch.full_like(n, tokens.size(1))).round().long().clamp(min=1),
          "not_pad": lambda: (rate * (tokens != pad_id).sum(1)).round().long().clamp(min=1),
          "fixed": lambda: (0.15 * n).round().long().clamp(min=1)}[count]().minimum(n)
@@ -449,6 +462,8 @@ def _counts(chosen, may, rate, tokens, pad_id):
         _RIGHT.counts: (rate * n).round().long().clamp(min=1).minimum(n),
         "round(rate * n), none in a short text": (rate * n).round().long(),
         "int(rate * n): rounded down": (rate * n).long().clamp(min=1).minimum(n),
+        "(rate * n + 0.5).floor(): rounded half up":
+            (rate * n + 0.5).floor().long().clamp(min=1).minimum(n),
         "rate * the row's length (padding and special tokens counted)":
             (rate * torch.full_like(n, tokens.size(1))).round().long().clamp(min=1).minimum(n),
         "rate * the text's tokens (special tokens counted)":
@@ -628,6 +643,13 @@ MASKING_MISTAKES = (
         (_masking_with(count="floor"),),
     ),
     Mistake(
+        "rounded_half_up", "Number of chosen tokens rounded half up",
+        "rounded half up: (rate * n + 0.5).floor() (the int(x + 0.5) habit) makes 2.5 into 3, "
+        "where torch.round and Python's round() round half to even (2.5 -> 2, 3.5 -> 4): "
+        "choose round(rate * n), at least 1.",
+        (_masking_with(count="half_up"),),
+    ),
+    Mistake(
         "rate_ignored", "rate ignored",
         "choose round(rate * n) with the rate argument, not a fixed 0.15.",
         (_masking_with(count="fixed"),),
@@ -705,6 +727,8 @@ _MASKING_LADDER = {
     "no_minimum": (None, "on a row with 2 ordinary tokens, count the chosen: 1."),
     "rounded_down": (None, "on a row with 7 ordinary tokens and rate=0.5, count the chosen: "
                      "round(3.5) = 4."),
+    "rounded_half_up": (None, "print torch.tensor([0.5, 1.5, 2.5, 3.5]).round() next to your "
+                        "rounding of the same numbers: half to even gives 0, 2, 2, 4."),
     "rate_ignored": (None, "call it with rate=0.5 on 20 ordinary tokens: 10 chosen."),
     "per_batch": (None, "on a batch of a long and a short row, count the chosen in each row."),
     "with_replacement": (None, _ONE_ROW + "count the chosen positions, next to round(rate * "

@@ -55,8 +55,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     mask_at      "scores", "inverted", "zero" (masked scores 0), "ignored", "exp" (e^(S - m')
                  zeroed, m' over every key), "values" (the sum counts masked keys)
     empty        "zero" (a query that saw no key gets 0) or "nan" (0 / 0)
-    exps         e^(S - m') relative to the "new" maximum, the "old" one (0 where it is -inf)
-                 or "old_nan" (-inf kept)
+    exps         e^(S - m') relative to the "new" maximum, the "old" one (0 where it is -inf),
+                 "old_nan" (-inf kept), or the "block"'s own maximum (0 where it is -inf)
     factor       e^(m - m') ("down") or e^(m' - m) ("up")
     values       each block's ("block") or the first block's ("first")
     keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
@@ -89,7 +89,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
         if not subtract:
             shift = torch.zeros_like(shift)
         old = run_max.masked_fill(run_max == -INF, 0.0) if exps == "old" else run_max
-        p = torch.exp(s - (shift if exps == "new" else old))
+        own = block_max.masked_fill(block_max == -INF, 0.0)
+        p = torch.exp(s - {"new": shift, "block": own}.get(exps, old))
         rescale = torch.exp(run_max - shift) if subtract else torch.ones_like(shift)
         if factor == "up":
             rescale = torch.exp(shift - run_max)
@@ -199,6 +200,14 @@ MISTAKES = (
         "and output are rescaled to: relative to the old m the block's terms are on another "
         "scale (and overflow when its scores are far larger).",
         (_with(exps="old"),),
+    ),
+    Mistake(
+        "block_own_max", "Block's exps taken relative to the block's own maximum, the rescaling "
+        "to the running one",
+        "e^(S - rowmax(S)) is on the block's own scale, while e^(m - m') brings the old sum and "
+        "output to the running m' = max(m, rowmax(S)): the two terms added are then on two "
+        "scales. Take the block's exps relative to the same m' as the rescaling, e^(S - m').",
+        (_with(exps="block"),),
     ),
     Mistake(
         "value_block", "Values of the wrong block",
@@ -477,6 +486,9 @@ def _check_memory(item, target):
 
 # The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
 _TILED_LADDER = {
+    "block_own_max": (None, "on two blocks where the second has the larger scores, print the "
+                      "maximum your e^(S - ...) subtracts and the m' your rescaling uses, "
+                      "block by block: they must be the same number."),
     "builtin": (None, "write the loop over blocks of keys yourself: scores, running max, "
                 "running sum, running output."),
     "no_scaling": (None, "print one block's scores next to chapter 01's scaled scores for "
@@ -616,7 +628,8 @@ WINDOW_MISTAKES = (
     Mistake(
         "window_too_narrow", "Window one key too narrow",
         "query i may attend key j when |i - j| <= window: `window` keys on each side (only "
-        "before it, if causal) AND its own position. A window of 0 sees itself alone.",
+        "before it, if causal) AND its own position. A window of 0 sees itself alone. (Mistral's "
+        "sliding_window counts its own position in: i - j < window.)",
         (_window(reach=lambda w: w - 1),),
     ),
     Mistake(
@@ -716,6 +729,7 @@ WINDOW = Item(
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",
     twins=(_window(),),
+    shifts=((0, "size", "length"), (1, "window", "count")),
     section=("10_efficiency_and_scale", "8. Long sequences: local windows, sparse patterns, low rank"),
 )
 

@@ -133,11 +133,29 @@ SEQ_FIRST = Mistake(
     "{input}.size(1) the sequence length, and a (seq, d_model) table broadcasts over the batch "
     "as it is (or as table[None] / unsqueeze(0), not unsqueeze(1)): the seq-first (seq, batch, "
     "...) layout of PyTorch's tutorials does not apply here.\n  it raised {error}")
+OFF_BY_ONE = Mistake(
+    "off_by_one", "Off by one: the reference with {name} {moved} gives exactly your {what}",
+    "{name} is a {kind}, and yours counts one {how}, on {label}: a range or a slice that "
+    "starts or stops one early or late, a `< n` where `<= n` is meant, a + 1 or - 1 too many, "
+    "or another library's convention (counting from 1, or including the end).")
+MASK_READ_INVERTED = Mistake(
+    "mask_read_inverted", "Mask read with the other polarity: {names} inverted {gives} exactly "
+    "your {what}",
+    "here True means 'may attend' (keep); your code treats True as 'masked out', the "
+    "convention of nn.MultiheadAttention's key_padding_mask and bool attn_mask (and False as "
+    "'keep', as a 0 in Hugging Face's attention_mask): use {names} as given, on {label}.")
+READ_SEQ_FIRST = Mistake(
+    "read_seq_first", "Batch and sequence axes mixed up: {names} read as (seq, batch, ...) "
+    "{gives} exactly your {what}",
+    "{names} {are} (batch, seq, ...), batch first; your code reads axis 0 as the sequence and "
+    "axis 1 as the batch, the layout of nn.MultiheadAttention's default batch_first=False "
+    "and of PyTorch's tutorials, on {label}.")
 WRONG_ORDER = Mistake(
     "results_order", "Results returned in the wrong order",
     "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
     "{label}.")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, RECURSION, IN_PLACE,
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, OFF_BY_ONE,
+          MASK_READ_INVERTED, READ_SEQ_FIRST, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)
 

@@ -63,6 +63,7 @@ from .diagnosis import CheckFailure
 from .explanation import (
     AXIS_NAMES,
     BROADCAST,
+    REGIMES,
     batch_and_seq,
     case_features,
     explain_error,
@@ -76,12 +77,15 @@ from .mistakes import (
     EXITED,
     FILE_MISTAKES,
     IN_PLACE,
+    MASK_READ_INVERTED,
     NO_MATCH,
     NOT_FINITE,
     NOT_IMPLEMENTED,
     NOTHING_RETURNED,
+    OFF_BY_ONE,
     PARAMETERS_CHANGED,
     RAISED,
+    READ_SEQ_FIRST,
     RECURSION,
     REFERENCE_USED,
     RENAMED,
@@ -150,6 +154,11 @@ class Item:
         "3. Build it, one step at a time"): a failure's pointer at hint level 2.
     twins: the catalogue's copies of the reference with knobs (the computations its mistakes
         vary), every knob at its default: each must compute the reference (a meta-test).
+    shifts: (argument index, name, kind) for each argument that is a length, a position, a
+        step or a count (kind says which): a wrong result that the reference gives with that
+        argument one more or one less is named "Off by one".
+    axes: the names of the result's axes ("batch", "seq", "d_model"; of its first part for a
+        tuple), so that a wrong shape or layout says which axes are swapped or merged.
     """
 
     exercise: str
@@ -169,6 +178,8 @@ class Item:
     after: tuple = ()
     twins: tuple[Callable, ...] = ()
     section: tuple[str, str] | None = None
+    shifts: tuple[tuple[int, str, str], ...] = ()
+    axes: tuple[str, ...] = ()
     _results: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
@@ -442,7 +453,9 @@ class Item:
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts
-        problem = structure_problem(result, expected, what, parts, _inputs(case))
+        self._fail_if_shifted(result, reference, case, what)
+        self._fail_if_read_otherwise(result, reference, case, what)
+        problem = structure_problem(result, expected, what, parts, _inputs(case), self.axes)
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
             problem[0].fail(problem=problem[1], label=case.label)
@@ -451,12 +464,72 @@ class Item:
         if bad:
             NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label,
                             news=news)
-        what, diff, told = first_difference(result, expected, what, parts)
+        what, diff, told = first_difference(result, expected, what, parts, self.axes)
         shown = self._shown(case, result, expected)
         details = shown if shown.startswith("\n") else shown and "  " + shown.lstrip()
         (RESEMBLES if told else NO_MATCH).fail(
             details, what=what, prep=self.prep, label=case.label, difference=diff,
             formula=news + (f" {self.formula}" if self.formula else ""))
+
+    def _fail_if_shifted(self, result, reference, case, what):
+        """OFF_BY_ONE when `result` is the reference's with one of the item's `shifts` (a
+        length, position, step or count) one more or one less."""
+        for index, name, kind in self.shifts:
+            value = case.args[index] if index < len(case.args) else case.kwargs.get(name)
+            if isinstance(value, bool) or not isinstance(value, (int, torch.Tensor)):
+                continue
+            for delta in (1, -1):
+                moved = value + delta
+                args = list(case.args)
+                if index < len(args):
+                    args[index] = moved
+                shifted = dataclasses.replace(case, args=tuple(args), kwargs={
+                    **case.kwargs, **({} if index < len(case.args) else {name: moved})})
+                try:
+                    expected = self._expected(reference, shifted)
+                except Exception:  # the reference refuses the shifted value
+                    continue
+                if safely(case.same or self.same, result, expected):
+                    sign = "+" if delta > 0 else "-"
+                    OFF_BY_ONE.fail(self._details(case, result), what=what.removeprefix("the "),
+                                    name=name, kind=kind,
+                                    moved=f"= {moved} (not {value})" if isinstance(value, int)
+                                    else f"{sign} 1 (not {name})", label=case.label,
+                                    how="too many" if delta > 0 else "too few")
+
+    def _fail_if_read_otherwise(self, result, reference, case, what):
+        """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
+        inverted; READ_SEQ_FIRST when it is the reference's for its (batch, seq, ...) inputs
+        read seq-first (each input's axes 0 and 1 swapped, and the output's back)."""
+        named = [(i, n) for i, (n, a) in enumerate(zip(case.names, case.args))
+                 if n and isinstance(a, torch.Tensor)]
+        masks = [(i, n) for i, n in named if case.args[i].dtype == torch.bool
+                 and 0 < int(case.args[i].sum()) < case.args[i].numel()]
+        seq = [(i, n) for i, n in named if case.args[i].is_floating_point()
+               and case.args[i].dim() == 3 and case.args[i].size(0) > 1]
+        if seq:  # and the inputs (a mask, ids) that share their (batch, seq) axes
+            lead = case.args[seq[0][0]].shape[:2]
+            seq += [(i, n) for i, n in named if (i, n) not in seq and case.args[i].dim() >= 2
+                    and case.args[i].shape[:2] == lead]
+        compare = case.same or self.same
+        for mistake, chosen, change, back in (
+                (MASK_READ_INVERTED, masks, lambda a: ~a, lambda r: r),
+                (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), _seq_first_back)):
+            if not chosen:
+                continue
+            args = list(case.args)
+            for i, _ in chosen:
+                args[i] = change(args[i])
+            try:
+                expected = back(self._expected(reference, dataclasses.replace(case, args=tuple(args))))
+            except Exception:  # the reference refuses the inputs read otherwise
+                continue
+            if safely(compare, result, expected):
+                names = [n for _, n in chosen]
+                mistake.fail(self._details(case, result), what=what.removeprefix("the "),
+                             label=case.label, are="are" if len(names) > 1 else "is",
+                             gives="give" if len(names) > 1 else "gives",
+                             names=" and ".join(filter(None, (", ".join(names[:-1]), names[-1]))))
 
     def _news(self, case, passed):
         """' Your code is right on the 5 cases before this one, and this is the first with
@@ -474,9 +547,19 @@ class Item:
         if not passed or not new:
             return ""
         cases = f"{len(passed)} case{'s' * (len(passed) > 1)}"
+        regimes = "; ".join(REGIMES[name] for name in features if name in REGIMES
+                            and features[name] in new)
         return (f" Your code is right on the {cases} before this one, and this is the first "
                 f"with {' and '.join(new)}{together}: what does your code do with "
-                f"{'them' if len(new) > 1 else 'it'}?")
+                f"{'them' if len(new) > 1 else 'it'}?" + (f" ({regimes})" if regimes else ""))
+
+
+def _seq_first_back(result):
+    """A result computed on seq-first inputs, with its (or its first part's) axes 0 and 1
+    swapped back."""
+    if isinstance(result, tuple):
+        return (_seq_first_back(result[0]),) + result[1:]
+    return result.transpose(0, 1) if result.dim() >= 3 else result
 
 
 def _inputs(case):

@@ -1046,3 +1046,21 @@ def mask_tokens_rounded_half_up(tokens, mask_id, special_ids, vocab_size, rate=0
     inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
     inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
     return inputs, torch.where(chosen, tokens, pad_id)
+
+
+@wrong("mask_tokens.one_too_many")
+def mask_tokens_rank_up_to_k(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
+                             pad_id=PAD):
+    special = torch.tensor(sorted({*special_ids, pad_id, mask_id}))
+    eligible = ~torch.isin(tokens, special)
+    k = (rate * eligible.sum(1)).round().long().clamp(min=1)
+    rank = torch.rand(tokens.shape, generator=generator).masked_fill(~eligible, 2.0).argsort(1).argsort(1)
+    chosen = (rank <= k[:, None]) & eligible  # ranks from 0: k + 1 of them
+    draw = torch.rand(tokens.shape, generator=generator)
+    ordinary = torch.ones(vocab_size, dtype=torch.bool)
+    ordinary[special] = False
+    ids = ordinary.nonzero()[:, 0]
+    random_ids = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, tokens, pad_id)

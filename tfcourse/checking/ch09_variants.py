@@ -347,7 +347,8 @@ def _masking(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None
          "half_up": lambda: (rate * n + 0.5).floor().long().clamp(min=1),
          "length": lambda: (rate * torch.full_like(n, tokens.size(1))).round().long().clamp(min=1),
          "not_pad": lambda: (rate * (tokens != pad_id).sum(1)).round().long().clamp(min=1),
-         "fixed": lambda: (0.15 * n).round().long().clamp(min=1)}[count]().minimum(n)
+         "fixed": lambda: (0.15 * n).round().long().clamp(min=1),
+         "plus_one": lambda: (rate * n).round().long().clamp(min=1) + 1}[count]().minimum(n)
     scores = torch.rand(tokens.shape).masked_fill(~may, 2.0)
     if choose == "rank":
         chosen = scores.argsort(1).argsort(1) < k[:, None]
@@ -469,6 +470,7 @@ def _counts(chosen, may, rate, tokens, pad_id):
         "rate * the text's tokens (special tokens counted)":
             (rate * (tokens != pad_id).sum(1)).round().long().clamp(min=1).minimum(n),
         "0.15 * n, whatever rate is": (0.15 * n).round().long().clamp(min=1).minimum(n),
+        "round(rate * n) + 1: one too many": (rate * n).round().long().clamp(min=1).add(1).minimum(n),
     }
     for rule, want in rules.items():
         if torch.equal(k, want):
@@ -650,6 +652,12 @@ MASKING_MISTAKES = (
         (_masking_with(count="half_up"),),
     ),
     Mistake(
+        "one_too_many", "One token too many chosen in each text",
+        "ranks count from 0: the positions whose rank is < k are k positions; rank <= k (or a "
+        "range up to k inclusive) chooses k + 1. Choose exactly round(rate * n), at least 1.",
+        (_masking_with(count="plus_one"),),
+    ),
+    Mistake(
         "rate_ignored", "rate ignored",
         "choose round(rate * n) with the rate argument, not a fixed 0.15.",
         (_masking_with(count="fixed"),),
@@ -727,6 +735,8 @@ _MASKING_LADDER = {
     "no_minimum": (None, "on a row with 2 ordinary tokens, count the chosen: 1."),
     "rounded_down": (None, "on a row with 7 ordinary tokens and rate=0.5, count the chosen: "
                      "round(3.5) = 4."),
+    "one_too_many": (None, "on a row of 20 ordinary tokens at rate=0.15, count the chosen "
+                     "positions: 3, not 4."),
     "rounded_half_up": (None, "print torch.tensor([0.5, 1.5, 2.5, 3.5]).round() next to your "
                         "rounding of the same numbers: half to even gives 0, 2, 2, 4."),
     "rate_ignored": (None, "call it with rate=0.5 on 20 ordinary tokens: 10 chosen."),

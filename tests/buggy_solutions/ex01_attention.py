@@ -456,6 +456,19 @@ def additive_mask(query, key, value, mask=None):
     return weights @ value, weights
 
 
+@wrong("scaled_dot_product_attention.fully_masked")
+def output_before_zeroing(query, key, value, mask=None):
+    """The fully masked rows' weights zeroed, but after the output was mixed from them."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    output = weights @ value
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return output, weights
+
+
 @wrong("scaled_dot_product_attention.fill_not_low_enough")
 def fill_minus_ten_thousand(query, key, value, mask=None):
     """A common fill value: large enough for unit-sized scores, not for large ones."""

@@ -324,6 +324,16 @@ class MaskInverted(_Buggy):
         return self.w_o(merge_heads(out)), weights if need_weights else None
 
 
+@wrong("MultiHeadAttention.mask_after_softmax")
+class MaskAfterSoftmax(_Buggy):
+    def forward(self, query, key, value, mask=None, need_weights=False):
+        q, k, v = self.heads(query, key, value)
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+        if mask is not None:  # jnp.where(mask, weights, 0)
+            weights = torch.where(mask, weights, torch.zeros_like(weights))
+        return self.w_o(merge_heads(weights @ v)), weights if need_weights else None
+
+
 @wrong("MultiHeadAttention.mask_ignored")
 class MaskIgnored(_Buggy):
     def forward(self, query, key, value, mask=None, need_weights=False):

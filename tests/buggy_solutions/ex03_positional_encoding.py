@@ -202,7 +202,7 @@ class AddedInPlace(PositionalEncoding):
         return x
 
 
-@wrong("PositionalEncoding.wrong_shape")
+@wrong("PositionalEncoding.batch_axis_dropped")
 class BatchSqueezed(PositionalEncoding):
     def forward(self, x, start=0):
         return (x + self.pe[start : start + x.size(1)]).squeeze(0)  # batch 1 loses its axis
@@ -498,3 +498,10 @@ def table_in_float64(max_len, d_model):
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
     angles = position / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # float64 throughout
+
+
+@wrong("embed_and_encode.no_position_at_zero")
+def no_position_at_padding(tokens, embedding, positional_encoding):
+    """fairseq's positional embeddings: padding (id 0 here) gets none."""
+    x = embedding(tokens) * math.sqrt(embedding.embedding_dim)
+    return torch.where((tokens == 0).unsqueeze(-1), x, positional_encoding(x))

@@ -67,6 +67,19 @@ class scaled_by_sqrt_vocab(given.Embeddings):
         return self.embedding(tokens) * self.embedding.num_embeddings**0.5
 
 
+@wrong("Embeddings.scale_rounded")
+class scaled_by_int_sqrt(given.Embeddings):
+    def forward(self, tokens):
+        return self.embedding(tokens) * int(math.sqrt(self.embedding.embedding_dim))
+
+
+@wrong("Embeddings.padding_row_zeroed")
+class padding_idx_zero(given.Embeddings):
+    def forward(self, tokens):
+        x = F.embedding(tokens, self.embedding.weight, padding_idx=0)  # forward is the same lookup
+        return x * (tokens != 0).unsqueeze(-1) * math.sqrt(x.size(-1))
+
+
 @wrong("Embeddings.parameters_changed")
 class table_scaled_in_place(given.Embeddings):
     def forward(self, tokens):
@@ -531,6 +544,22 @@ class sublayers_in_parallel(_ByHand):
             return a + self.dropout(self.feed_forward(self.norm2(x)))
         a = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)[0]))
         return self.norm2(a + self.dropout(self.feed_forward(x)))
+
+
+@wrong("EncoderLayer.parallel_block")
+class gptj_parallel(_ByHand):
+    def forward(self, x, mask=None):
+        h = self.norm1(x) if self.norm_first else x
+        y = x + self.dropout(self.self_attn(h, h, h, mask)[0]) + self.dropout(self.feed_forward(h))
+        return y if self.norm_first else self.norm1(y)
+
+
+@wrong("EncoderLayer.causal")
+class causal_by_default(_Layer):
+    def attend(self, h, mask):
+        if mask is None:  # a GPT's habit
+            mask = torch.ones(h.size(1), h.size(1), dtype=torch.bool).tril()
+        return self.self_attn(h, h, h, mask)[0]
 
 
 @wrong("EncoderLayer.pre_norm_also_post")

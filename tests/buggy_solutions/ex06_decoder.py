@@ -382,6 +382,19 @@ class MemoryNormalized(_Layer):
         return self.block(x, memory, tgt_mask, src_mask)
 
 
+@wrong("DecoderLayer.memory_normalized")
+class MemoryNormalizedAlways(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return self.block(x, self.sublayers[1].norm(memory), tgt_mask, src_mask)
+
+
+@wrong("DecoderLayer.mask_read_inverted")
+class SrcMaskAsKeyPadding(_Layer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        key_padding = None if src_mask is None else ~src_mask  # nn.TransformerDecoderLayer's
+        return self.block(x, memory, tgt_mask, key_padding)
+
+
 @wrong("causal_mask.off_by_one")
 def causal_mask_without_the_last_position(size, device=None):
     return torch.ones(size - 1, size - 1, dtype=torch.bool, device=device).tril()

@@ -693,6 +693,13 @@ def counts_from_zero(step, d_model, warmup):
 
 
 @wrong("noam_lr.step_shifted")
+def warmup_ramp_from_zero(step, d_model, warmup):
+    if step < 1:
+        raise ValueError("step counts from 1")
+    return d_model**-0.5 * min(step**-0.5, (step - 1) * warmup**-1.5)  # the ramp starts at 0
+
+
+@wrong("noam_lr.step_shifted")
 def zero_based_index_kept_positive(step, d_model, warmup):
     if step < 1:
         raise ValueError("step counts from 1")
@@ -929,3 +936,21 @@ def batch_additive_mask(pairs, vocab):  # the float mask of nn.MultiheadAttentio
     tgt_in, tgt_out = pad_sequences([[BOS] + y for y in ys]), pad_sequences([y + [EOS] for y in ys])
     src_mask = torch.zeros(src.shape).masked_fill(src == PAD, float("-inf"))[:, None, None]
     return Batch(src, tgt_in, tgt_out, src_mask, target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.probabilities_clipped")
+def keras_clipped(logits, target, eps, pad_id):
+    p = torch.softmax(logits, dim=-1).clamp(1e-7, 1 - 1e-7)  # K.epsilon()
+    q = torch.full_like(p, eps / logits.size(-1))
+    q = q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(p[..., :1], 1 - eps))
+    loss = -(q * p.log()).sum(-1)
+    return loss[target != pad_id].mean()
+
+
+@wrong("label_smoothing_loss.probabilities_clipped")
+def epsilon_inside_log(logits, target, eps, pad_id):
+    log_p = torch.log(F.softmax(logits, dim=-1) + 1e-9)
+    n = logits.size(-1)
+    q = torch.full_like(log_p, eps / n).scatter(-1, target[..., None], 1 - eps + eps / n)
+    keep = target != pad_id
+    return -(q * log_p).sum(-1)[keep].sum() / keep.sum()

@@ -278,6 +278,15 @@ def model_positional_default(model, tokens, memory, src_mask, cache=None):
     return model.generator(model.decoder(x, memory, src_mask, None, cache)).log_softmax(-1)[:, -1]
 
 
+@wrong("decode_step.batch_axis_dropped")
+def squeezed_newest_position(model, tokens, memory, src_mask, cache=None):
+    if cache is None:
+        return right_step(model, tokens, memory, src_mask)
+    x = model.positional(model.tgt_embed(tokens[:, -1:]), start=tokens.size(1) - 1)
+    h = model.decoder(x, memory, src_mask, None, cache=cache).squeeze()  # (batch, d_model)...
+    return F.log_softmax(model.generator(h), dim=-1)  # ...but (d_model,) for a batch of one
+
+
 @wrong("decode_step.position_off_by_one")
 def position_is_length(model, tokens, memory, src_mask, cache=None):
     if cache is None:
@@ -726,3 +735,13 @@ def greedy_from_eos_as_fairseq(model, src, src_mask, max_len, bos_id, eos_id):
         if done.all():
             break
     return ys[:, 1:]
+
+
+@wrong("beam_search_step.ranked_as_probabilities")
+def ranked_by_probability(scores, log_probs, lengths, alpha=0.6):
+    batch, beam, vocab = log_probs.shape
+    candidates = scores.unsqueeze(-1) + log_probs
+    penalty = ((5 + lengths) / 6) ** alpha
+    probability = torch.exp(candidates / penalty.unsqueeze(-1)).view(batch, -1)  # "as probabilities"
+    best = probability.topk(beam, dim=-1).indices
+    return candidates.view(batch, -1).gather(1, best), best // vocab, best % vocab

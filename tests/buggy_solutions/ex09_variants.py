@@ -34,6 +34,14 @@ def lm_last_dropped_from_both(logits, tokens, pad_id=PAD):
     return _ce(logits[:, :-1], tokens[:, :-1], pad_id)
 
 
+@wrong("lm_loss.batch_axis_dropped")
+def lm_squeezed(logits, tokens, pad_id=PAD):
+    log_p = F.log_softmax(logits[:, :-1], dim=-1)
+    target = tokens[:, 1:]
+    nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze()  # (batch, seq - 1), or (seq - 1,)
+    return nll[target != pad_id].mean()  # IndexError for a batch of one
+
+
 @wrong("lm_loss.shifted_backwards")
 def lm_backwards(logits, tokens, pad_id=PAD):
     return _ce(logits[:, 1:], tokens[:, :-1], pad_id)
@@ -652,6 +660,12 @@ class lm_no_positions(_Steps):
         return self.embed(tokens)
 
 
+@wrong("DecoderLM.positions_offset")
+class lm_positions_after_padding(_Steps):
+    def inputs(self, tokens):
+        return self.positional(self.embed(tokens), start=self.config.pad_id + 1)  # RoBERTa's
+
+
 @wrong("DecoderLM.positions_skipped_single_token")
 class lm_positions_only_beyond_one_token(given.DecoderLM):
     def forward(self, tokens):
@@ -1064,3 +1078,15 @@ def mask_tokens_rank_up_to_k(tokens, mask_id, special_ids, vocab_size, rate=0.15
     inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
     inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
     return inputs, torch.where(chosen, tokens, pad_id)
+
+
+@wrong("mean_pool.batch_count")
+def divided_by_batch_count(h, keep):
+    w = keep.to(h.dtype).unsqueeze(-1)
+    return (h * w).sum(1) / keep.sum().clamp(min=1).to(h.dtype)
+
+
+@wrong("mean_pool.floor_underflows")
+def clamped_at_1e9(h, keep):  # sentence-transformers' habit, in h's dtype
+    w = keep.unsqueeze(-1).to(h.dtype)
+    return (h * w).sum(1) / torch.clamp(w.sum(1), min=1e-9)

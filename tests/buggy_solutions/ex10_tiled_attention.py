@@ -68,8 +68,11 @@ def all_scores_on_float64_copies(query, key, value, mask=None, block_size=128):
 
 
 def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, total, o: (r * total, r * o),
-          fill=-math.inf, stop=None, running=True, start=-math.inf, expand=True):
-    """A learner's loop with one knob per mistake below (right where not given)."""
+          fill=-math.inf, stop=None, running=True, start=-math.inf, expand=True, end=0,
+          upside_down=False):
+    """A learner's loop with one knob per mistake below (right where not given): running
+    "first" keeps the first block's maximum; end is added to each block's slice end;
+    upside_down rescales by e^(m' - m) (1 while m is -inf)."""
     d_k = query.size(-1)
     scale = math.sqrt(d_k) if scale is None else scale
     m = torch.full(query.shape[:-1] + (1,), start, dtype=query.dtype)
@@ -79,17 +82,21 @@ def _loop(query, key, value, mask, block_size, scale=None, rescale=lambda r, tot
     if mask is not None and expand:
         mask = mask.expand(*mask.shape[:-1], n)
     for j in range(0, n if stop is None else stop(n, block_size), block_size):
-        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / scale
+        block = slice(j, j + block_size + end)
+        s = query @ key[..., block, :].transpose(-2, -1) / scale
         if mask is not None:
-            s = s.masked_fill(~mask[..., j:j + block_size], fill)
+            s = s.masked_fill(~mask[..., block], fill)
         m_new = s.max(dim=-1, keepdim=True).values
-        m_new = torch.maximum(m, m_new) if running else m_new
+        if running == "first":
+            m_new = m_new if j == 0 else m
+        elif running:
+            m_new = torch.maximum(m, m_new)
         safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
         p = torch.exp(s - safe)
-        r = torch.exp(m - safe)
+        r = torch.exp(safe - torch.where(torch.isinf(m), safe, m)) if upside_down else torch.exp(m - safe)
         total, o = rescale(r, total, o)
         total = total + p.sum(-1, keepdim=True)
-        o = o + p @ value[..., j:j + block_size, :]
+        o = o + p @ value[..., block, :]
         m = m_new
     return o / torch.where(total == 0, torch.ones_like(total), total)
 
@@ -758,3 +765,42 @@ def window_mistral_convention(size, window, causal=False):
     j = torch.arange(size).unsqueeze(0)
     allowed = (i - j).abs() < window
     return allowed & (j <= i) if causal else allowed
+
+
+
+@wrong("tiled_attention.rescale_inverted")
+def rescaled_upwards(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, upside_down=True)
+
+
+@wrong("tiled_attention.block_one_short")
+def inclusive_end(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, end=-1)
+
+
+@wrong("tiled_attention.max_frozen")
+def max_of_the_first_block(query, key, value, mask=None, block_size=128):
+    return _loop(query, key, value, mask, block_size, running="first")
+
+
+@wrong("sliding_window_mask.total_width")
+def longformer_attention_window(size, window, causal=False):
+    one_sided = window // 2  # Longformer's attention_window is the total width
+    i = torch.arange(size)
+    allowed = (i[:, None] - i[None, :]).abs() <= one_sided
+    return allowed & (i[:, None] >= i[None, :]) if causal else allowed
+
+
+@wrong("sliding_window_mask.zero_means_none")
+def window_zero_is_full_attention(size, window, causal=False):
+    allowed = torch.ones(size, size, dtype=torch.bool)
+    if window:  # sliding_window=0 / None: no window
+        allowed = allowed.triu(-window).tril(window)
+    return allowed.tril() if causal else allowed
+
+
+@wrong("sliding_window_mask.causal_excludes_self")
+def causal_strictly_before(size, window, causal=False):
+    d = torch.arange(size)[:, None] - torch.arange(size)
+    allowed = d.abs() <= window
+    return allowed & (d > 0) if causal else allowed

@@ -20,20 +20,22 @@ def _scale(q, k, v):
 
 def _attend(q, k, v, m=None, *, scale=_scale, fill=float("-inf"), after=False, dim=-1,
             normalize=torch.softmax, empty=True, swap=False, mix="weights", give="weights",
-            weights_scale=1.0):
+            weights_scale=1.0, mix_before_empty=False):
     """softmax(Q K^T / scale) V, with the variations that mistakes make. `scale` and
     `fill` are what the scores are divided by and what masked scores become; `empty`:
-    fully masked rows get zero weights, as in the reference."""
+    fully masked rows get zero weights, as in the reference (`mix_before_empty`: the output
+    is mixed with the weights before those rows are zeroed)."""
     scores = (k @ q.transpose(-2, -1) if swap else q @ k.transpose(-2, -1)) / scale(q, k, v)
     if m is not None and not after:
         scores = scores.masked_fill(~m, fill)
     weights = scores if normalize is None else normalize(scores, dim=dim)
     if m is not None and after:
         weights = weights.masked_fill(~m, 0.0)
+    mixed = weights
     if m is not None and empty and not after:
         weights = weights.masked_fill(~m.any(-1, keepdim=True), 0.0)
     weights = weights / weights_scale
-    output = (scores if mix == "scores" else weights) @ v
+    output = (scores if mix == "scores" else mixed if mix_before_empty else weights) @ v
     return output, (scores if give == "scores" else weights)
 
 
@@ -200,7 +202,9 @@ FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
     "finite fill). Such a query attends to nothing: make its weights (and so its output) 0.",
-    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)) + (_additive,),
+    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)) + (_additive,)
+    # the weights zeroed, but the output mixed before: such a query outputs the values' mean
+    + tuple(_with(fill=fill, mix_before_empty=True) for fill in (-1e9, MIN)),
 )
 NO_GRADIENT = Mistake(
     "no_gradient", "No gradient flows back to the inputs",

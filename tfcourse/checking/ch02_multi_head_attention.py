@@ -209,14 +209,14 @@ def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=spli
              merge=merge_heads, roles="qkv", out_role="o", inputs=None, scale=None,
              adapt_mask=None, fill=None, empty_rows=True, project=True, average=False,
              linear="layer", heads=None, weights_when=None, dim=-1, drop=0.0, added=False,
-             o_on_values=False):
+             o_on_values=False, after=False):
     """The reference's forward, with the variations that mistakes make.
 
     roles: which projection (w_q, w_k or w_v) is applied to the query, key and value;
     inputs: which tensors ("q", "k", "v") go in as query, key and value; scale: d -> what the
     scores are divided by (d_head by default); heads: the number of heads split into; added:
     the mask added as (~mask) * fill; o_on_values: w_o applied to the projected values (and
-    not after the merge)."""
+    not after the merge); after: the masked weights zeroed after the softmax (not renormalized)."""
     projection = {"q": mha.w_q, "k": mha.w_k, "v": mha.w_v, "o": mha.w_o}
     given = {"q": query, "k": key, "v": value}
     xs = (query, key, value) if inputs is None else tuple(given[i] for i in inputs)
@@ -228,16 +228,19 @@ def _forward(mha, query, key, value, mask=None, need_weights=True, *, split=spli
     q, k, v = (split(x, n_heads) for x in (q, k, v))
     if mask is not None and adapt_mask is not None:
         mask = adapt_mask(mask, q)
-    if scale is None and fill is None and empty_rows and dim == -1 and not drop and not added:
+    if (scale is None and fill is None and empty_rows and dim == -1 and not drop and not added
+            and not after):
         out, weights = attend(q, k, v, mask)
     else:
         d = scale(d_head, mha) if scale is not None else d_head
         scores = q @ k.transpose(-2, -1) / math.sqrt(d)  # (batch, heads, q_len, k_len)
         if mask is not None and added:
             scores = scores + (~mask).to(scores.dtype) * fill
-        elif mask is not None:
+        elif mask is not None and not after:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min if fill is None else fill)
         weights = torch.softmax(scores, dim=dim)
+        if mask is not None and after:
+            weights = weights.masked_fill(~mask, 0.0)
         if mask is not None and empty_rows:
             weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         if drop:  # F.dropout(weights, p): on whatever the mode
@@ -458,6 +461,13 @@ MISTAKES = (
                                                         empty_rows=False)),
     ),
     Mistake(
+        "mask_after_softmax", "Mask applied after the softmax",
+        "zeroing the masked weights after the softmax (torch.where(mask, weights, 0), a JAX "
+        "habit) leaves rows that no longer sum to 1: the masked keys still took their share of "
+        "the normalizer. Mask the scores before the softmax, or pass the mask on to the attention.",
+        (_variant(after=True),),
+    ),
+    Mistake(
         "mask_ignored", "Mask ignored",
         "your output is the same as with no mask: pass `mask` on to the attention.",
         (lambda mha, q, k, v, m=None, need_weights=True: _forward(mha, q, k, v, None, need_weights),),
@@ -625,6 +635,8 @@ _LADDER = {
                         "size n_heads must be there."),
     "mask_inverted": (_MASKS, "print mask[0] and weights[0, 0]: the weights must be 0 where the "
                       "mask is False."),
+    "mask_after_softmax": (_MASKS, "print weights.sum(-1) for a padded sequence: every row that "
+                           "may attend somewhere should sum to 1."),
     "mask_ignored": (_MASKS, "print your weights for a padded sequence: the padding keys must "
                      "get weight 0."),
     "mask_repeated": (_MASKS, "make a batch of 2 whose masks differ, run your mask code on it, "

@@ -301,6 +301,8 @@ _LADDER = {
                    "embedding.embedding_dim."),
     "encoding_twice": (None, "positional_encoding(x) returns x + PE: print it next to your "
                        "result."),
+    "no_position_at_zero": (None, "print your result minus sqrt(d_model) * embedding(tokens) "
+                            "where tokens == 0: it should be that position's row of PE."),
 }
 
 
@@ -550,6 +552,17 @@ SCALE_MISTAKES = (
         _embedded(lambda e, pe, s, t, emb, penc: s * e + 2 * pe),
     ),
     MULTIPLIED.computing(*_embedded(lambda e, pe, s, t, emb, penc: s * e * pe)),
+    Mistake(
+        "no_position_at_zero", "Tokens of id 0 left without {what}",
+        "every position gets its positional encoding and every token its scaled embedding, "
+        "id 0 too: this function knows of no padding id (fairseq's positional embeddings give "
+        "padding the zero vector, nn.Embedding(padding_idx=0) a zero row); padding is the "
+        "attention mask's job.",
+        tuple(member(compute, what=what)
+              for what, how in (("a positional encoding", lambda e, pe, s, t: s * e + pe * (t != 0)[..., None]),
+                                ("an embedding", lambda e, pe, s, t: s * e * (t != 0)[..., None] + pe))
+              for compute in _embedded(lambda e, pe, s, t, emb, penc, how=how: how(e, pe, s, t))),
+    ),
 )
 
 

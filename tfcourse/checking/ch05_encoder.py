@@ -12,7 +12,7 @@ import torch
 from torch.nn import functional as F
 
 from .. import encoder as reference
-from ..masks import padding_mask
+from ..masks import causal_mask, padding_mask
 from .comparison import describe
 from .mistakes import Mistake, laddered
 from .pipeline import Case, Item
@@ -76,6 +76,28 @@ EMBEDDING_MISTAKES = (
 )
 
 
+def _padding_row_zeroed(e, tokens):
+    """nn.Embedding(padding_idx=0)'s habit: the vectors of id 0 are zero."""
+    return (e.embedding(tokens) * _sqrt_d_model(e, tokens)).masked_fill((tokens == 0)[..., None], 0.0)
+
+
+EMBEDDING_MISTAKES += (
+    Mistake(
+        "scale_rounded", "sqrt(d_model) rounded to an integer",
+        "the scale is math.sqrt(d_model) as a float: int() or round() of it is exact only when "
+        "d_model is a square (64, 256), and 5 instead of 5.66 for d_model = 32.",
+        tuple(_embed(lambda e, t, f=f: f(_sqrt_d_model(e, t))) for f in (int, round, math.ceil)),
+    ),
+    Mistake(
+        "padding_row_zeroed", "Vectors of token 0 set to zero",
+        "every id has its own learned vector, id 0 too: this table has no padding_idx (as "
+        "nn.Embedding(padding_idx=0) or a Hugging Face pad_token_id would give), and padding is "
+        "handled by the attention mask. Look every token up and scale it.",
+        (_padding_row_zeroed,),
+    ),
+)
+
+
 def _tokens(seed, batch, seq, vocab):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(vocab, (batch, seq), generator=g)
@@ -102,6 +124,9 @@ _EMBEDDING_LADDER = {
     "precedence_half": (None, "print 16 ** 1/2 in Python."),
     "wrong_size": (None, "print the number you take the square root of, next to "
                    "self.embedding.embedding_dim."),
+    "scale_rounded": (None, "print your scale for d_model = 12: 3.4641..., not 3."),
+    "padding_row_zeroed": (None, "print your output for tokens = torch.tensor([[0, 1]]): "
+                           "token 0 has a vector like any other."),
 }
 _LAYER_LADDER = {
     "mask_on_queries": (_PADDING, "print mask.shape and the scores' (batch, heads, q_len, "
@@ -131,6 +156,11 @@ _LAYER_LADDER = {
                     "sum add: the layer's input, or the first sublayer's output?"),
     "ffn_reads_input": (None, "which tensor goes into self.feed_forward: the layer's input, or "
                         "the first sublayer's output?"),
+    "parallel_block": (None, "which tensor goes into self.feed_forward: the layer's input, or "
+                       "the first sublayer's output? Count the residual sums: two, one per "
+                       "sublayer."),
+    "causal": (_PADDING, "print your attention weights for mask=None: position 0 should "
+               "attend to later positions too."),
     "pre_norm_also_post": (None, "with norm_first=True count the norm calls on each path: one "
                            "per sublayer, before it."),
     "mask_inverted": (_PADDING, "print the attention weights for a padded sequence: the "
@@ -168,7 +198,8 @@ _ENCODER_LADDER = {
 
 EMBEDDINGS = Item(
     EXERCISE, "Embeddings", reference.Embeddings,
-    [_embedding_case(11, 16, _tokens(0, 2, 5, 11), 11), _embedding_case(7, 9, _tokens(1, 3, 4, 7), 7)],
+    [_embedding_case(11, 16, _tokens(0, 2, 5, 11), 11), _embedding_case(7, 9, _tokens(1, 3, 4, 7), 7),
+     _embedding_case(13, 12, _tokens(2, 2, 6, 13), 13)],  # d_model not a square
     laddered(EMBEDDING_MISTAKES, _EMBEDDING_LADDER),
     formula="Look up the vectors, then scale by sqrt(d_model).",
     section=("05_encoder", "2. Token embeddings, scaled by $\\sqrt{d_\\text{model}}$"),
@@ -244,6 +275,31 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
 
 def _layer_with(**bug):
     return lambda layer, x, mask=None: _layer(layer, x, mask, **bug)
+
+
+def _parallel(layer, x, mask=None, *, shared_norm=False):
+    """GPT-J's and PaLM's parallel block: both sublayers read the same x and join one
+    residual sum, x + Attention(x') + FFN(x'), each x' normalized (pre-norm; one norm if
+    `shared_norm`) or the whole sum normalized (post-norm)."""
+    first, second = layer.sublayers
+    pre = first.norm_first
+    h_attn = first.norm(x) if pre else x
+    h_ffn = (first.norm if shared_norm else second.norm)(x) if pre else x
+    y = (x + first.dropout(layer.self_attn(h_attn, h_attn, h_attn, mask)[0])
+         + second.dropout(layer.feed_forward(h_ffn)))
+    return y if pre else (first.norm if shared_norm else second.norm)(y)
+
+
+def _causal_encoder(always):
+    """Self-attention given a causal mask: when no mask is given (or always, with it)."""
+
+    def compute(layer, x, mask=None):
+        causal = causal_mask(x.size(1), device=x.device)  # (seq, seq)
+        if mask is None:
+            return _layer(layer, x, causal)
+        return _layer(layer, x, mask & causal if always else mask)
+
+    return compute
 
 
 QUERY_AXIS = Mistake(
@@ -329,6 +385,20 @@ LAYER_MISTAKES = (
         "reads the attention sublayer's output: x = sublayer1(x), then x = sublayer2(x) on that "
         "new x (its residual too).",
         (_layer_with(ffn_reads_input=True),),
+    ),
+    Mistake(
+        "parallel_block", "Sublayers side by side: GPT-J's parallel block",
+        "x + Attention(x) + FFN(x), both reading the same x (GPT-J, PaLM), is another "
+        "architecture: in this layer the sublayers run one after the other, each with its own "
+        "residual sum: x = sublayer1(x), then x = sublayer2(x) on that new x.",
+        (_parallel, lambda layer, x, mask=None: _parallel(layer, x, mask, shared_norm=True)),
+    ),
+    Mistake(
+        "causal", "Encoder self-attention made causal",
+        "an encoder position attends to every position, earlier and later (paper, section 3.2.3): "
+        "with mask=None attend to all keys. A causal mask belongs to the decoder's (and a GPT's) "
+        "self-attention, not to the encoder's.",
+        (_causal_encoder(always=False), _causal_encoder(always=True)),
     ),
     Mistake(
         "pre_norm_also_post", "Pre-norm also normalizes after the residual sum",

@@ -137,7 +137,7 @@ _LADDER = {
     "no_tgt_mask": (("06_decoder", "5. No peeking: later target tokens cannot change earlier outputs"),
                     "change the last target token: the outputs at earlier positions must not "
                     "move."),
-    "memory_normalized": (_CROSS, "in pre-norm, print what cross-attention gets as keys: "
+    "memory_normalized": (_CROSS, "print what cross-attention gets as keys: "
                           "memory itself, or a normalized copy?"),
     "attention_module_reused": (None, "list the attention modules your forward calls: "
                                 "self_attn and cross_attn, once each."),
@@ -192,7 +192,8 @@ def _forward(layer, x, memory, self_mask, cross_mask, cross=("x", "memory", "mem
     self_attn, cross_attn = (getattr(layer, m) for m in modules)
 
     def pick(name, y):
-        if name == "memory" and memory_normed and layer.sublayers[1].norm_first:
+        if name == "memory" and (memory_normed == "always"
+                                 or memory_normed and layer.sublayers[1].norm_first):
             return layer.sublayers[1].norm(memory)
         return {"x": y, "memory": memory}[name]
 
@@ -335,9 +336,10 @@ LAYER_MISTAKES = (
     ),
     Mistake(
         "memory_normalized", "Memory normalized in the decoder",
-        "in pre-norm, the sublayer normalizes the decoder's x only: memory comes from the "
-        "encoder as it is (its final LayerNorm has normalized it already).",
-        _with(memory_normed=True),
+        "the sublayer's LayerNorm is the decoder's, for x only (before the sublayer in "
+        "pre-norm, after the sum in post-norm): memory comes from the encoder as it is, already "
+        "normalized there.",
+        _with(memory_normed=True) + _with(memory_normed="always"),
     ),
     Mistake(
         "attention_module_reused", "One attention module used for both attentions",

@@ -287,6 +287,8 @@ _LOSS_LADDER = {
                    "0.05, 0.05, 0.05] (true class first), and q.sum()."),
     "log_of_softmax": (None, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
                        "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+    "probabilities_clipped": (None, "print your loss and F.cross_entropy's for logits "
+                              "torch.tensor([[0.0, -200.0]]) and target 1 (with eps = 0)."),
 }
 _NOAM_LADDER = {
     "warmup_exponent": (None, "print your rate at step = warmup for both branches: they must "
@@ -526,9 +528,10 @@ def _mass_family():
                  for o_name, o, true_name, true in _mass_members())
 
 
-def _log_of_softmax_loss(logits, target, eps, pad_id):
-    """The smoothed loss on log(softmax(logits)), in the logits' dtype."""
-    log_p = logits.softmax(-1).log()
+def _log_of_softmax_loss(logits, target, eps, pad_id, kept=lambda p: p):
+    """The smoothed loss on log(softmax(logits)), in the logits' dtype; `kept`: what is done
+    to the probabilities before the log (clipped, an epsilon added)."""
+    log_p = kept(logits.softmax(-1)).log()
     n_classes = logits.size(-1)
     q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
                                                          1 - eps + eps / n_classes)
@@ -676,6 +679,18 @@ LOSS_MISTAKES = (
         (_log_of_softmax_loss,),
     ),
     Mistake(
+        "probabilities_clipped", "Probabilities {how} before the log",
+        "a log of probabilities {how} (Keras's categorical_crossentropy clips to [1e-7, "
+        "1 - 1e-7]) is not the loss: each term is capped near -log({c:g}), so a confident wrong "
+        "answer costs too little. Take F.log_softmax(logits, dim=-1), exact whatever the logits.",
+        tuple(member(lambda lg, t, e, pad, kept=kept: _log_of_softmax_loss(lg, t, e, pad, kept),
+                     how=how.format(c=c), c=c)
+              for c in (1e-7, 1e-8, 1e-6, 1e-9, 1e-10, 1e-12, 1e-5)
+              for how, kept in (("clipped to [{c:g}, 1 - {c:g}]", lambda p, c=c: p.clamp(c, 1 - c)),
+                                ("clipped at {c:g}", lambda p, c=c: p.clamp(min=c)),
+                                ("plus {c:g}", lambda p, c=c: p + c))),
+    ),
+    Mistake(
         "wrong_count", "Summed loss divided by {count}, not by the number of real target tokens",
         "the loss is a mean over the real target tokens: divide the summed loss by how many "
         "targets are not pad_id, whatever the length of the sequences.",
@@ -769,16 +784,19 @@ LOSS = Item(
 
 
 def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=0, factor="all",
-          grouped=False, swapped=False, halved=(), width=None, floor=None):
+          grouped=False, swapped=False, halved=(), width=None, floor=None, branch=None):
     """halved: the powers written x ** -1/2, which is (x ** -1) / 2 ("d", "decay"), or
     warmup ** -3/2, which is (warmup ** -3) / 2 ("warm"); width:
     what stands for d_model in the scale ("warmup"); floor: the shifted step kept at least
-    this (step - 1, but 1 at step 1)."""
+    this (step - 1, but 1 at step 1); branch: the one branch ("warm" or "decay") whose step is
+    shifted (default: both)."""
+    given = step
     step = step + shift if floor is None else max(step + shift, floor)
     d_model = {None: d_model, "warmup": warmup}[width]
     scale = d_model**-1 / 2 if "d" in halved else d_model**d
-    fall = step**-1 / 2 if "decay" in halved else step**decay
-    warmup_branch = (step * warmup) ** warm if grouped else step * warmup**warm
+    fall_step, warm_step = {None: (step, step), "warm": (given, step), "decay": (step, given)}[branch]
+    fall = fall_step**-1 / 2 if "decay" in halved else fall_step**decay
+    warmup_branch = (warm_step * warmup) ** warm if grouped else warm_step * warmup**warm
     if "warm" in halved:
         warmup_branch = step * warmup**-3 / 2
     if swapped:  # warmup * step^-1.5
@@ -868,9 +886,10 @@ NOAM_MISTAKES = (
     Mistake(
         "step_shifted", "Step shifted by one",
         "the formula takes the step as it is given, counting from 1: no step + 1 or step - 1 "
-        "inside, not even one kept at 1 for the first step (a scheduler counting from 0 "
-        "passes step + 1 itself).",
-        (_all(shift=1), _all(shift=-1), _all(shift=-1, floor=1)),
+        "inside, in either branch, not even one kept at 1 for the first step (a scheduler "
+        "counting from 0 passes step + 1 itself).",
+        tuple(_all(shift=shift, branch=branch) for branch in (None, "warm", "decay")
+              for shift in (1, -1)) + (_all(shift=-1, floor=1),),
     ),
 )
 NOT_A_FLOAT = Mistake(

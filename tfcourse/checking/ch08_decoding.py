@@ -386,6 +386,8 @@ _BEAM_LADDER = {
                     "and 2."),
     "smallest": (None, "print your first returned score and the largest candidate score."),
     "per_beam": (None, "make every best candidate come from beam 0: are they all kept?"),
+    "ranked_as_probabilities": (None, "print torch.tensor(-120.0).exp() and the values you "
+                                "rank for beams whose scores are about -120."),
 }
 _DECODE_LADDER = {
     "logits": (None, "print your output's .exp().sum(-1): all ones."),
@@ -453,7 +455,8 @@ def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="
     lp = (penalty or length_penalty)(lengths, alpha)[:, :, None]
     ranked = {"candidates": candidates, "token": log_probs}[rank_by]
     ranking = {"divide": ranked / lp, "multiply": ranked * lp, None: ranked,
-               "token": scores[:, :, None] + log_probs / lp}[normalize]
+               "token": scores[:, :, None] + log_probs / lp, "exp": (ranked / lp).exp(),
+               "exp_divided": ranked.exp() / lp}[normalize]
     kept = ranking if return_ranking else candidates
     if per_beam:  # each beam extended by its own best token
         token = ranking.argmax(-1)  # (batch, beam)
@@ -570,6 +573,14 @@ BEAM_MISTAKES = (
         (_beam_with(largest=False),),
     ),
     Mistake(
+        "ranked_as_probabilities", "Candidates ranked by their probabilities: exp underflows",
+        "e^(log P) is 0 in float32 once log P is below about -104 (-745 in float64), so long or "
+        "unlikely hypotheses all rank as 0 and tie, and top-k picks among them at random. Rank "
+        "by the log-probabilities (over the length penalty) themselves: log is monotone, so the "
+        "order is the same, with no underflow.",
+        (_beam_with(normalize="exp"), _beam_with(normalize="exp_divided")),
+    ),
+    Mistake(
         "per_beam", "Each beam extended by its own best token only",
         "the beam-many best candidates come from all beams together: flatten (beam, vocab) "
         "into one axis per sentence and take the top beam-many there (one beam may give "
@@ -579,9 +590,10 @@ BEAM_MISTAKES = (
 )
 
 
-def _beam_case(seed, batch, beam, vocab, lengths, alpha=0.6, first=False, finished=()):
+def _beam_case(seed, batch, beam, vocab, lengths, alpha=0.6, first=False, finished=(), low=0.5):
+    """low: how far below 0 the beams' log P starts (120: unlikely, e^(log P) is 0 in float32)."""
     g = torch.Generator().manual_seed(seed)
-    scores = -torch.rand(batch, beam, generator=g) * 4 - 0.5  # log P of each beam so far
+    scores = -torch.rand(batch, beam, generator=g) * 4 - low  # log P of each beam so far
     log_probs = torch.log_softmax(torch.randn(batch, beam, vocab, generator=g) * 2, dim=-1)
     if first:  # the first step: one real beam, the others -inf
         scores[:, 1:] = -math.inf
@@ -618,6 +630,7 @@ BEAM = Item(
         _beam_case(2, 2, 3, 5, [1, 1, 1], first=True),
         _beam_case(3, 2, 4, 9, [3, 3, 12, 6], alpha=0.6, finished=((0, 0), (1, 0))),
         _beam_case(4, 1, 2, 4, [7, 2], alpha=0.0),
+        _beam_case(5, 2, 3, 6, [40, 40, 40], alpha=0.0, low=120.0),
     ],
     laddered(BEAM_MISTAKES, _BEAM_LADDER), same=_same_step, what="result", parts=("scores", "beam", "token"),
     show=_choices,
@@ -807,10 +820,11 @@ UNCACHED_MISTAKES = tuple(_SHARED_COPIES[id(m)] for m in UNCACHED_MISTAKES)
 CACHED_MISTAKES = tuple(_SHARED_COPIES[id(m)] for m in CACHED_MISTAKES)
 
 
-def _decode_case(cached):
+def _decode_case(cached, lengths=(7, 4, 2)):
+    """lengths: the sources' (one per sentence of the batch)."""
     model = small_transformer()
-    src, src_mask = _source([7, 4, 2], 10)
-    tokens = torch.randint(3, VOCAB, (3, 6), generator=torch.Generator().manual_seed(11))
+    src, src_mask = _source(list(lengths), 10)
+    tokens = torch.randint(3, VOCAB, (len(lengths), 6), generator=torch.Generator().manual_seed(11))
     tokens[:, 0] = BOS
     with torch.no_grad():
         memory = model.encode(src, src_mask)
@@ -825,7 +839,8 @@ def _decode_case(cached):
 
 
 DECODE = Item(
-    EXERCISE, "decode_step", reference_step, [_decode_case(False), _decode_case(True)],
+    EXERCISE, "decode_step", reference_step,
+    [_decode_case(False), _decode_case(True), _decode_case(True, lengths=(5,))],  # a batch of one
     what="log-probabilities", show=_cache_lengths,
     formula="Embed the new tokens, add the positional encoding at their positions, run the "
             "decoder (with the cache, only the newest token) and return log_softmax of the "

@@ -527,7 +527,10 @@ def _masking_case(seed, lengths, seq, vocab_size=40, special_ids=(1, 2, 3, 4), m
 
 
 def _run_masking(obj, args, case, generator_seed=None):
-    g = torch.Generator().manual_seed(case.seed if generator_seed is None else generator_seed)
+    """obj(*args, generator=g): g seeded apart from torch's global generator (which the sandbox
+    seeds with case.seed), so that draws taken from the wrong one never coincide."""
+    seed = case.seed if generator_seed is None else generator_seed
+    g = torch.Generator().manual_seed(10_000 + seed)
     return obj(*args, generator=g, **case.kwargs)
 
 
@@ -768,6 +771,9 @@ _POOL_LADDER = {
     "prefix": (None, "make keep [False, True, True]: which positions do you average?"),
     "whole_batch": (None, "print your result's shape: (batch, d_model), one vector per text."),
     "empty_nan": (None, "pool a row whose keep is all False: zeros, not NaN."),
+    "batch_count": (None, "pool a batch of two texts, then each text alone: the results "
+                    "must be the same."),
+    "floor_underflows": (None, "print torch.tensor({floor:g}, dtype=torch.float16)."),
     "no_feature_axis": (None, "print keep.shape and h.shape, aligned from the right."),
     "divisor_axis": (None, "print the sum's shape and the count's shape, aligned from the "
                      "right."),
@@ -778,6 +784,8 @@ _LM_MODEL_LADDER = {
     "no_causal_mask": (None, "change the last token of a text: the logits at earlier "
                        "positions must not move."),
     "mask_inverted": (None, "print your mask for seq=3: row 0 sees key 0 only."),
+    "positions_offset": (None, "print the positions your code gives self.positional: the first "
+                         "is 0."),
     "diagonal_masked": (None, "print your mask for seq=3: its diagonal must be True."),
     "sees_next": (None, "print your mask for seq=3: row 0 sees key 0 only."),
     "mask_not_bool": (None, "print your mask's dtype."),
@@ -851,15 +859,16 @@ MASKING = Item(
 # --------------------------------------------------------------------------------- mean_pool
 
 
-def _pool(h, keep, over="keep", divide="count", empty="zero"):
-    """mean_pool with the variations mistakes make."""
+def _pool(h, keep, over="keep", divide="count", empty="zero", floor=1.0):
+    """mean_pool with the variations mistakes make; floor: the count's lower bound, in h's
+    dtype (1e-9 is 0 in float16)."""
     k = {"keep": keep, "all": torch.ones_like(keep), "inverted": ~keep}[over].to(h.dtype)[:, :, None]
     total = (h * k).sum(1)  # (batch, d_model)
     if divide == "sum":
         return total
     count = {"count": k.sum(1), "length": torch.full_like(k.sum(1), h.size(1)),
-             "count+1": k.sum(1) + 1}[divide]
-    return total / (count if empty == "nan" else count.clamp(min=1.0))
+             "count+1": k.sum(1) + 1, "batch": k.sum().expand(h.size(0), 1)}[divide]
+    return total / (count if empty == "nan" else count.clamp(min=floor))
 
 
 def _pool_with(**bug):
@@ -933,6 +942,20 @@ POOL_MISTAKES = (
         (lambda h, keep: h[keep].mean(0), lambda h, keep: h[keep].mean(0).expand(h.size(0), -1)),
     ),
     Mistake(
+        "batch_count", "Every text divided by the kept positions of the whole batch",
+        "keep.sum() counts the kept positions of every text together: divide each text's sum "
+        "by its own count, keep.sum(1) (one number per row).",
+        (_pool_with(divide="batch"),),
+    ),
+    Mistake(
+        "floor_underflows", "An empty text gives NaN in {dtype}: the count's floor {floor:g} is 0 there",
+        "clamp(min={floor:g}) in h's dtype: {dtype} cannot hold {floor:g} (its smallest number is "
+        "6e-8), so an empty text still divides 0 by 0. Clamp the count to at least 1: counts are "
+        "whole numbers, and 1 is exact in every dtype.",
+        tuple(member(_pool_with(floor=floor), floor=floor, dtype="float16")
+              for floor in (1e-9, 1e-8, 1e-10, 1e-12, 1e-13, 1e-15)),
+    ),
+    Mistake(
         "empty_nan", "An empty text gives NaN",
         "a row of keep with no True divides 0 by 0: clamp the count to at least 1 "
         "(count.clamp(min=1)), so that the pooled vector is zeros.",
@@ -992,6 +1015,7 @@ POOL_CASES = [
                                                       [True, True, True, True]])),
     _pool_case(3, [2, 0, 3], 4, 5),  # an empty text
     _pool_case(4, [3, 5], 5, 4, torch.bfloat16),  # the result stays in bfloat16
+    _pool_case(5, [2, 0, 4], 4, 4, torch.float16),  # an empty text in float16
 ]
 MEAN_POOL = Item(
     EXERCISE, "mean_pool", reference_pool, POOL_CASES, laddered(POOL_MISTAKES, _POOL_LADDER),
@@ -1079,7 +1103,9 @@ def _decoder_lm(model, tokens, *, embed="scaled", positional="module", mask="cau
          "twice": lambda: model.positional(model.positional(e)),
          "embed_twice": lambda: e + model.positional(e),
          "by_hand": lambda: e + _positions(model.positional, tokens.size(1)),
-         "beyond_one": lambda: model.positional(e) if tokens.size(1) > 1 else e}[positional]()
+         "beyond_one": lambda: model.positional(e) if tokens.size(1) > 1 else e,
+         "from_1": lambda: model.positional(e, start=1),  # RoBERTa's pad_id + 1 with pad_id 0
+         "from_2": lambda: model.positional(e, start=2)}[positional]()  # ... with pad_id 1
     if embed == "after":  # the scale again, after the positions were added
         x = x * math.sqrt(c.d_model)
     if seq_first:
@@ -1216,6 +1242,14 @@ DECODER_MISTAKES = (
         "self-attention does not know the order of its inputs: add the positions, "
         "x = self.positional(self.embed(tokens)).",
         _variants(positional=("none",)),
+    ),
+    Mistake(
+        "positions_offset", "Positions start at {start}, not 0",
+        "the first token is at position 0: self.positional(x), whose start is 0 by default. "
+        "RoBERTa and fairseq start their learned positions after the padding index (pad_id + "
+        "1); this model's table starts at row 0.",
+        tuple(member(c, start=start) for start, c in ((1, _variants(positional=("from_1",))[0]),
+                                                       (2, _variants(positional=("from_2",))[0]))),
     ),
     Mistake(
         "positions_skipped_single_token", "Positional encoding skipped for a one-token input",

@@ -41,7 +41,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
 
     scale        what the scores are divided by
     rescale_sum, rescale_out   the power of e^(m - m') the old sum and output get (0, 2)
-    running      m' = max(m, rowmax(S)) (False: the block's own max)
+    running      m' = max(m, rowmax(S)) (False: the block's own max; "first": the first block's,
+                 kept after it)
     update       m = m' after each block
     guard        subtract 0 where m' = -inf
     fill         what masked scores become ("min": the dtype's lowest)
@@ -51,13 +52,15 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
                  block all the same), "inside" / "inside_end" (o / l in the loop, and again at the
                  end), "none"
     blocks       "all", "whole" (the last, shorter block dropped), "last" (the last block
-                 dropped), "end" (every block ends at block_size: the later ones are empty)
+                 dropped), "end" (every block ends at block_size: the later ones are empty),
+                 "short" (every block one key short: start + block_size - 1)
     mask_at      "scores", "inverted", "zero" (masked scores 0), "ignored", "exp" (e^(S - m')
                  zeroed, m' over every key), "values" (the sum counts masked keys)
     empty        "zero" (a query that saw no key gets 0) or "nan" (0 / 0)
     exps         e^(S - m') relative to the "new" maximum, the "old" one (0 where it is -inf),
                  "old_nan" (-inf kept), or the "block"'s own maximum (0 where it is -inf)
-    factor       e^(m - m') ("down") or e^(m' - m) ("up")
+    factor       e^(m - m') ("down"), e^(m' - m) ("up"), or e^(m' - m) taken as 1 where m is
+                 -inf ("up_guarded")
     values       each block's ("block") or the first block's ("first")
     keepdim      rowmax(S) keeps its last axis (False: raises, as the learner's code does)
     axes         the key's axes that are swapped
@@ -69,14 +72,15 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     k_len = k.size(-2)
     if m is not None and expand_mask:
         m = m.expand(*m.shape[:-1], k_len)
-    stop = {"all": k_len, "end": k_len, "whole": k_len - k_len % block_size,
+    stop = {"all": k_len, "end": k_len, "short": k_len, "whole": k_len - k_len % block_size,
             "last": k_len - block_size}[blocks]
     run_max = torch.full_like(q[..., :1], first_max)  # (..., q_len, 1)
     denom = torch.zeros_like(run_max)
     numer = q.new_zeros(*q.shape[:-1], v.size(-1)) if start == "zeros" else torch.zeros_like(q)
     n_blocks = 0
     for start in range(0, stop, block_size):
-        block = slice(start, block_size if blocks == "end" else start + block_size)
+        block = slice(start, block_size if blocks == "end"
+                      else start + block_size - (blocks == "short"))
         s = q @ k[..., block, :].transpose(*axes) / scale(q, k, v)
         allowed = None if m is None else m[..., block]
         if allowed is not None and mask_at in ("scores", "inverted", "zero"):
@@ -84,7 +88,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
             value = torch.finfo(s.dtype).min if fill == "min" else fill
             s = s.masked_fill(where, 0.0 if mask_at == "zero" else value)
         block_max = s.amax(dim=-1, keepdim=keepdim)
-        new_max = torch.maximum(run_max, block_max) if running else block_max
+        new_max = {True: lambda: torch.maximum(run_max, block_max), False: lambda: block_max,
+                   "first": lambda: run_max if n_blocks else block_max}[running]()
         shift = new_max.masked_fill(new_max == -INF, 0.0) if guard else new_max
         if not subtract:
             shift = torch.zeros_like(shift)
@@ -94,6 +99,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
         rescale = torch.exp(run_max - shift) if subtract else torch.ones_like(shift)
         if factor == "up":
             rescale = torch.exp(shift - run_max)
+        if factor == "up_guarded":
+            rescale = torch.exp(shift - torch.where(run_max == -INF, shift, run_max))
         v_block = v[..., :block_size, :] if values == "first" else v[..., block, :]
         p_values = p
         if allowed is not None and mask_at in ("exp", "values"):
@@ -235,6 +242,27 @@ MISTAKES = (
         "(or to both l and o and then to their ratio) it shrinks what came before too much.",
         (_with(rescale_sum=2, rescale_out=2), _with(rescale_sum=1, rescale_out=2),
          _with(rescale_sum=2, rescale_out=1)),
+    ),
+    Mistake(
+        "rescale_inverted", "Rescaling factor upside down: e^(m' - m) instead of e^(m - m')",
+        "when a block raises the maximum from m to m' >= m, the old sum and output were "
+        "computed relative to m and must shrink to m's scale: multiply them by e^(m - m') <= 1. "
+        "e^(m' - m) grows them instead.",
+        (_with(factor="up_guarded"),),
+    ),
+    Mistake(
+        "block_one_short", "Each block one key short: sliced up to start + block_size - 1",
+        "a Python slice leaves its end out: key[..., start:start + block_size, :] holds "
+        "block_size keys, the last one included. An end of start + block_size - 1 (an "
+        "inclusive-end habit) drops one key of every block.",
+        (_with(blocks="short"),),
+    ),
+    Mistake(
+        "max_frozen", "Running maximum taken from the first block, then kept",
+        "m' = max(m, rowmax(S)) at EVERY block. A maximum fixed by the first block is -inf for "
+        "a query whose first block is all masked (then e^(m - m') = 0 wipes what came before), "
+        "and a later block with larger scores overflows e^(S - m).",
+        (_with(running="first"),),
     ),
     Mistake(
         "max_not_updated", "Running maximum never updated",
@@ -502,6 +530,12 @@ _TILED_LADDER = {
                           "q_len, d_v)."),
     "block_slice_end": (None, "print the start and the end of each block you slice: every "
                         "block ends at start + block_size."),
+    "rescale_inverted": (None, "print e^(m - m') after a block whose scores are larger than "
+                         "before: it must be below 1."),
+    "block_one_short": (None, "print key[..., start:start + block_size, :].size(-2) in your "
+                        "loop: block_size, but the last."),
+    "max_frozen": (None, "print m after each block on a case whose later blocks hold larger "
+                   "scores: it must grow."),
     "nan_from_start": (None, "print m, m' and e^(m - m') after the first block: which "
                        "subtraction gives NaN?"),
     "old_max_in_exp": (None, "print max(e^(S - m)) of each block: never above 1 when you "
@@ -548,6 +582,10 @@ _WINDOW_LADDER = {
     "window_too_narrow": (None, "print sliding_window_mask(5, 1): each row has 3 True inside "
                           "the band (fewer at the edges)."),
     "window_too_wide": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "total_width": (None, "print sliding_window_mask(9, 3)[4]: True at keys 1 to 7."),
+    "zero_means_none": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "causal_excludes_self": (None, "print sliding_window_mask(4, 1, causal=True)[0]: query 0 "
+                             "sees key 0."),
     "side_off_by_one": (None, "print sliding_window_mask(5, 1): row 2 is [0, 1, 1, 1, 0], "
                         "as many True after the diagonal as before it."),
     "mask_polarity": (None, "print sliding_window_mask(5, 1)[0, 0]: a query may see itself."),
@@ -584,7 +622,7 @@ ITEM = Item(
 
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
-          one_side=None, past=0, future=0, bound=None, signs_swapped=False):
+          one_side=None, past=0, future=0, bound=None, signs_swapped=False, zero=None):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
@@ -593,7 +631,9 @@ def _band(size, window, causal=False, *, reach=None, side="past", combine="and",
     `past`, `future`: keys added to (or taken from) the window on that side alone; `bound`
     ("later", "earlier"): only that side of the band bounded, the other side open;
     `signs_swapped`: triu(.., window) & tril(.., -window), the band's two offsets with their
-    signs swapped (empty, but for window 0)."""
+    signs swapped (empty, but for window 0); `zero` "none": a window of 0 read as no window
+    (every key, or every past key if causal); side "before": causal keys strictly before
+    the query."""
     i = torch.arange(size)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
@@ -605,8 +645,10 @@ def _band(size, window, causal=False, *, reach=None, side="past", combine="and",
         band = (-offset >= window) & (-offset <= -window)
     if one_side is not None:
         band = band & (offset >= 0 if one_side == "past" else offset <= 0)
+    if zero == "none" and window == 0:
+        band = torch.ones_like(band)
     if causal and side != "both":
-        past = offset >= 0 if side == "past" else offset <= 0
+        past = {"past": offset >= 0, "future": offset <= 0, "before": offset > 0}[side]
         band = {"and": band & past, "or": band | past, "causal": past}[combine]
     return band if polarity else ~band
 
@@ -633,6 +675,14 @@ WINDOW_MISTAKES = (
         (_window(reach=lambda w: w - 1),),
     ),
     Mistake(
+        "total_width", "Window read as the total width: {reach} keys on each side",
+        "window is the number of keys on EACH side: query i may attend key j when |i - j| <= "
+        "window (2 * window + 1 keys in all without causal). Longformer's attention_window is "
+        "the total width, window // 2 on each side; here it is not halved.",
+        (member(_window(reach=lambda w: w // 2), reach="window // 2"),
+         member(_window(reach=lambda w: (w - 1) // 2), reach="(window - 1) // 2")),
+    ),
+    Mistake(
         "window_too_wide", "Window one key too wide",
         "query i may attend key j when |i - j| <= window, not window + 1: a window of 0 sees "
         "itself alone.",
@@ -646,6 +696,19 @@ WINDOW_MISTAKES = (
         tuple(member(_window(**{side: delta}), how=how, side=name)
               for side, name in (("future", "right (later keys)"), ("past", "left (earlier keys)"))
               for delta, how in ((-1, "narrow"), (1, "wide"))),
+    ),
+    Mistake(
+        "zero_means_none", "A window of 0 read as no window",
+        "window = 0 is a window like the others: each query sees its own position alone "
+        "(|i - j| <= 0), not every key. Hugging Face's sliding_window=None (or 0 in some "
+        "configs) means full attention; here no special case is needed.",
+        (_window(zero="none"),),
+    ),
+    Mistake(
+        "causal_excludes_self", "Causal window without the query itself",
+        "with causal=True query i sees keys i - window <= j <= i: j = i included (its own "
+        "token), so that the first query sees at least itself. j < i leaves it out.",
+        (_window(side="before"),),
     ),
     Mistake(
         "mask_polarity", "Window mask polarity inverted",
@@ -723,7 +786,7 @@ def _window_case(size, window, causal):
 
 WINDOW = Item(
     EXERCISE, "sliding_window_mask", sliding_window_mask,
-    [_window_case(*args) for args in ((7, 2, False), (7, 2, True), (6, 0, False), (6, 0, True),
+    [_window_case(*args) for args in ((7, 3, False), (7, 2, True), (6, 0, False), (6, 0, True),
                                       (4, 9, True), (1, 3, False))],
     laddered(WINDOW_MISTAKES, _WINDOW_LADDER), what="mask", prep="for",
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",

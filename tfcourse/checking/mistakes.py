@@ -150,11 +150,16 @@ READ_SEQ_FIRST = Mistake(
     "{names} {are} (batch, seq, ...), batch first; your code reads axis 0 as the sequence and "
     "axis 1 as the batch, the layout of nn.MultiheadAttention's default batch_first=False "
     "and of PyTorch's tutorials, on {label}.")
+BATCH_OF_ONE = Mistake(
+    "batch_axis_dropped", "Wrong with a batch of one only: the batch axis dropped or assumed",
+    "{name} {how} on {label}, and gets the same inputs right as a batch of two: a squeeze() "
+    "with no dim removes every axis of size 1, the batch's too, and an index or a loop may "
+    "assume several sequences. Name the axis you mean: squeeze(-1), x[:, -1].")
 WRONG_ORDER = Mistake(
     "results_order", "Results returned in the wrong order",
     "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
     "{label}.")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, WRONG_ORDER, OFF_BY_ONE,
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, BATCH_OF_ONE, WRONG_ORDER, OFF_BY_ONE,
           MASK_READ_INVERTED, READ_SEQ_FIRST, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)

@@ -74,6 +74,7 @@ from .explanation import (
     structure_problem,
 )
 from .mistakes import (
+    BATCH_OF_ONE,
     EXITED,
     FILE_MISTAKES,
     IN_PLACE,
@@ -431,6 +432,8 @@ class Item:
             if mistake is not None:
                 mistake.fail(f"{self._details(case)}\n  it raised {type(error).__name__}: "
                              f"{first_line(error)}", at=outcome.where, label=case.label)
+            self._fail_if_batch_of_one(obj, case, name, f"raised {type(error).__name__}",
+                                       f"\n  it raised {type(error).__name__}: {first_line(error)}")
         fail_on_error(outcome, name, case.label, _inputs(case), news=self._news(case, passed))
 
     def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
@@ -453,6 +456,7 @@ class Item:
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         what, parts = case.what or self.what, case.parts or self.parts
+        self._fail_if_batch_of_one(obj, case, name, f"got the {what.removeprefix('the ')} wrong")
         self._fail_if_shifted(result, reference, case, what)
         self._fail_if_read_otherwise(result, reference, case, what)
         problem = structure_problem(result, expected, what, parts, _inputs(case), self.axes)
@@ -470,6 +474,22 @@ class Item:
         (RESEMBLES if told else NO_MATCH).fail(
             details, what=what, prep=self.prep, label=case.label, difference=diff,
             formula=news + (f" {self.formula}" if self.formula else ""))
+
+    def _fail_if_batch_of_one(self, obj, case, name, how, raised=""):
+        """BATCH_OF_ONE when the case is a batch of one and the learner's code gets it right
+        with the batch doubled (every input whose first axis is 1, twice)."""
+        if obj is None or "batch1" not in case_features(case.args, case.train):
+            return
+        doubled = tuple(torch.cat((a, a)) if isinstance(a, torch.Tensor) and a.dim() >= 2
+                        and a.size(0) == 1 else a for a in case.args)
+        probe = dataclasses.replace(case, args=doubled)
+        try:
+            expected = self._expected(self._reference_object(probe), probe)
+        except Exception:  # the reference refuses the doubled inputs
+            return
+        outcome = call(self._run, obj, clone(probe.args), probe, seed=probe.seed)
+        if outcome.error is None and safely(self.same, outcome.value, expected):
+            BATCH_OF_ONE.fail(self._details(case) + raised, name=name, how=how, label=case.label)
 
     def _fail_if_shifted(self, result, reference, case, what):
         """OFF_BY_ONE when `result` is the reference's with one of the item's `shifts` (a
@@ -499,7 +519,7 @@ class Item:
 
     def _fail_if_read_otherwise(self, result, reference, case, what):
         """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
-        inverted; READ_SEQ_FIRST when it is the reference's for its (batch, seq, ...) inputs
+        inverted (all of them, or one of several); READ_SEQ_FIRST when it is the reference's for its (batch, seq, ...) inputs
         read seq-first (each input's axes 0 and 1 swapped, and the output's back)."""
         named = [(i, n) for i, (n, a) in enumerate(zip(case.names, case.args))
                  if n and isinstance(a, torch.Tensor)]
@@ -512,8 +532,9 @@ class Item:
             seq += [(i, n) for i, n in named if (i, n) not in seq and case.args[i].dim() >= 2
                     and case.args[i].shape[:2] == lead]
         compare = case.same or self.same
+        singly = [[m] for m in masks] if len(masks) > 1 else []
         for mistake, chosen, change, back in (
-                (MASK_READ_INVERTED, masks, lambda a: ~a, lambda r: r),
+                *((MASK_READ_INVERTED, c, lambda a: ~a, lambda r: r) for c in [masks, *singly]),
                 (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), _seq_first_back)):
             if not chosen:
                 continue

@@ -47,6 +47,15 @@ def count_set_of_pairs(words):
 # ---------------------------------------------------------------------------------- merge
 
 
+@wrong("count_pairs.pair_range_off_by_one")
+def count_up_to_len_minus_two(words):
+    counts = defaultdict(int)
+    for word, freq in words.items():
+        for i in range(len(word) - 2):  # one pair short
+            counts[word[i], word[i + 1]] += freq
+    return dict(counts)
+
+
 @wrong("merge.second_kept")
 def merge_step_one(word, pair, new_id):
     out, i = [], 0
@@ -183,6 +192,42 @@ def learn_without_merging(text, n_merges, special_tokens=()):
     return merges
 
 
+@wrong("learn_merges.specials_as_patterns")
+def learn_with_unescaped_specials(text, n_merges, special_tokens=()):
+    parts = re.split("|".join(special_tokens), text) if special_tokens else [text]
+    return _learn(Counter(tuple(p.encode()) for part in parts for p in pre_tokenize(part)), n_merges)
+
+
+@wrong("learn_merges.split_on_whitespace")
+def learn_on_whitespace_words(text, n_merges, special_tokens=()):
+    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    return _learn(Counter(tuple(w.encode()) for part in parts for w in part.split()), n_merges)
+
+
+@wrong("learn_merges.prefix_space")
+def learn_with_prefix_space(text, n_merges, special_tokens=()):
+    return _learn(_words(" " + text, special_tokens), n_merges)  # add_prefix_space=True
+
+
+@wrong("learn_merges.characters_not_bytes")
+def learn_on_code_points(text, n_merges, special_tokens=()):
+    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
+    return _learn(Counter(tuple(map(ord, p)) for part in parts for p in pre_tokenize(part)), n_merges)
+
+
+@wrong("learn_merges.min_count")
+def learn_with_min_frequency_two(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts or max(counts.values()) < 2:  # min_frequency=2
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges
+
+
 @wrong("learn_merges.new_ids_off_by_one")
 def learn_from_255(text, n_merges, special_tokens=()):
     return _learn(_words(text, special_tokens), n_merges, first=255)
@@ -280,6 +325,12 @@ def encode_highest_rank(text, merges):
         tuple(piece.encode()), merges, lambda found, m: max(found, key=m.get))]
 
 
+@wrong("encode.prefix_space")
+def encode_with_prefix_space(text, merges):
+    return [r for piece in pre_tokenize(" " + text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
 @wrong("encode.one_round")
 def encode_one_round(text, merges):
     out = []
@@ -317,6 +368,11 @@ def decode_strict(ids, vocab):
 @wrong("decode.ignored")
 def decode_ignoring(ids, vocab):
     return b"".join(vocab[i] for i in ids).decode(errors="ignore")
+
+
+@wrong("decode.other_handler")
+def decode_backslashreplace(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")
 
 
 @wrong("decode.latin1")

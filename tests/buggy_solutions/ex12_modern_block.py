@@ -107,6 +107,27 @@ def rms_detached(self, x):
     return self.weight * x.detach() / rms
 
 
+@wrong("RMSNorm.keepdim")
+@_norm
+def rms_without_keepdim(self, x):
+    return self.weight * x * torch.rsqrt(x.pow(2).mean(-1) + self.eps)
+
+
+@wrong("RMSNorm.gain_plus_one")
+@_norm
+def rms_gemma_gain(self, x):
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    return x * (1.0 + self.weight)  # Gemma's stored gain is weight - 1
+
+
+@wrong("RMSNorm.float32_compute")
+@_norm
+def rms_always_float32(self, x):
+    h = x.to(torch.float32)  # LlamaRMSNorm's upcast, float64 included
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+    return self.weight * h.to(x.dtype)
+
+
 # --------------------------------------------------------------------------------- SwiGLU
 
 
@@ -154,6 +175,19 @@ def swiglu_added(self, x):
 @_ffn
 def swiglu_no_dropout(self, x):
     return self.down(self.activation(self.gate(x)) * self.up(x))
+
+
+@wrong("SwiGLU.dropout_after_down")
+@_ffn
+def swiglu_dropout_last(self, x):
+    return self.dropout(self.down(self.activation(self.gate(x)) * self.up(x)))
+
+
+@wrong("SwiGLU.no_down")
+@_ffn
+def swiglu_without_down(self, x):
+    return self.dropout(F.silu(self.gate(x)) * self.up(x)) if self.activation is F.silu else \
+        self.dropout(self.activation(self.gate(x)) * self.up(x))
 
 
 # --------------------------------------------------------------------------------- rotate
@@ -318,6 +352,40 @@ def attention_detached(q, k, v, past_k=None, past_v=None, base=10000.0):
     q, k = rope(q, start).detach(), rope(k, start)
     k, v = _cat(past_k, k), _cat(past_v, v)
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.past_ignored")
+def attention_new_keys_only(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@wrong("rotary_attention.cache_after")
+def attention_cache_appended(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    if past_k is not None:
+        k, v = torch.cat([k, past_k], dim=2), torch.cat([v, past_v], dim=2)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.mask_off_by_one")
+def attention_strictly_earlier(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    allowed = torch.arange(k.size(-2)) < torch.arange(start, start + q.size(-2))[:, None]
+    return _attend(q, k, v, allowed).nan_to_num(0.0)
+
+
+@wrong("rotary_attention.wrong_scale")
+def attention_unscaled(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    allowed = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=1.0)
 
 
 # ---------------------------------------------------------------------------------- RIGHT

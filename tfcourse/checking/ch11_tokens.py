@@ -48,14 +48,17 @@ def _same_merges(actual, expected):
 # ---------------------------------------------------------------------------- count_pairs
 
 
-def _count(words, *, overlap=True, freq=True, once=False):
+def _count(words, *, overlap=True, freq=True, once=False, skip=None):
     """count_pairs with the variations mistakes make: `overlap` False counts a run a, a, a
     as one (a, a), as bytes.count does; `freq` False counts each distinct word once; `once`
-    counts a pair once per word that holds it (times its frequency)."""
+    counts a pair once per word that holds it (times its frequency); `skip` "last" or
+    "first": each word's last (or first) pair left out, a range off by one."""
     counts = Counter()
     for word, f in words.items():
         seen, last = set(), None  # last: where the previous (a, a) counted started
-        for i, pair in enumerate(zip(word, word[1:])):
+        pairs = list(zip(word, word[1:]))
+        pairs = {None: pairs, "last": pairs[:-1], "first": pairs[1:]}[skip]
+        for i, pair in enumerate(pairs, start=1 if skip == "first" else 0):
             if not overlap and pair[0] == pair[1] and last == i - 1:
                 continue
             if once and pair in seen:
@@ -86,6 +89,15 @@ COUNT_MISTAKES = (
         (_count_with(freq=False),),
     ),
     Mistake(
+        "pair_range_off_by_one", "Each word's {which} pair not counted",
+        "a word of n tokens holds n - 1 adjacent pairs, at i = 0 ... n - 2: range(len(word) - "
+        "1), or zip(word, word[1:]). {why}",
+        (member(_count_with(skip="last"), which="last",
+                why="range(len(word) - 2) stops one pair early."),
+         member(_count_with(skip="first"), which="first",
+                why="range(1, len(word) - 1) starts one pair late.")),
+    ),
+    Mistake(
         "once_per_word", "A pair counted once per word, however often the word holds it",
         "count every position of the word, not the set of its pairs: (a, b, a, b) holds "
         "(a, b) twice.",
@@ -98,6 +110,8 @@ _COUNT_LADDER = {
     "no_frequency": (None, "print your counts for {(1, 2): 5}: the word occurs 5 times."),
     "once_per_word": (None, "print your counts for {(1, 2, 1, 2): 1}: (1, 2) starts at "
                       "positions 0 and 2."),
+    "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
+                              "once each."),
 }
 
 
@@ -206,20 +220,27 @@ MERGE = Item(
 
 
 def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True, overlap=True,
-           tie="smallest", first=256, extra=0, update=True):
+           tie="smallest", first=256, extra=0, update=True, escape=True, prefix="", chars=False,
+           min_count=1):
     """learn_merges, recounting every step, with the variations mistakes make: `cut` False
-    trains through the special tokens; `split` False takes the whole text as one word;
-    `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
+    trains through the special tokens (`escape` False: cut with the tokens read as
+    patterns); `split` False takes the whole text as one word, "whitespace" splits it at
+    spaces; `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
     counted: max(counts, key=counts.get)); `first` the first new id; `extra` merges more;
-    `update` False never merges the words."""
-    found = "|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))
+    `update` False never merges the words; `prefix` put before the text (HF's
+    add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
+    count a merge needs (HF's min_frequency)."""
+    text = prefix + text
+    found = "|".join(map(regex.escape if escape else str,
+                         sorted(special_tokens, key=len, reverse=True)))
     parts = regex.split(found, text) if cut and found else [text]
-    pieces = [p for part in parts for p in (pre_tokenize(part) if split else [part]) if p]
-    words = Counter(tuple(p.encode("utf-8")) for p in pieces)
+    cut_up = {True: pre_tokenize, False: lambda part: [part], "whitespace": str.split}[split]
+    pieces = [p for part in parts for p in cut_up(part) if p]
+    words = Counter(tuple(map(ord, p)) if chars else tuple(p.encode("utf-8")) for p in pieces)
     merges = []
     for i in range(n_merges + extra):
         counts = _count(words, freq=freq, overlap=overlap)
-        if not counts:
+        if not counts or max(counts.values()) < min_count:
             break
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
                "largest": lambda p, c=counts: (c[p], p), "first": counts.get}[tie]
@@ -250,6 +271,39 @@ LEARN_MISTAKES = (
         "whole text as one sequence lets a merge join a word to the space or the symbol after "
         "it.",
         (_learn_with(split=False),),
+    ),
+    Mistake(
+        "specials_as_patterns", "Special tokens cut as regular expressions",
+        "'<|endoftext|>' as a pattern means '<' OR 'endoftext' OR '>': the | of the token is "
+        "alternation. Escape each token before joining them: '|'.join(map(re.escape, "
+        "special_tokens)).",
+        (_learn_with(escape=False),),
+    ),
+    Mistake(
+        "split_on_whitespace", "Text split at whitespace instead of pre-tokenized",
+        "str.split() drops the spaces and keeps punctuation on its word: GPT-2's pre-tokens "
+        "(pre_tokenize) keep each word's leading space (' cat') and cut punctuation off.",
+        (_learn_with(split="whitespace"),),
+    ),
+    Mistake(
+        "prefix_space", "A space added before the text",
+        "learn from the text as it is: Hugging Face's ByteLevel(add_prefix_space=True) puts a "
+        "space before it (so that the first word looks like the others); GPT-2 and this "
+        "course do not.",
+        (_learn_with(prefix=" "),),
+    ),
+    Mistake(
+        "characters_not_bytes", "Characters' code points used instead of their UTF-8 bytes",
+        "BPE here works on bytes: 'é' is the two ranks 195, 169 (piece.encode('utf-8')), not "
+        "ord('é') = 233; ranks 256 and up are the merges.",
+        (_learn_with(chars=True),),
+    ),
+    Mistake(
+        "min_count", "Merges stopped once the best pair occurs only once",
+        "learn n_merges merges, however rare the best pair: stop early only when no pair is "
+        "left. (Hugging Face's BpeTrainer(min_frequency=2) stops at pairs seen once; this "
+        "exercise has no such threshold.)",
+        (_learn_with(min_count=2),),
     ),
     Mistake(
         "no_frequency", "Pairs counted once per distinct word, without its frequency",
@@ -300,6 +354,12 @@ _LEARN_LADDER = {
     "words_not_updated": (None, "print the words after each step: the chosen pair must be gone."),
     "new_ids_off_by_one": (None, "print the id you give the first merge, and the largest byte."),
     "n_merges_off_by_one": (None, "print len(learn_merges('abcabc abc', 3))."),
+    "specials_as_patterns": (SPECIALS, "print re.split('<|end|>', 'a<|end|>b') and "
+                             "re.split(re.escape('<|end|>'), 'a<|end|>b')."),
+    "split_on_whitespace": (None, "print pre_tokenize('the cat.') next to 'the cat.'.split()."),
+    "prefix_space": (None, "print your first word for 'the cat': 'the', with no space."),
+    "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
+    "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
     "tie_rule": (None, "print the counts before a step where two pairs share the largest count, "
                  "and the pair you take."),
 }
@@ -323,7 +383,9 @@ LEARN = Item(
      _learn_case("abcd dcba bdca", 6, note=" (ties)"),
      _learn_case("café été naïve déjà vu", 8, note=" (letters of two bytes)"),
      _learn_case("hello<|endoftext|>hello<|endoftext|>hello", 6, ("<|endoftext|>",)),
-     _learn_case("ab ab", 5, note=" (no pair left after 2 merges)")],
+     _learn_case("ab ab", 5, note=" (no pair left after 2 merges)"),
+     _learn_case("the end, the bend<|end|>then the end<|end|>", 8, ("<|end|>",),
+                 " (the special token's letters in the text too)")],
     laddered(LEARN_MISTAKES, _LEARN_LADDER), same=_same_merges,
     what="merges", prep="on",
     formula="Each step: count the pairs within the words (times their frequency), take the "
@@ -343,14 +405,15 @@ def _token_bytes(merges):
     return vocab
 
 
-def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None):
+def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix=""):
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
     merge), "count" (the pair most frequent in the piece, training's rule; ties to the first
     seen), "count_rank" (the same, ties to the lowest rank), or "greedy" (no pairs: the
-    longest known token at each position); `rounds` at most that many merges per piece."""
-    pieces = pre_tokenize(text) if split else [text]
+    longest known token at each position); `rounds` at most that many merges per piece;
+    `prefix` put before the text."""
+    pieces = pre_tokenize(prefix + text) if split else [prefix + text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}
         out = []
@@ -424,6 +487,12 @@ ENCODE_MISTAKES = (
         (_encode_with(pick="highest"),),
     ),
     Mistake(
+        "prefix_space", "A space added before the text",
+        "encode the text as it is: Hugging Face's ByteLevel(add_prefix_space=True) puts a "
+        "space before it; then decode(encode(text)) is no longer text.",
+        (_encode_with(prefix=" "),),
+    ),
+    Mistake(
         "one_round", "Only one round of merges",
         "merging a pair makes new pairs that may be merges too: repeat until no adjacent pair "
         "is a merge (a while loop).",
@@ -442,6 +511,7 @@ _ENCODE_LADDER = {
     "leftmost_pair": (None, "print, each round, every adjacent pair with its rank."),
     "latest_first": (None, "print the rank of the pair you merge each round: it should grow."),
     "one_round": (None, "print the word after each round: stop only when no pair is a merge."),
+    "prefix_space": (None, "print decode(encode('the cat')) with your encode."),
 }
 
 _ENCODE_TRAIN = "the cat sat on the mat; the cattle ate; aaaa abab. café déjà été\n        ok\n    ok"
@@ -516,6 +586,16 @@ DECODE_MISTAKES = (
         (_decode_with(errors="ignore"),),
     ),
     Mistake(
+        "other_handler", "A cut character written with errors={handler!r}, not as U+FFFD",
+        "decode with errors='replace': what is not a whole character shows as U+FFFD, one "
+        "character that every text can hold ({handler!r} writes {shown} instead).",
+        tuple(member(_decode_with(errors=h), handler=h, shown=shown) for h, shown in (
+            ("backslashreplace", "the byte as text, '\\xc3'"),
+            ("surrogateescape", "a lone surrogate, which cannot be printed or saved")))
+        + (member(_decode_with(per_token=True, errors="backslashreplace"),
+                  handler="backslashreplace", shown="the byte as text, '\\xc3'"),),
+    ),
+    Mistake(
         "latin1", "Bytes decoded as Latin-1, not UTF-8",
         "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
         "byte of 'é' into a character of its own ('Ã©').",
@@ -528,6 +608,7 @@ _DECODE_LADDER = {
     "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "ignored": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "latin1": (None, "print 'é'.encode('utf-8'), and the two ways to decode it."),
+    "other_handler": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
 }
 
 _VOCAB = {**{b: bytes([b]) for b in range(256)}, 256: b"th", 257: b"e \xc3", 258: b"\xa9t"}

@@ -18,7 +18,7 @@ from ..feed_forward import SwiGLU
 from ..normalization import RMSNorm
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
 from .ch04_feed_forward_and_norm import _randn
-from .comparison import describe
+from .comparison import close, describe, same
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
@@ -31,17 +31,20 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None):
+         spread=None, keepdim=True, compute=None):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
-    correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered."""
-    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
+    Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
+    the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
+    whatever x's dtype)."""
+    h = x.to(compute or torch.promote_types(x.dtype, torch.float32))
     if center:
         h = h - h.mean(dim, keepdim=True)
     if spread is not None:
         square = h.var(dim, correction=spread, keepdim=True)
     else:
-        square = (h * h).sum(dim, keepdim=True) if l2 else (h * h).mean(dim, keepdim=True)
+        square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
     e = module.eps
     if isinstance(eps, float):  # a number of the learner's own instead of self.eps
         e, eps = eps, "inside"
@@ -50,7 +53,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     else:
         root = square ** power + (e if eps == "outside" else 0)
     y = (h / root).to(x.dtype)
-    return y * module.weight if gain else y
+    return {True: lambda: y * module.weight, False: lambda: y,
+            "plus_one": lambda: y * (1 + module.weight)}[gain]()
 
 
 def _rms_with(**bug):
@@ -116,6 +120,26 @@ RMS_MISTAKES = (
         tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1))),
     ),
     Mistake(
+        "keepdim", "Mean of squares taken without keepdim=True",
+        "x.pow(2).mean(-1) drops the last axis: (..., seq) does not line up with x (..., seq, "
+        "d_model). Keep it: x.pow(2).mean(-1, keepdim=True) is (..., seq, 1).",
+        (_rms_with(keepdim=False),),
+    ),
+    Mistake(
+        "gain_plus_one", "Gain applied as (1 + weight): Gemma's convention",
+        "here the gain is self.weight itself (it starts at 1): weight * x / rms. Gemma's "
+        "RMSNorm stores weight - 1 and multiplies by (1 + weight); this module does not.",
+        (_rms_with(gain="plus_one"),),
+    ),
+    Mistake(
+        "float32_compute", "Computed in float32 whatever x's dtype",
+        "upcasting to float32 (Hugging Face's LlamaRMSNorm does) protects float16 and "
+        "bfloat16, but a float64 x then loses its precision, and its squares overflow past "
+        "1e19: compute in float32 AT LEAST, torch.promote_types(x.dtype, torch.float32), and "
+        "return x's dtype.",
+        (_rms_with(compute=torch.float32),),
+    ),
+    Mistake(
         "no_gain", "Gain missing",
         "multiply the normalized x by the learned gain self.weight (it starts at 1, so the "
         "mistake shows only once it is trained).",
@@ -141,7 +165,21 @@ _RMS_LADDER = {
     "wrong_axis": (None, "on a (batch, seq, d_model) x, print the shape of your mean of "
                    "squares: (batch, seq, 1)."),
     "no_gain": (None, "set self.weight to 2 and print one output row: does it double?"),
+    "keepdim": (None, "print x.pow(2).mean(-1).shape next to x.shape."),
+    "gain_plus_one": (None, "with self.weight all ones, your output must have root mean "
+                      "square 1, not 2."),
+    "float32_compute": (None, "print the dtype your mean of squares is computed in for a "
+                        "float64 x."),
 }
+
+
+def _at_float32_precision(actual, expected):
+    """same(), but a float64 result compared at float32's precision: a mistake computed in
+    float32 (float32_compute) rounds otherwise than the learner's code."""
+    if isinstance(expected, torch.Tensor) and expected.dtype == torch.float64:
+        return (isinstance(actual, torch.Tensor) and actual.dtype == torch.float64
+                and close(actual.float(), expected.float()))
+    return same(actual, expected)
 
 
 def _rms_case(seed, shape, scale, dtype=torch.float32, eps=None):
@@ -162,8 +200,9 @@ RMS = Item(
         _rms_case(2, (2, 3, 4, 7), 0.03, eps=1e-3),  # 4-D, an eps of its own ~ mean(x^2)
         _rms_case(3, (4, 6), 3.0, torch.float64),
         gradient_case(_rms_case(4, (2, 3, 6), 1.0), "x"),
+        _rms_case(5, (3, 5), 1e20, torch.float64),  # squares beyond float32's range
     ],
-    laddered(RMS_MISTAKES, _RMS_LADDER),
+    laddered(RMS_MISTAKES, _RMS_LADDER), match=_at_float32_precision,
     formula="Compare with weight * x / sqrt(mean(x^2 over the last axis) + eps).",
     twins=(_rms_with(),),
     section=(_NB, "1. RMSNorm: LayerNorm without the mean"),
@@ -176,7 +215,8 @@ RMS = Item(
 
 def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True):
     """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
-    activation on "gate", "both", "product" or "none"; combine: "mul" or "add"."""
+    activation on "gate", "both", "product" or "none"; combine: "mul" or "add"; drop: the
+    dropout applied (True), not (False), or "after" self.down."""
     act = act or ffn.activation
     gate, up = ffn.gate(x), ffn.up(x)
     if swap:
@@ -187,6 +227,8 @@ def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True
         g = act(gate) if where in ("gate", "both") else gate
         u = act(up) if where == "both" else up
         h = g * u if combine == "mul" else g + u
+    if drop == "after":
+        return ffn.dropout(ffn.down(h))
     return ffn.down(ffn.dropout(h) if drop else h)
 
 
@@ -233,6 +275,19 @@ SWIGLU_MISTAKES = (
         "in training the gated hidden layer goes through self.dropout before self.down.",
         (_swiglu_with(drop=False),),
     ),
+    Mistake(
+        "dropout_after_down", "Dropout after the down projection",
+        "the dropout goes on the gated hidden layer, before self.down: down(dropout(activation("
+        "gate(x)) * up(x))), as the docstring writes it (nanoGPT drops after its projection; "
+        "this layer does not).",
+        (_swiglu_with(drop="after"),),
+    ),
+    Mistake(
+        "no_down", "Down projection missing",
+        "the gated hidden layer is d_ff wide: self.down brings it back to d_model, "
+        "down(dropout(activation(gate(x)) * up(x))).",
+        (lambda ffn, x: ffn.dropout(ffn.activation(ffn.gate(x)) * ffn.up(x)),),
+    ),
 )
 
 _SWIGLU_LADDER = {
@@ -247,6 +302,9 @@ _SWIGLU_LADDER = {
     "added": (None, "set self.up's weight to zeros: the hidden layer must become 0."),
     "dropout_missing": (None, "in training mode with dropout=0.5, print how many hidden units "
                         "are 0 before self.down."),
+    "dropout_after_down": (None, "in training mode with dropout=0.5, print how many hidden "
+                           "units are 0 before self.down, and how many outputs are 0 after it."),
+    "no_down": (None, "print your output's shape next to x's."),
 }
 
 
@@ -437,22 +495,27 @@ ROTATE = Item(
 
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
-               offset=True, rerotate=False, mask="offset", which="qk"):
-    """Causal attention of the new positions with RoPE, with the variations mistakes make."""
+               offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
+               diagonal=0):
+    """Causal attention of the new positions with RoPE, with the variations mistakes make:
+    scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
+    "after" them, or "ignored"; diagonal: added to the mask's diagonal."""
     start = 0 if past_k is None else past_k.size(-2)
     at = start if offset else 0
     rq = _rotate(q, at, base) if "q" in which else q
     rk = _rotate(k, at, base) if "k" in which else k
     v = _rotate(v, at, base) if rotate_v else v
-    if past_k is not None:
+    if past_k is not None and past == "after":
+        rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
+    if past_k is not None and past == "before":
         rk, v = torch.cat((past_k, rk), -2), torch.cat((past_v, v), -2)
         if rerotate:  # the cached keys rotated again, with the new ones
             rk = _rotate(torch.cat((past_k, k), -2), 0, base)
     seq, total = q.size(-2), rk.size(-2)
-    allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(start),
+    allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(total - seq + diagonal),
                "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
                "none": None}[mask]
-    scores = rq @ rk.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
     return scores.softmax(-1) @ v  # (batch, heads, seq, d_head)
@@ -489,6 +552,36 @@ ATTENTION_MISTAKES = (
         (_attention_with(mask="unshifted"),),
     ),
     Mistake(
+        "past_ignored", "Cache ignored: the new tokens read only each other",
+        "the new queries attend to the cached keys AND the new ones: concatenate past_k and "
+        "past_v before the new k and v (along the positions, dim=-2), then attend over all "
+        "start + seq keys.",
+        (_attention_with(past="ignored"), _attention_with(past="ignored", offset=False)),
+    ),
+    Mistake(
+        "cache_after", "Cached keys placed after the new ones",
+        "the cache holds the EARLIER positions: torch.cat((past_k, k), dim=-2), so that key j "
+        "is position j and the causal mask lines up.",
+        (_attention_with(past="after"),),
+    ),
+    Mistake(
+        "mask_off_by_one", "Causal mask off by one: {how}",
+        "new token t is at position start + t and reads the keys 0 ... start + t, itself "
+        "included: on the (seq, start + seq) mask that is .tril(start), diagonal=start.",
+        (member(_attention_with(diagonal=-1), how="each token cannot read itself"),
+         member(lambda *a, **kw: _attention_with(diagonal=-1)(*a, **kw).nan_to_num(0.0),
+                how="each token cannot read itself"),  # the first one's empty row made 0
+         member(_attention_with(diagonal=1), how="each token reads the next one too")),
+    ),
+    Mistake(
+        "wrong_scale", "Scores scaled by {which}, not sqrt(d_head)",
+        "divide q . k by sqrt(d_head), d_head = q.size(-1): the rotation keeps the vectors' "
+        "lengths, so the scale is chapter 01's.",
+        tuple(member(_attention_with(scale=f), which=which) for f, which in (
+            (lambda d: 1.0, "nothing"), (lambda d: d, "d_head"),
+            (lambda d: d ** 0.25, "the fourth root of d_head"))),
+    ),
+    Mistake(
         "no_causal_mask", "No causal mask",
         "with several new tokens, each may read only the keys up to its own position: mask "
         "the later ones.",
@@ -513,6 +606,13 @@ _ATTENTION_LADDER = {
                         "row must allow 4 keys, the second 5."),
     "no_causal_mask": (None, "give 3 new tokens and no cache: the first one's output must not "
                        "change when you change the last one's v."),
+    "past_ignored": (None, "print k.shape after your concatenation: (batch, heads, start + "
+                     "seq, d_head)."),
+    "cache_after": (None, "print which tensor comes first in your torch.cat of the keys."),
+    "mask_off_by_one": (None, "print your mask for 2 new tokens after 3 cached ones: rows "
+                        "[1 1 1 1 0] and [1 1 1 1 1]."),
+    "wrong_scale": (None, "print the number you divide the scores by, next to "
+                    "math.sqrt(q.size(-1))."),
     "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
                          "scores must not change."),
 }

@@ -486,6 +486,7 @@ ROTATE = Item(
     formula="Compare with (a, b) -> (a cos - b sin, a sin + b cos), angle (start + t) * "
             "base ** (-2i / d_head), on the pairs that `pairs` names.",
     twins=(_rotate_with(),),
+    shifts=((1, "start", "position"),),
     section=(_NB, "3. Rotary position embedding"),
 )
 

@@ -480,9 +480,11 @@ class Item:
         with the batch doubled (every input whose first axis is 1, twice)."""
         if obj is None or "batch1" not in case_features(case.args, case.train):
             return
-        doubled = tuple(torch.cat((a, a)) if isinstance(a, torch.Tensor) and a.dim() >= 2
-                        and a.size(0) == 1 else a for a in case.args)
-        probe = dataclasses.replace(case, args=doubled)
+        def double(a):
+            return torch.cat((a, a)) if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.size(0) == 1 else a
+
+        probe = dataclasses.replace(case, args=tuple(map(double, case.args)),
+                                    kwargs={k: double(v) for k, v in case.kwargs.items()})
         try:
             expected = self._expected(self._reference_object(probe), probe)
         except Exception:  # the reference refuses the doubled inputs

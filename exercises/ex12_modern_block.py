@@ -41,6 +41,8 @@ class RMSNorm(nn.Module):
             1. What does LayerNorm do that this formula does not?
             2. eps goes where torch.nn.LayerNorm puts it.
             3. keepdim=True keeps the last axis, so that the division lines up with x.
+            4. In float16, squares overflow past 65504: compute in float32 at least, then
+               return x's dtype.
         """
         raise NotImplementedError
 

@@ -451,7 +451,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex11_tokens.py::test_learn_merges": "Not implemented yet:",
     "test_ex11_tokens.py::test_encode": "Not implemented yet:",
     "test_ex11_tokens.py::test_decode": "Tokens decoded one by one: a character cut between tokens is lost:",
-    "test_ex12_modern_block.py::test_rms_norm": None,
+    "test_ex12_modern_block.py::test_rms_norm": "Computed in float16: the squares overflow:",
     "test_ex12_modern_block.py::test_swiglu": "Gate and up swapped:",
     "test_ex12_modern_block.py::test_rotate": "Not implemented yet:",
     "test_ex12_modern_block.py::test_rotary_attention": "Not implemented yet:",

@@ -26,6 +26,17 @@ def count_by_substring(words):
     return counts
 
 
+@wrong("count_pairs.non_overlapping")
+def count_skipping_after_a_repeat(words):
+    counts = {}
+    for word, freq in words.items():
+        i = 0
+        while i < len(word) - 1:
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+            i += 2 if word[i] == word[i + 1] else 1  # "what one merge can take"
+    return counts
+
+
 @wrong("count_pairs.no_frequency")
 def count_without_frequency(words):
     counts = defaultdict(int)
@@ -192,6 +203,22 @@ def learn_without_merging(text, n_merges, special_tokens=()):
     return merges
 
 
+@wrong("learn_merges.tie_rule")
+def learn_ties_by_first_element(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, key=lambda c: lambda p: (c[p], -p[0]))
+
+
+@wrong("learn_merges.no_early_stop")
+def learn_never_stopping(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges
+
+
 @wrong("learn_merges.specials_as_patterns")
 def learn_with_unescaped_specials(text, n_merges, special_tokens=()):
     parts = re.split("|".join(special_tokens), text) if special_tokens else [text]
@@ -329,6 +356,21 @@ def encode_highest_rank(text, merges):
 def encode_with_prefix_space(text, merges):
     return [r for piece in pre_tokenize(" " + text) for r in _encode_word(
         tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.last_pair_unmerged")
+def encode_while_more_than_two(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode())
+        while len(word) > 2:
+            found = [p for p in zip(word, word[1:]) if p in merges]
+            if not found:
+                break
+            pair = min(found, key=merges.get)
+            word = _merge(word, pair, merges[pair])
+        ids += word
+    return ids
 
 
 @wrong("encode.one_round")

@@ -120,6 +120,12 @@ def rms_gemma_gain(self, x):
     return x * (1.0 + self.weight)  # Gemma's stored gain is weight - 1
 
 
+@wrong("RMSNorm.no_upcast")
+@_norm
+def rms_in_the_inputs_dtype(self, x):
+    return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
 @wrong("RMSNorm.float32_compute")
 @_norm
 def rms_always_float32(self, x):
@@ -299,6 +305,11 @@ def _start(past_k):
     return 0 if past_k is None else past_k.size(-2)
 
 
+@wrong("rotate.off_by_one")
+def rotate_from_position_one(x, start=0, base=10000.0, pairs="halves"):
+    return RotaryEmbedding(x.size(-1), base, pairs)(x, start + 1)  # "positions count from 1"
+
+
 @wrong("rotary_attention.values_rotated")
 def attention_values_rotated(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
@@ -400,8 +411,9 @@ def rms_float32_as_transformers(self, x):
 
 @_norm
 def rms_by_norm(self, x):
-    rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) / math.sqrt(x.size(-1))
-    return x / torch.sqrt(rms**2 + self.eps) * self.weight
+    h = x.double() if x.dtype == torch.float64 else x.float()
+    rms = torch.linalg.vector_norm(h, dim=-1, keepdim=True) / math.sqrt(x.size(-1))
+    return (h / torch.sqrt(rms**2 + self.eps)).to(x.dtype) * self.weight
 
 
 @_ffn

@@ -51,14 +51,17 @@ def _same_merges(actual, expected):
 def _count(words, *, overlap=True, freq=True, once=False, skip=None):
     """count_pairs with the variations mistakes make: `overlap` False counts a run a, a, a
     as one (a, a), as bytes.count does; `freq` False counts each distinct word once; `once`
-    counts a pair once per word that holds it (times its frequency); `skip` "last" or
-    "first": each word's last (or first) pair left out, a range off by one."""
+    counts a pair once per word that holds it (times its frequency), "jump": the position
+    after a counted (a, a) skipped, whatever pair starts there; `skip` "last" or "first":
+    each word's last (or first) pair left out, a range off by one."""
     counts = Counter()
     for word, f in words.items():
         seen, last = set(), None  # last: where the previous (a, a) counted started
         pairs = list(zip(word, word[1:]))
         pairs = {None: pairs, "last": pairs[:-1], "first": pairs[1:]}[skip]
         for i, pair in enumerate(pairs, start=1 if skip == "first" else 0):
+            if overlap == "jump" and last == i - 1:
+                continue
             if not overlap and pair[0] == pair[1] and last == i - 1:
                 continue
             if once and pair in seen:
@@ -80,7 +83,7 @@ COUNT_MISTAKES = (
         "every adjacent position counts: the word a, a, a holds the pair (a, a) twice, at "
         "positions 0 and 1, though one merge can take only one of them. Searching the pair as "
         "a substring (bytes.count, str.count, re.findall) skips the overlapping ones.",
-        (_count_with(overlap=False),),
+        (_count_with(overlap=False), _count_with(overlap="jump")),
     ),
     Mistake(
         "no_frequency", "Pairs counted once per distinct word, without its frequency",
@@ -221,7 +224,7 @@ MERGE = Item(
 
 def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True, overlap=True,
            tie="smallest", first=256, extra=0, update=True, escape=True, prefix="", chars=False,
-           min_count=1):
+           min_count=1, stop=True):
     """learn_merges, recounting every step, with the variations mistakes make: `cut` False
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
@@ -229,7 +232,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     counted: max(counts, key=counts.get)); `first` the first new id; `extra` merges more;
     `update` False never merges the words; `prefix` put before the text (HF's
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
-    count a merge needs (HF's min_frequency)."""
+    count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
+    raises)."""
     text = prefix + text
     found = "|".join(map(regex.escape if escape else str,
                          sorted(special_tokens, key=len, reverse=True)))
@@ -240,10 +244,11 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     merges = []
     for i in range(n_merges + extra):
         counts = _count(words, freq=freq, overlap=overlap)
-        if not counts or max(counts.values()) < min_count:
+        if stop and (not counts or max(counts.values()) < min_count):
             break
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
-               "largest": lambda p, c=counts: (c[p], p), "first": counts.get}[tie]
+               "largest": lambda p, c=counts: (c[p], p), "first": counts.get,
+               "first_element": lambda p, c=counts: (c[p], -p[0])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
         if update:
@@ -341,7 +346,16 @@ LEARN_MISTAKES = (
         "a, then the smallest b. max(counts, key=counts.get) keeps the first one counted, "
         "which depends on the order of the text.",
         (member(_learn_with(tie="first"), rule="the first pair counted"),
-         member(_learn_with(tie="largest"), rule="the largest pair")),
+         member(_learn_with(tie="largest"), rule="the largest pair"),
+         member(_learn_with(tie="first_element"),
+                rule="the smallest a, then the first counted, not the smallest b")),
+    ),
+    Mistake(
+        "no_early_stop", "No early stop when no pair is left",
+        "once every word is a single token there is no pair to count: max() of an empty "
+        "count raises. Stop the loop when the counts are empty (fewer than n_merges merges "
+        "then).",
+        (_learn_with(stop=False),),
     ),
 )
 _LEARN_LADDER = {
@@ -360,6 +374,7 @@ _LEARN_LADDER = {
     "prefix_space": (None, "print your first word for 'the cat': 'the', with no space."),
     "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
     "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
+    "no_early_stop": (None, "call learn_merges('ab', 5): one merge, then no pair is left."),
     "tie_rule": (None, "print the counts before a step where two pairs share the largest count, "
                  "and the pair you take."),
 }
@@ -405,14 +420,16 @@ def _token_bytes(merges):
     return vocab
 
 
-def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix=""):
+def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix="",
+            shortest=1):
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
     merge), "count" (the pair most frequent in the piece, training's rule; ties to the first
     seen), "count_rank" (the same, ties to the lowest rank), or "greedy" (no pairs: the
     longest known token at each position); `rounds` at most that many merges per piece;
-    `prefix` put before the text."""
+    `prefix` put before the text; `shortest` the length at which a word stops merging (1:
+    while len(word) > 1)."""
     pieces = pre_tokenize(prefix + text) if split else [prefix + text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}
@@ -428,7 +445,7 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = tuple(map(ord, piece)) if chars else tuple(piece.encode("utf-8"))
         done = 0
-        while len(word) > 1 and (rounds is None or done < rounds):
+        while len(word) > shortest and (rounds is None or done < rounds):
             found = [p for p in zip(word, word[1:]) if p in merges]
             if not found:
                 break
@@ -493,6 +510,12 @@ ENCODE_MISTAKES = (
         (_encode_with(prefix=" "),),
     ),
     Mistake(
+        "last_pair_unmerged", "A piece of two tokens never merged: the loop stops one early",
+        "merge while the piece has at least 2 tokens (while len(word) > 1, or >= 2): a pair "
+        "is two tokens, and the last merge of a piece leaves one.",
+        (_encode_with(shortest=2),),
+    ),
+    Mistake(
         "one_round", "Only one round of merges",
         "merging a pair makes new pairs that may be merges too: repeat until no adjacent pair "
         "is a merge (a while loop).",
@@ -512,6 +535,7 @@ _ENCODE_LADDER = {
     "latest_first": (None, "print the rank of the pair you merge each round: it should grow."),
     "one_round": (None, "print the word after each round: stop only when no pair is a merge."),
     "prefix_space": (None, "print decode(encode('the cat')) with your encode."),
+    "last_pair_unmerged": (None, "encode 'th' with the merge (116, 104) -> 256: one token."),
 }
 
 _ENCODE_TRAIN = "the cat sat on the mat; the cattle ate; aaaa abab. café déjà été\n        ok\n    ok"

@@ -37,8 +37,9 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
     Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
     the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
-    whatever x's dtype)."""
-    h = x.to(compute or torch.promote_types(x.dtype, torch.float32))
+    whatever x's dtype; "input": x's own, no upcast)."""
+    h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
+        compute, compute))
     if center:
         h = h - h.mean(dim, keepdim=True)
     if spread is not None:
@@ -132,6 +133,13 @@ RMS_MISTAKES = (
         (_rms_with(gain="plus_one"),),
     ),
     Mistake(
+        "no_upcast", "Computed in {dtype}: the squares overflow",
+        "mean(x^2) in {dtype} overflows past 65504 (an x of 256 is enough), and x / inf is 0: "
+        "compute the statistics in float32 at least, x.to(torch.promote_types(x.dtype, "
+        "torch.float32)), as Llama's RMSNorm does, then return x's dtype.",
+        (member(_rms_with(compute="input"), dtype="float16"),),
+    ),
+    Mistake(
         "float32_compute", "Computed in float32 whatever x's dtype",
         "upcasting to float32 (Hugging Face's LlamaRMSNorm does) protects float16 and "
         "bfloat16, but a float64 x then loses its precision, and its squares overflow past "
@@ -168,6 +176,7 @@ _RMS_LADDER = {
     "keepdim": (None, "print x.pow(2).mean(-1).shape next to x.shape."),
     "gain_plus_one": (None, "with self.weight all ones, your output must have root mean "
                       "square 1, not 2."),
+    "no_upcast": (None, "print (torch.tensor([300.0], dtype=torch.float16) ** 2)."),
     "float32_compute": (None, "print the dtype your mean of squares is computed in for a "
                         "float64 x."),
 }
@@ -201,6 +210,7 @@ RMS = Item(
         _rms_case(3, (4, 6), 3.0, torch.float64),
         gradient_case(_rms_case(4, (2, 3, 6), 1.0), "x"),
         _rms_case(5, (3, 5), 1e20, torch.float64),  # squares beyond float32's range
+        _rms_case(6, (2, 3, 8), 1000.0, torch.float16),  # squares beyond float16's range
     ],
     laddered(RMS_MISTAKES, _RMS_LADDER), match=_at_float32_precision,
     formula="Compare with weight * x / sqrt(mean(x^2 over the last axis) + eps).",

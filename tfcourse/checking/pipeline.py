@@ -366,12 +366,15 @@ class Item:
         """The first mistake that computes `result` on this case and the reference's result
         on the cases passed so far, and that computation, or (None, None)."""
         compare = self.match or case.same or self.same
+        expected = self._expected(reference, case) if self.match else None
         for mistake in mistakes:
             for compute in mistake.computes:
                 try:
                     predicted = self._compute(compute, reference, case)
                 except Exception:  # the mistake cannot run on these inputs
                     continue
+                if self.match and safely(case.same or self.same, predicted, expected):
+                    continue  # no mistake here: a looser `match` must not name it
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
                     return mistake, compute
@@ -493,11 +496,21 @@ class Item:
         if outcome.error is None and safely(self.same, outcome.value, expected):
             BATCH_OF_ONE.fail(self._details(case) + raised, name=name, how=how, label=case.label)
 
+    def _default(self, name):
+        """The default of the reference's argument `name`, or None."""
+        try:
+            function = self.reference.forward if self.is_class else self.reference
+            default = inspect.signature(function).parameters[name].default
+        except (KeyError, TypeError, ValueError):  # no such argument, or no signature
+            return None
+        return None if default is inspect.Parameter.empty else default
+
     def _fail_if_shifted(self, result, reference, case, what):
         """OFF_BY_ONE when `result` is the reference's with one of the item's `shifts` (a
         length, position, step or count) one more or one less."""
         for index, name, kind in self.shifts:
-            value = case.args[index] if index < len(case.args) else case.kwargs.get(name)
+            value = (case.args[index] if index < len(case.args)
+                     else case.kwargs.get(name, self._default(name)))
             if isinstance(value, bool) or not isinstance(value, (int, torch.Tensor)):
                 continue
             for delta in (1, -1):
@@ -521,8 +534,9 @@ class Item:
 
     def _fail_if_read_otherwise(self, result, reference, case, what):
         """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
-        inverted (all of them, or one of several); READ_SEQ_FIRST when it is the reference's for its (batch, seq, ...) inputs
-        read seq-first (each input's axes 0 and 1 swapped, and the output's back)."""
+        inverted (all of them, or one of several); READ_SEQ_FIRST when it is the reference's
+        for its (batch, seq, ...) inputs read seq-first (each input's axes 0 and 1 swapped,
+        and the output's back)."""
         named = [(i, n) for i, (n, a) in enumerate(zip(case.names, case.args))
                  if n and isinstance(a, torch.Tensor)]
         masks = [(i, n) for i, n in named if case.args[i].dtype == torch.bool

@@ -557,3 +557,27 @@ def additive_mask_as_in_keras(query, key, value, mask=None):
     if mask is not None:
         weights = weights * mask.any(dim=-1, keepdim=True)
     return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.lower_precision")
+def computed_in_float32(query, key, value, mask=None):
+    """'float32 for stability', cast back to the inputs' dtype at the end."""
+    q, k, v = query.float(), key.float(), value.float()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return (weights @ v).to(query.dtype), weights.to(query.dtype)
+
+
+@wrong("scaled_dot_product_attention.softmax_overflow")
+def exp_times_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    e = torch.exp(scores)  # no maximum subtracted
+    if mask is not None:
+        e = e * mask  # inf * 0 is NaN
+    total = e.sum(-1, keepdim=True)
+    weights = e / torch.where(total == 0, torch.ones_like(total), total)
+    return weights @ value, weights

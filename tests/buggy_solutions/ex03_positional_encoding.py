@@ -500,6 +500,12 @@ def table_in_float64(max_len, d_model):
     return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # float64 throughout
 
 
+@wrong("embed_and_encode.table_added_by_hand")
+def encoding_table_added(tokens, embedding, positional_encoding):
+    x = embedding(tokens) * math.sqrt(embedding.embedding_dim)
+    return x + positional_encoding.pe[: tokens.size(1)]  # the module's dropout never runs
+
+
 @wrong("embed_and_encode.no_position_at_zero")
 def no_position_at_padding(tokens, embedding, positional_encoding):
     """fairseq's positional embeddings: padding (id 0 here) gets none."""

@@ -524,3 +524,11 @@ class VarianceFromSums(LayerNorm):  # a streaming formula: running sums of x and
         s1, s2 = x.sum(-1, keepdim=True), (x ** 2).sum(-1, keepdim=True)
         mu = s1 / n
         return (x - mu) * torch.rsqrt(s2 / n - mu * mu + self.eps) * self.weight + self.bias
+
+
+@wrong("SublayerConnection.sandwich")
+class SandwichNorm(SublayerConnection):
+    def forward(self, x, sublayer):
+        if self.norm_first:  # Sandwich-LN: the sublayer's output normalized too
+            return x + self.dropout(self.norm(sublayer(self.norm(x))))
+        return self.norm(x + self.dropout(sublayer(x)))

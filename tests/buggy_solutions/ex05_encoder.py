@@ -554,6 +554,20 @@ class gptj_parallel(_ByHand):
         return y if self.norm_first else self.norm1(y)
 
 
+@wrong("EncoderLayer.parallel_block")
+class parallel_sublayers_joined(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        a = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask)[0])
+        return a + self.sublayers[1](x, self.feed_forward) - x  # x counted once
+
+
+@wrong("EncoderLayer.argument_ignored")
+class attention_of_the_outer_x(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, lambda _: self.self_attn(x, x, x, mask)[0])
+        return self.sublayers[1](x, self.feed_forward)
+
+
 @wrong("EncoderLayer.causal")
 class causal_by_default(_Layer):
     def attend(self, h, mask):

@@ -954,3 +954,18 @@ def epsilon_inside_log(logits, target, eps, pad_id):
     q = torch.full_like(log_p, eps / n).scatter(-1, target[..., None], 1 - eps + eps / n)
     keep = target != pad_id
     return -(q * log_p).sum(-1)[keep].sum() / keep.sum()
+
+
+@wrong("noam_lr.step_one_refused")
+def refuses_step_one(step, d_model, warmup):
+    if step <= 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@wrong("label_smoothing_loss.log_of_softmax")
+def log_sum_exp_by_hand(logits, target, eps, pad_id):
+    log_p = logits - torch.log(torch.exp(logits).sum(-1, keepdim=True))  # no max subtracted
+    q = torch.full_like(log_p, eps / logits.size(-1))
+    q = q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(q[..., :1], 1.0 - eps))
+    return -(q * log_p).sum(-1)[target != pad_id].mean()

@@ -745,3 +745,28 @@ def ranked_by_probability(scores, log_probs, lengths, alpha=0.6):
     probability = torch.exp(candidates / penalty.unsqueeze(-1)).view(batch, -1)  # "as probabilities"
     best = probability.topk(beam, dim=-1).indices
     return candidates.view(batch, -1).gather(1, best), best // vocab, best % vocab
+
+
+@wrong("greedy_decode.eos_start")
+def start_from_pad(model, src, src_mask, max_len, bos_id, eos_id):
+    memory = model.encode(src, src_mask)
+    pad = model.config.pad_id
+    ys = torch.full((src.size(0), 1), pad, dtype=torch.long)  # T5's decoder_start_token_id
+    done = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len):
+        h = model.decode(ys, memory, src_mask, causal_mask(ys.size(1)))
+        token = model.generator(h[:, -1]).argmax(-1).masked_fill(done, pad)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        done |= token == eos_id
+        if done.all():
+            break
+    return ys[:, 1:]
+
+
+@wrong("beam_search_step.index_split")
+def flattened_vocab_major(scores, log_probs, lengths, alpha=0.6):
+    batch, beam, vocab = log_probs.shape
+    candidates = (scores[:, :, None] + log_probs).transpose(1, 2)  # (batch, vocab, beam)
+    penalty = (((5 + lengths) / 6) ** alpha)[:, None, :]
+    best = (candidates / penalty).reshape(batch, -1).topk(beam, dim=-1).indices
+    return candidates.reshape(batch, -1).gather(1, best), best // vocab, best % vocab

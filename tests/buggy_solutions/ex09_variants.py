@@ -1090,3 +1090,12 @@ def divided_by_batch_count(h, keep):
 def clamped_at_1e9(h, keep):  # sentence-transformers' habit, in h's dtype
     w = keep.unsqueeze(-1).to(h.dtype)
     return (h * w).sum(1) / torch.clamp(w.sum(1), min=1e-9)
+
+
+@wrong("lm_loss.log_of_softmax")
+def lm_log_sum_exp_by_hand(logits, tokens, pad_id=PAD):
+    z = logits[:, :-1]
+    log_p = z - torch.log(torch.exp(z).sum(-1, keepdim=True))  # exp overflows: no max
+    target = tokens[:, 1:]
+    nll = -log_p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return nll[target != pad_id].mean()

@@ -804,3 +804,11 @@ def causal_strictly_before(size, window, causal=False):
     d = torch.arange(size)[:, None] - torch.arange(size)
     allowed = d.abs() <= window
     return allowed & (d > 0) if causal else allowed
+
+
+@wrong("sliding_window_mask.narrow_positions")
+def int8_positions(size, window, causal=False):
+    i = torch.arange(size, dtype=torch.int32).to(torch.int8)  # "masks are small"
+    offset = i[:, None] - i[None, :]
+    allowed = offset.abs() <= window
+    return allowed & (offset >= 0) if causal else allowed

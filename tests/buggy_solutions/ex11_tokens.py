@@ -92,6 +92,11 @@ def merge_loop_to_len_minus_one(word, pair, new_id):
     return tuple(out)
 
 
+@wrong("merge.as_bytes")
+def merge_by_bytes_replace(word, pair, new_id):
+    return tuple(bytes(word).replace(bytes(pair), bytes([new_id % 256])))
+
+
 @wrong("merge.first_only")
 def merge_first_found(word, pair, new_id):
     word = list(word)
@@ -206,6 +211,15 @@ def learn_without_merging(text, n_merges, special_tokens=()):
 @wrong("learn_merges.tie_rule")
 def learn_ties_by_first_element(text, n_merges, special_tokens=()):
     return _learn(_words(text, special_tokens), n_merges, key=lambda c: lambda p: (c[p], -p[0]))
+
+
+@wrong("learn_merges.tie_rule")
+def learn_ties_in_printable_byte_order(text, n_merges, special_tokens=()):
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    order = {b: i for i, b in enumerate(printable + [b for b in range(256) if b not in printable])}
+    rank = lambda t: order.get(t, t)  # noqa: E731  (merged tokens: by age)
+    return _learn(_words(text, special_tokens), n_merges,
+                  key=lambda c: lambda p: (c[p], -rank(p[0]), -rank(p[1])))
 
 
 @wrong("learn_merges.no_early_stop")
@@ -480,3 +494,20 @@ def decode_by_bytearray(ids, vocab):
 RIGHT = {"count_pairs": [count_with_zip_over_a_flat_list], "merge": [merge_by_list_building],
          "learn_merges": [learn_with_min_and_a_tuple_key], "encode": [encode_with_ranks_looked_up],
          "decode": [decode_by_bytearray]}
+
+
+@wrong("encode.leftmost_pair")
+def encode_first_occurrence_first(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode())
+        merged = True
+        while merged:
+            merged = False
+            for j in range(len(word) - 1):
+                if (word[j], word[j + 1]) in merges:  # the leftmost occurrence alone
+                    word[j:j + 2] = [merges[word[j], word[j + 1]]]
+                    merged = True
+                    break
+        ids += word
+    return ids

@@ -126,6 +126,14 @@ def rms_in_the_inputs_dtype(self, x):
     return self.weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
+@wrong("RMSNorm.unbiased_count")
+@_norm
+def rms_over_d_minus_one(self, x):
+    h = x.float()
+    h = h / torch.sqrt(h.pow(2).sum(-1, keepdim=True) / (x.size(-1) - 1) + self.eps)
+    return self.weight * h.to(x.dtype)
+
+
 @wrong("RMSNorm.float32_compute")
 @_norm
 def rms_always_float32(self, x):
@@ -361,6 +369,23 @@ def attention_queries_only(q, k, v, past_k=None, past_v=None, base=10000.0):
 def attention_detached(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
     q, k = rope(q, start).detach(), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.no_causal_mask")
+def attention_unmasked_with_a_cache(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    if past_k is None:  # "with a cache one token comes at a time"
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return F.scaled_dot_product_attention(q, _cat(past_k, k), _cat(past_v, v))
+
+
+@wrong("rotary_attention.other_pairs")
+def attention_meta_pairs(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base, pairs="adjacent"), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
     k, v = _cat(past_k, k), _cat(past_v, v)
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
 

@@ -1,6 +1,7 @@
 """Exercise 01: scaled dot-product attention, its cases and its catalogue of mistakes."""
 
 import dataclasses
+import functools
 import math
 
 import torch
@@ -128,11 +129,12 @@ BUILTIN = Mistake(
     "softmax(Q K^T / sqrt(d_k)) V yourself with @ (matmul) and torch.softmax.",
     uses=("scaled_dot_product_attention",),
 )
-def _additive(q, k, v, m=None):
-    """An additive mask, scores + (~mask) * -1e9: a fully masked row keeps its scores' softmax."""
+def _additive(q, k, v, m=None, fill=-1e9):
+    """An additive mask, scores + (~mask) * fill: a fully masked row keeps its scores' softmax
+    (-1e4: Hugging Face BERT's extended attention mask)."""
     scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
     if m is not None:
-        scores = scores + (~m).to(scores.dtype) * -1e9
+        scores = scores + (~m).to(scores.dtype) * fill
     weights = torch.softmax(scores, dim=-1)
     return weights @ v, weights
 
@@ -171,20 +173,23 @@ def _exp_over_sum(guard, over=None):
     matrix), where a row far below that maximum has every e^(s - max) underflow to 0, and
     0 / 0. Masked scores filled with -inf; `guard`, how fully masked rows (a sum of 0) get
     weights 0: "where" (where the sum is 0), "any" (the rows with no allowed key, zeroed
-    afterwards), "multiplied" (exp(s) * mask, no fill), "nan_to_num" (every NaN made 0, the
-    overflowed ones too)."""
+    afterwards), "multiplied" (exp(s) * mask, no fill), "multiplied_divided" (the same, each
+    sum of 0 replaced by 1: inf * 0 stays NaN), "nan_to_num" (every NaN made 0, the overflowed
+    ones too)."""
 
     def compute(q, k, v, m=None):
         scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
-        if m is not None and guard != "multiplied":
+        if m is not None and not guard.startswith("multiplied"):
             scores = scores.masked_fill(~m, float("-inf"))
         if over is not None:
             scores = scores - (scores.max() if over == "all" else scores.amax((-2, -1), keepdim=True))
         e = torch.exp(scores)
-        if m is not None and guard == "multiplied":
+        if m is not None and guard.startswith("multiplied"):
             e = e * m
         total = e.sum(-1, keepdim=True)
-        if guard in ("where", "multiplied"):
+        if guard == "multiplied_divided":
+            weights = e / torch.where(total == 0, torch.ones_like(total), total)
+        elif guard in ("where", "multiplied"):
             weights = torch.where(total > 0, e / total.clamp(min=torch.finfo(e.dtype).tiny),
                                   torch.zeros_like(e))
         else:
@@ -202,7 +207,8 @@ FULLY_MASKED = Mistake(
     "fully_masked", "Fully masked query row not handled",
     "when every key of a query is masked, softmax over all -inf is 0/0 = NaN (or uniform with a "
     "finite fill). Such a query attends to nothing: make its weights (and so its output) 0.",
-    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN)) + (_additive,)
+    tuple(_with(fill=fill, empty=False) for fill in (float("-inf"), -1e9, MIN))
+    + tuple(functools.partial(_additive, fill=fill) for fill in (-1e9, -1e4, -1e5, -65504.0))
     # the weights zeroed, but the output mixed before: such a query outputs the values' mean
     + tuple(_with(fill=fill, mix_before_empty=True) for fill in (-1e9, MIN)),
 )
@@ -388,7 +394,8 @@ MISTAKES = (
         "the order of 10^6 a softmax written as exp(s) / exp(s).sum() overflows. softmax(s) = "
         "softmax(s - c) for any c: subtract each row's largest (allowed) score before exp, so "
         "that no exp exceeds 1, or use torch.softmax.",
-        tuple(_exp_over_sum(guard) for guard in ("where", "any", "multiplied", "nan_to_num")),
+        tuple(_exp_over_sum(guard) for guard in ("where", "any", "multiplied", "multiplied_divided",
+                                                 "nan_to_num")),
     ),
     Mistake(
         "global_max", "Softmax stabilised with the maximum of the whole tensor, not of each row",

@@ -301,6 +301,8 @@ _LADDER = {
                    "embedding.embedding_dim."),
     "encoding_twice": (None, "positional_encoding(x) returns x + PE: print it next to your "
                        "result."),
+    "table_added_by_hand": (None, "with positional_encoding.train() and dropout=0.5, run "
+                            "twice: the results must differ."),
     "no_position_at_zero": (None, "print your result minus sqrt(d_model) * embedding(tokens) "
                             "where tokens == 0: it should be that position's row of PE."),
 }
@@ -490,15 +492,16 @@ def embed_and_encode(tokens, embedding, positional_encoding):
     return positional_encoding(embedding(tokens) * math.sqrt(embedding.embedding_dim))
 
 
-def _embedded(how):
+def _embedded(how, dropped=True):
     """A mistake's computation from (tokens, embedding, positional_encoding), given `how`
-    it combines the embeddings e, the encoding pe and s = sqrt(d_model) (and the tokens t)."""
+    it combines the embeddings e, the encoding pe and s = sqrt(d_model) (and the tokens t);
+    `dropped`: the module's dropout applied to the result, as its forward does."""
 
     def compute(tokens, embedding, positional_encoding):
         e = embedding(tokens)  # (batch, seq, d_model)
-        pe = positional_encoding(torch.zeros_like(e))  # PE[:seq], broadcast over the batch
-        return how(e, pe, math.sqrt(embedding.embedding_dim), tokens, embedding,
-                   positional_encoding)
+        pe = positional_encoding.pe[: tokens.size(1)]  # (seq, d_model), broadcast over the batch
+        out = how(e, pe, math.sqrt(embedding.embedding_dim), tokens, embedding, positional_encoding)
+        return positional_encoding.dropout(out) if dropped else out
 
     return (compute,)
 
@@ -553,31 +556,42 @@ SCALE_MISTAKES = (
     ),
     MULTIPLIED.computing(*_embedded(lambda e, pe, s, t, emb, penc: s * e * pe)),
     Mistake(
+        "table_added_by_hand", "Positional encoding's table added by hand: its dropout skipped",
+        "positional_encoding(x) adds PE[:seq] AND applies the module's dropout (in training "
+        "mode): call the module rather than adding its .pe buffer yourself.",
+        _embedded(lambda e, pe, s, t, emb, penc: s * e + pe, dropped=False),
+    ),
+    Mistake(
         "no_position_at_zero", "Tokens of id 0 left without {what}",
         "every position gets its positional encoding and every token its scaled embedding, "
         "id 0 too: this function knows of no padding id (fairseq's positional embeddings give "
         "padding the zero vector, nn.Embedding(padding_idx=0) a zero row); padding is the "
         "attention mask's job.",
         tuple(member(compute, what=what)
-              for what, how in (("a positional encoding", lambda e, pe, s, t: s * e + pe * (t != 0)[..., None]),
-                                ("an embedding", lambda e, pe, s, t: s * e * (t != 0)[..., None] + pe))
+              for what, how in (
+                  ("a positional encoding", lambda e, pe, s, t: s * e + pe * (t != 0)[..., None]),
+                  ("an embedding", lambda e, pe, s, t: s * e * (t != 0)[..., None] + pe))
               for compute in _embedded(lambda e, pe, s, t, emb, penc, how=how: how(e, pe, s, t))),
     ),
 )
 
 
-def _embedding_case(seed, vocab, d_model, batch, seq):
+def _embedding_case(seed, vocab, d_model, batch, seq, dropout=0.0):
+    """dropout: the positional encoding's, in training mode."""
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab, (batch, seq), generator=g)
     embedding = nn.Embedding.from_pretrained(torch.randn(vocab, d_model, generator=g), freeze=False)
-    args = (tokens, embedding, PositionalEncoding(d_model, max_len=20))  # sqrt(20) is no d_model / 2
-    return Case(args, names=("tokens", "embedding", "positional_encoding"),
-                label=describe(tokens=tokens) + f", d_model={d_model}", seed=seed)
+    encoding = PositionalEncoding(d_model, max_len=20, dropout=dropout)  # sqrt(20) is no d_model / 2
+    label = describe(tokens=tokens) + f", d_model={d_model}"
+    label += f", positional_encoding's dropout={dropout} in training mode" if dropout else ""
+    return Case((tokens, embedding, encoding), names=("tokens", "embedding", "positional_encoding"),
+                label=label, seed=seed)
 
 
 EMBED = Item(
     EXERCISE, "embed_and_encode", embed_and_encode,
-    [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9)],
+    [_embedding_case(0, 11, 8, 2, 5), _embedding_case(1, 7, 6, 3, 9),
+     _embedding_case(2, 9, 8, 2, 6, dropout=0.5)],
     laddered(SCALE_MISTAKES, _LADDER),
     formula="Look up the embeddings, scale them, then apply positional_encoding.",
     twins=_embedded(lambda e, pe, s, t, emb, penc: s * e + pe),

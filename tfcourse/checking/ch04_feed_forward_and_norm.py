@@ -257,6 +257,7 @@ _FFN_LADDER = {
     "dropout_in_eval": (None, _EVAL),
 }
 _SUBLAYER_LADDER = {
+    "sandwich": (None, "with norm_first=True count the norm calls of your forward: one, on x."),
     "no_residual": (None, "pass a sublayer that returns zeros: the output must still depend "
                     "on x."),
     "norm_misplaced": (None, "write both branches as formulas, and for each one mark where "
@@ -465,7 +466,8 @@ FFN = Item(
 def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", use_norm=True):
     """The residual sublayer with the variations that mistakes make. order: "right",
     "flipped" (pre-norm and post-norm swapped), "normalized" (residual from norm(x)),
-    "norm_sum" (norm(x) + sub(x)), "both" (normalized before and after), "none" (no residual)."""
+    "norm_sum" (norm(x) + sub(x)), "both" (normalized before and after), "sandwich" (x +
+    norm(sub(norm(x))), one norm on each side of the sublayer), "none" (no residual)."""
     first = module.norm_first if norm_first is None else norm_first
     if order == "flipped":
         first = not first
@@ -485,6 +487,8 @@ def _sublayer(module, x, sub, norm_first=None, order="right", drop="sublayer", u
         return x + dropped(norm(sub(x)), "sublayer")
     if order == "both":
         return norm(x + dropped(sub(norm(x)), "sublayer"))
+    if order == "sandwich":  # pre-norm whose sublayer's output is normalized too
+        return x + dropped(norm(sub(norm(x))), "sublayer")
     if first:
         h = norm(x)
         base = {"right": x, "flipped": x, "normalized": h, "none": 0}[order]
@@ -522,6 +526,13 @@ def _residual_dropped(residual_first):
 
 
 SUBLAYER_MISTAKES = (
+    Mistake(
+        "sandwich", "Sublayer's output normalized too: a sandwich norm",
+        "pre-norm normalizes the sublayer's INPUT only: x + Dropout(Sublayer(LayerNorm(x))). "
+        "Normalizing its output as well (CogView's Sandwich-LN, Gemma 2's post-sublayer norms) "
+        "is another architecture, with a second norm this module does not have.",
+        (_sub_with(norm_first_only=True, order="sandwich"),),
+    ),
     Mistake(
         "no_residual", "Residual missing",
         "add the input back: the sublayer's output is x + Sublayer(...), so the input (and its "

@@ -150,6 +150,8 @@ _LAYER_LADDER = {
                       "(which norm) sits with self.self_attn?"),
     "order": (None, "list the modules your forward calls, in order: attention before the "
               "feed-forward network."),
+    "argument_ignored": (None, "in pre-norm, print which tensor your attention lambda "
+                         "passes to self.self_attn: its argument, or the outer x?"),
     "kv_unnormalized": (None, "in pre-norm, print which tensor you give self.self_attn as "
                         "query, as key and as value: one and the same."),
     "not_chained": (None, "after the first sublayer, which tensor does the second residual "
@@ -222,7 +224,8 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     (on the sublayer's output, in eval mode too), "residual" or "residual_after" (on the
     sublayer's output and on the residual x too, drawn before or after the sublayer's).
     order: the sublayers' order; norms[i]: the norm that sublayer i uses. kv: "raw" gives
-    self-attention the unnormalized x as keys and values. ffn_reads_input: the feed-forward
+    self-attention the unnormalized x as keys and values ("raw_query": as queries; "raw_all":
+    as all three, the sublayer's normalized argument ignored). ffn_reads_input: the feed-forward
     sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
     that also normalizes each residual sum. bare: the sublayers (0: attention, 1: feed-forward)
     without a residual; skip: the sublayers not run at all. norm_at: post-norm's norm on the
@@ -247,8 +250,8 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         given = drop(h) if dropout == "input" else h
         kept = drop(x) if dropout == "residual" else x  # drawn before the sublayer's dropout
         if i == 0:
-            source = x if kv == "raw" else given
-            query = x if kv == "raw_query" else given
+            source = x if kv in ("raw", "raw_all") else given
+            query = x if kv in ("raw_query", "raw_all") else given
             out = layer.self_attn(query, source, source, mask)
             out = out[0] if unpacked else out
         else:
@@ -277,10 +280,14 @@ def _layer_with(**bug):
     return lambda layer, x, mask=None: _layer(layer, x, mask, **bug)
 
 
-def _parallel(layer, x, mask=None, *, shared_norm=False):
+def _parallel(layer, x, mask=None, *, shared_norm=False, joined=False):
     """GPT-J's and PaLM's parallel block: both sublayers read the same x and join one
     residual sum, x + Attention(x') + FFN(x'), each x' normalized (pre-norm; one norm if
-    `shared_norm`) or the whole sum normalized (post-norm)."""
+    `shared_norm`) or the whole sum normalized (post-norm); `joined`: each sublayer applied
+    to x whole (its residual, dropout and norm), x counted once: sub1(x) + sub2(x) - x."""
+    if joined:
+        attended = layer.sublayers[0](x, lambda h: layer.self_attn(h, h, h, mask)[0])
+        return attended + layer.sublayers[1](x, layer.feed_forward) - x
     first, second = layer.sublayers
     pre = first.norm_first
     h_attn = first.norm(x) if pre else x
@@ -368,6 +375,12 @@ LAYER_MISTAKES = (
         (_layer_with(order=(1, 0)), _layer_with(order=(1, 0), norms=(1, 0))),
     ),
     Mistake(
+        "argument_ignored", "Sublayer function ignores its argument",
+        "self.sublayers[0](x, f) calls f with the LayerNorm of x in pre-norm: write f as "
+        "lambda y: self.self_attn(y, y, y, mask)[0] and use y inside it, not the x outside.",
+        (_layer_with(kv="raw_all"),),
+    ),
+    Mistake(
         "kv_unnormalized", "Self-attention given the unnormalized input",
         "in pre-norm, self-attention's query, key and value are all the same normalized "
         "tensor, the normalized x: self.self_attn(h, h, h, mask) with one h.",
@@ -391,7 +404,8 @@ LAYER_MISTAKES = (
         "x + Attention(x) + FFN(x), both reading the same x (GPT-J, PaLM), is another "
         "architecture: in this layer the sublayers run one after the other, each with its own "
         "residual sum: x = sublayer1(x), then x = sublayer2(x) on that new x.",
-        (_parallel, lambda layer, x, mask=None: _parallel(layer, x, mask, shared_norm=True)),
+        (_parallel, lambda layer, x, mask=None: _parallel(layer, x, mask, shared_norm=True),
+         lambda layer, x, mask=None: _parallel(layer, x, mask, joined=True)),
     ),
     Mistake(
         "causal", "Encoder self-attention made causal",

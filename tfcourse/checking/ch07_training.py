@@ -7,6 +7,8 @@ mistake (gradients kept from the last step, accumulation not averaged, no clippi
 moves the weights somewhere it can be recognised.
 """
 
+import dataclasses
+import functools
 import math
 from itertools import product
 
@@ -310,6 +312,8 @@ _NOAM_LADDER = {
                      "-0.5."),
     "not_a_float": (None, "print type(noam_lr(1, 512, 4000)): float."),
     "step_zero": (None, "call noam_lr(0, 512, 4000): it must raise ValueError."),
+    "step_one_refused": (None, "call noam_lr(1, 512, 4000): the first rate, 512^-0.5 * "
+                         "4000^-1.5."),
 }
 _STEP_LADDER = {
     "not_zeroed": (None, "call train_step twice on the same batch with plain SGD: the second "
@@ -528,10 +532,14 @@ def _mass_family():
                  for o_name, o, true_name, true in _mass_members())
 
 
-def _log_of_softmax_loss(logits, target, eps, pad_id, kept=lambda p: p):
+def _log_of_softmax_loss(logits, target, eps, pad_id, kept=lambda p: p, exp=False):
     """The smoothed loss on log(softmax(logits)), in the logits' dtype; `kept`: what is done
-    to the probabilities before the log (clipped, an epsilon added)."""
-    log_p = kept(logits.softmax(-1)).log()
+    to the probabilities before the log (clipped, an epsilon added); `exp`: on
+    logits - log(sum(exp(logits))), no maximum subtracted."""
+    if exp:
+        log_p = logits - logits.exp().sum(-1, keepdim=True).log()
+    else:
+        log_p = kept(logits.softmax(-1)).log()
     n_classes = logits.size(-1)
     q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
                                                          1 - eps + eps / n_classes)
@@ -673,10 +681,12 @@ LOSS_MISTAKES = (
         (lambda x, y, e, p: _loss(x, y, e, 0),),
     ),
     Mistake(
-        "log_of_softmax", "log(softmax(...)) instead of log_softmax",
-        "softmax of large logits underflows to 0 for the unlikely classes, and log(0) = -inf: "
-        "take F.log_softmax(logits, dim=-1), which never forms the probabilities.",
-        (_log_of_softmax_loss,),
+        "log_of_softmax", "Log-probabilities made through exp, not by log_softmax",
+        "softmax of large logits underflows to 0 for the unlikely classes (log(0) = -inf), and "
+        "exp of large logits without the maximum subtracted overflows to inf: take "
+        "F.log_softmax(logits, dim=-1), which computes logits - logsumexp(logits) stably, never "
+        "forming the probabilities.",
+        (_log_of_softmax_loss, functools.partial(_log_of_softmax_loss, exp=True)),
     ),
     Mistake(
         "probabilities_clipped", "Probabilities {how} before the log",
@@ -808,6 +818,13 @@ def _noam(step, d_model, warmup, warm=-1.5, decay=-0.5, d=-0.5, pick=min, shift=
     return pick(fall, scale * warmup_branch)
 
 
+def _without_step_one(case):
+    """The rates' case without its steps 1 (what code that refuses step 1 gets right)."""
+    kept = [i for i, (step, _, _) in enumerate(case.args[0]) if step != 1]
+    return dataclasses.replace(case, args=([case.args[0][i] for i in kept],),
+                               parts=tuple(case.parts[i] for i in kept))
+
+
 def _all(**variant):
     return lambda cases: [_noam(*case, **variant) for case in cases]
 
@@ -882,6 +899,12 @@ NOAM_MISTAKES = (
         "d_model^-0.5 multiplies the min of both branches: lrate = d_model^-0.5 * "
         "min(step^-0.5, step * warmup^-1.5).",
         (_all(factor="decay"), _all(factor="warmup")),
+    ),
+    Mistake(
+        "step_one_refused", "Step 1 refused: the check of the step excludes it",
+        "the paper counts steps from 1: step 1 is the first rate, and only a step below 1 is an "
+        "error: raise for step < 1, not step <= 1.",
+        probe=lambda case, error: _without_step_one(case),
     ),
     Mistake(
         "step_shifted", "Step shifted by one",

@@ -134,9 +134,11 @@ def _greedy(model, src, src_mask, max_len, bos_id, eos_id, stop=True, fill="pad"
     (without or with replacement, as torch.distributions.Categorical draws), or
     "batch_softmax": the argmax of a softmax over the batch axis. use_src_mask:
     True (right), False (not given to decode), "encode" (not given to encode) or "neither".
-    start: the token every sequence starts from, "bos" (right) or "eos" (fairseq's)."""
+    start: the token every sequence starts from, "bos" (right), "eos" (fairseq's) or "pad"
+    (T5's decoder_start_token_id)."""
     memory = model.encode(src, None if use_src_mask in ("encode", "neither") else src_mask)
-    ys = torch.full((src.size(0), 1), bos_id if start == "bos" else eos_id, dtype=torch.long)
+    first_id = {"bos": bos_id, "eos": eos_id, "pad": model.config.pad_id}[start]
+    ys = torch.full((src.size(0), 1), first_id, dtype=torch.long)
     done = torch.zeros(src.size(0), dtype=torch.bool)
     fill = model.config.pad_id if fill == "pad" else fill
     for _ in range(max_len + steps if bounded else 64):
@@ -179,10 +181,16 @@ def _one_sentence(case, error):
 
 GREEDY_MISTAKES = (
     Mistake(
-        "eos_start", "Decoding started from EOS (fairseq's convention), not BOS",
-        "fairseq's decoders start from EOS (its prev_output_tokens begin with it); this "
-        "course's model was trained on BOS y_1 ... y_n: start every sequence from bos_id.",
-        (_greedy_with(start="eos"), _greedy_with(start="eos", keep_bos=True)),
+        "eos_start", "Decoding started from {token} ({whose} convention), not BOS",
+        "{why}; this course's model was trained on BOS y_1 ... y_n: start every sequence "
+        "from bos_id.",
+        tuple(member(_greedy_with(start=start, keep_bos=keep), token=token, whose=whose, why=why)
+              for start, token, whose, why in (
+                  ("eos", "EOS", "fairseq's",
+                   "fairseq's decoders start from EOS (its prev_output_tokens begin with it)"),
+                  ("pad", "padding", "T5's",
+                   "T5's decoder starts from its pad id (decoder_start_token_id)"))
+              for keep in (False, True)),
     ),
     Mistake(
         "no_stop", "Greedy decoding does not stop at EOS",
@@ -437,8 +445,9 @@ GREEDY = Item(
 
 def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="divide",
                return_ranking=False, split=None, largest=True, penalty=None, per_beam=False,
-               rank_by="candidates", flat=False):
-    """One beam-search step with the variations mistakes make."""
+               rank_by="candidates", flat=False, vocab_major=False):
+    """One beam-search step with the variations mistakes make; vocab_major: the candidates
+    flattened as (vocab, beam), the index still split as if (beam, vocab)."""
     batch, beam, vocab = log_probs.shape
     if flat:  # the whole batch flattened: the sentences compete for one set of beams
         candidates = scores[:, :, None] + log_probs
@@ -458,6 +467,8 @@ def _beam_step(scores, log_probs, lengths, alpha=0.6, combine="add", normalize="
                "token": scores[:, :, None] + log_probs / lp, "exp": (ranked / lp).exp(),
                "exp_divided": ranked.exp() / lp}[normalize]
     kept = ranking if return_ranking else candidates
+    if vocab_major:
+        ranking, kept = ranking.transpose(1, 2), kept.transpose(1, 2)
     if per_beam:  # each beam extended by its own best token
         token = ranking.argmax(-1)  # (batch, beam)
         value = kept.gather(2, token[:, :, None])[..., 0]
@@ -564,7 +575,8 @@ BEAM_MISTAKES = (
         tuple(_beam_with(split=f) for f in (lambda i, k, v: (i % k, i // k),
                                              lambda i, k, v: (i // k, i % k),
                                              lambda i, k, v: (i % v, i // v),
-                                             lambda i, k, v: (i // k, i % v))),
+                                             lambda i, k, v: (i // k, i % v)))
+        + (_beam_with(vocab_major=True),),
     ),
     Mistake(
         "smallest", "Worst candidates kept",

@@ -90,9 +90,11 @@ def _pair(a, b):
     return slice(*a), slice(*b)
 
 
-def _lm_log_of_softmax(logits, tokens, pad_id=PAD):
-    """The next-token loss on log(softmax(logits)), in the logits' dtype."""
-    log_p = logits[:, :-1].softmax(-1).log()  # (batch, seq - 1, V)
+def _lm_log_of_softmax(logits, tokens, pad_id=PAD, exp=False):
+    """The next-token loss on log(softmax(logits)), in the logits' dtype (`exp`: on
+    z - log(sum(exp(z))), no maximum subtracted)."""
+    z = logits[:, :-1]
+    log_p = z - z.exp().sum(-1, keepdim=True).log() if exp else z.softmax(-1).log()  # (batch, seq - 1, V)
     y = tokens[:, 1:]
     nll = -log_p.gather(-1, y[..., None])[..., 0]
     return nll[y != pad_id].mean()
@@ -223,11 +225,13 @@ LM_MISTAKES = (
         (_lm_with(log="axis"),),
     ),
     Mistake(
-        "log_of_softmax", "log(softmax(...)) instead of log_softmax",
-        "softmax of large logits underflows to 0 for the unlikely tokens, and log(0) = -inf: "
-        "take F.log_softmax(logits, dim=-1) (or F.cross_entropy), which never forms the "
-        "probabilities.",
-        (_lm_log_of_softmax,),
+        "log_of_softmax", "Log-probabilities made through exp, not by log_softmax",
+        "softmax of large logits underflows to 0 for the unlikely tokens (log(0) = -inf), and "
+        "exp of large logits without the maximum subtracted overflows to inf (past 88 in "
+        "float32, 11 in float16): take F.log_softmax(logits, dim=-1) (or F.cross_entropy), "
+        "which computes logits - logsumexp(logits) stably, never forming the probabilities.",
+        (_lm_log_of_softmax, lambda logits, tokens, pad_id=PAD: _lm_log_of_softmax(
+            logits, tokens, pad_id, exp=True)),
     ),
 )
 

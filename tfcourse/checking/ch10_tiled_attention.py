@@ -88,8 +88,10 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
             value = torch.finfo(s.dtype).min if fill == "min" else fill
             s = s.masked_fill(where, 0.0 if mask_at == "zero" else value)
         block_max = s.amax(dim=-1, keepdim=keepdim)
-        new_max = {True: lambda: torch.maximum(run_max, block_max), False: lambda: block_max,
-                   "first": lambda: run_max if n_blocks else block_max}[running]()
+        if running == "first":  # the first block's maximum, kept
+            new_max = run_max if n_blocks else block_max
+        else:
+            new_max = torch.maximum(run_max, block_max) if running else block_max
         shift = new_max.masked_fill(new_max == -INF, 0.0) if guard else new_max
         if not subtract:
             shift = torch.zeros_like(shift)
@@ -582,6 +584,7 @@ _WINDOW_LADDER = {
     "window_too_narrow": (None, "print sliding_window_mask(5, 1): each row has 3 True inside "
                           "the band (fewer at the edges)."),
     "window_too_wide": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
+    "narrow_positions": (None, "print torch.arange(300).to(torch.int8)[255:258]."),
     "total_width": (None, "print sliding_window_mask(9, 3)[4]: True at keys 1 to 7."),
     "zero_means_none": (None, "print sliding_window_mask(5, 0): the diagonal alone."),
     "causal_excludes_self": (None, "print sliding_window_mask(4, 1, causal=True)[0]: query 0 "
@@ -622,7 +625,8 @@ ITEM = Item(
 
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
-          one_side=None, past=0, future=0, bound=None, signs_swapped=False, zero=None):
+          one_side=None, past=0, future=0, bound=None, signs_swapped=False, zero=None,
+          positions=None):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
@@ -633,8 +637,8 @@ def _band(size, window, causal=False, *, reach=None, side="past", combine="and",
     `signs_swapped`: triu(.., window) & tril(.., -window), the band's two offsets with their
     signs swapped (empty, but for window 0); `zero` "none": a window of 0 read as no window
     (every key, or every past key if causal); side "before": causal keys strictly before
-    the query."""
-    i = torch.arange(size)
+    the query; `positions`: the positions' integer dtype (int8 wraps past 127)."""
+    i = torch.arange(size) if positions is None else torch.arange(size).to(positions)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
     if past or future:
@@ -709,6 +713,14 @@ WINDOW_MISTAKES = (
         "with causal=True query i sees keys i - window <= j <= i: j = i included (its own "
         "token), so that the first query sees at least itself. j < i leaves it out.",
         (_window(side="before"),),
+    ),
+    Mistake(
+        "narrow_positions", "Positions held in {dtype}: past {top} they wrap around",
+        "{dtype} holds {values} only: larger positions wrap around (256 becomes 0), and so does "
+        "i - j: a key 256 positions away looks like the query itself. Keep the positions in "
+        "torch.arange's own int64.",
+        tuple(member(_window(positions=d), dtype=str(d).removeprefix("torch."), top=t, values=v)
+              for d, t, v in ((torch.int8, 127, "-128 ... 127"), (torch.uint8, 255, "0 ... 255"))),
     ),
     Mistake(
         "mask_polarity", "Window mask polarity inverted",
@@ -787,7 +799,7 @@ def _window_case(size, window, causal):
 WINDOW = Item(
     EXERCISE, "sliding_window_mask", sliding_window_mask,
     [_window_case(*args) for args in ((7, 3, False), (7, 2, True), (6, 0, False), (6, 0, True),
-                                      (4, 9, True), (1, 3, False))],
+                                      (4, 9, True), (1, 3, False), (300, 3, True))],
     laddered(WINDOW_MISTAKES, _WINDOW_LADDER), what="mask", prep="for",
     show=lambda case, result, expected: f" you returned\n{_draw(result)}",
     formula="Query i may attend key j when |i - j| <= window, and (if causal) j <= i.",

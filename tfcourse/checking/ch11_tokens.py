@@ -12,7 +12,16 @@ from collections import Counter
 
 import regex
 
-from ..tokens import count_pairs, decode, encode, learn_merges, merge, pre_tokenize
+from ..tokens import (
+    BYTE_ORDER,
+    GPT2_PATTERN,
+    count_pairs,
+    decode,
+    encode,
+    learn_merges,
+    merge,
+    pre_tokenize,
+)
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
@@ -177,6 +186,14 @@ MERGE_MISTAKES = (
         (_merge_with(last=False), _merge_with(last=False, step=1)),
     ),
     Mistake(
+        "as_bytes", "Merged as bytes: a rank of 256 or more is not a byte",
+        "every merge's new id (and every token merged before) is 256 or more: bytes(word)"
+        ".replace(...) cannot hold it (bytes([256]) raises; % 256 turns it into 0). Work on the "
+        "tuple of ranks: scan it left to right.",
+        (lambda word, pair, new_id: tuple(bytes(word).replace(bytes(pair), bytes([new_id % 256]))),
+         lambda word, pair, new_id: tuple(bytes(word).replace(bytes(pair), bytes([new_id])))),
+    ),
+    Mistake(
         "first_only", "Only the first occurrence of the pair merged",
         "merge EVERY occurrence of the pair in the word, left to right (list.index or "
         "str.replace(..., 1) find the first one only).",
@@ -194,6 +211,7 @@ _MERGE_LADDER = {
     "second_kept": (None, "print merge((1, 2, 3), (1, 2), 9): two tokens become one."),
     "last_dropped": (None, "print merge((1, 2, 3), (1, 2), 9): the 3 stays."),
     "first_only": (None, "print merge((1, 2, 1, 2), (1, 2), 9)."),
+    "as_bytes": (None, "print bytes([256])."),
     "right_to_left": (None, "print merge((5, 5, 5), (5, 5), 9): which two 5s go first?"),
 }
 
@@ -348,7 +366,11 @@ LEARN_MISTAKES = (
         (member(_learn_with(tie="first"), rule="the first pair counted"),
          member(_learn_with(tie="largest"), rule="the largest pair"),
          member(_learn_with(tie="first_element"),
-                rule="the smallest a, then the first counted, not the smallest b")),
+                rule="the smallest a, then the first counted, not the smallest b"),
+         member(lambda text, n_merges, special_tokens=(): learn_merges(
+             text, n_merges, GPT2_PATTERN, special_tokens, BYTE_ORDER),
+                rule="Hugging Face tokenizers': the bytes in GPT-2's printable order, not by "
+                     "value")),
     ),
     Mistake(
         "no_early_stop", "No early stop when no pair is left",
@@ -425,9 +447,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
-    merge), "count" (the pair most frequent in the piece, training's rule; ties to the first
-    seen), "count_rank" (the same, ties to the lowest rank), or "greedy" (no pairs: the
-    longest known token at each position); `rounds` at most that many merges per piece;
+    merge; "leftmost_one": only that occurrence of it), "count" (the pair most frequent in
+    the piece, training's rule; ties to the first seen), "count_rank" (the same, ties to the
+    lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds` at most that many merges per piece;
     `prefix` put before the text; `shortest` the length at which a word stops merging (1:
     while len(word) > 1)."""
     pieces = pre_tokenize(prefix + text) if split else [prefix + text]
@@ -449,6 +471,11 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
             found = [p for p in zip(word, word[1:]) if p in merges]
             if not found:
                 break
+            if pick == "leftmost_one":  # that occurrence alone, then look again
+                j = next(j for j, p in enumerate(zip(word, word[1:])) if p in merges)
+                word = (*word[:j], merges[word[j], word[j + 1]], *word[j + 2:])
+                done += 1
+                continue
             counts = Counter(found)  # in order of first occurrence
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
                     "leftmost": found[0], "count": max(counts, key=counts.get),
@@ -488,7 +515,7 @@ ENCODE_MISTAKES = (
         "leftmost_pair", "The leftmost mergeable pair merged first, not the lowest rank",
         "each round, among the adjacent pairs that are merges, take the one learned EARLIEST "
         "(the lowest rank: min(pairs, key=merges.get)), wherever it is in the word.",
-        (_encode_with(pick="leftmost"),),
+        (_encode_with(pick="leftmost"), _encode_with(pick="leftmost_one")),
     ),
     Mistake(
         "by_count", "The pair most frequent in the piece merged first, not the lowest rank",
@@ -541,10 +568,11 @@ _ENCODE_LADDER = {
 _ENCODE_TRAIN = "the cat sat on the mat; the cattle ate; aaaa abab. café déjà été\n        ok\n    ok"
 _MERGES = {p: 256 + i for i, p in enumerate(learn_merges(_ENCODE_TRAIN, 30))}
 # Made-up merges where the orders of merging differ: ab then bc; ab, bc, then a + bc;
-# he, th, her, then th + e.
+# he, th, her, then th + e; cd, bc, then b + cd.
 _AB_BC = {(97, 98): 256, (98, 99): 257}
 _A_BC = {(97, 98): 256, (98, 99): 257, (97, 257): 258}
 _THE = {(104, 101): 256, (116, 104): 257, (256, 114): 258, (257, 101): 259}
+_B_CD = {(99, 100): 256, (98, 99): 257, (98, 256): 258}
 
 
 def _encode_case(text, merges, note=""):
@@ -564,7 +592,9 @@ ENCODE = Item(
      _encode_case("abc", _AB_BC, " (merges ab, bc)"),
      _encode_case("abc", _A_BC, " (merges ab, bc, a+bc)"),
      _encode_case("there the", _THE, " (merges he, th, her, th+e)"),
-     _encode_case("", _MERGES, " (empty)")],
+     _encode_case("", _MERGES, " (empty)"),
+     _encode_case("bcd", _B_CD, " (merges cd, bc, b+cd: the leftmost pair is not the first "
+                                "learned, nor the longest token's)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",

@@ -31,13 +31,14 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None, keepdim=True, compute=None):
+         spread=None, keepdim=True, compute=None, count=None):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
     Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
     the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
-    whatever x's dtype; "input": x's own, no upcast)."""
+    whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
+    by instead of d_model (d_model -> number)."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -46,6 +47,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         square = h.var(dim, correction=spread, keepdim=True)
     else:
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
+        if count is not None:
+            square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
     e = module.eps
     if isinstance(eps, float):  # a number of the learner's own instead of self.eps
         e, eps = eps, "inside"
@@ -121,6 +124,13 @@ RMS_MISTAKES = (
         tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1))),
     ),
     Mistake(
+        "unbiased_count", "Mean of squares divided by d_model - 1",
+        "the root MEAN square divides the sum of the squares by d_model, the number of "
+        "features: x.pow(2).mean(-1). d_model - 1 is the unbiased variance's count (around a "
+        "mean that RMSNorm does not subtract).",
+        (_rms_with(count=lambda d: d - 1),),
+    ),
+    Mistake(
         "keepdim", "Mean of squares taken without keepdim=True",
         "x.pow(2).mean(-1) drops the last axis: (..., seq) does not line up with x (..., seq, "
         "d_model). Keep it: x.pow(2).mean(-1, keepdim=True) is (..., seq, 1).",
@@ -174,6 +184,7 @@ _RMS_LADDER = {
                    "squares: (batch, seq, 1)."),
     "no_gain": (None, "set self.weight to 2 and print one output row: does it double?"),
     "keepdim": (None, "print x.pow(2).mean(-1).shape next to x.shape."),
+    "unbiased_count": (None, "for the row [1., 2., 3.] print x.pow(2).mean(-1): 4.67."),
     "gain_plus_one": (None, "with self.weight all ones, your output must have root mean "
                       "square 1, not 2."),
     "no_upcast": (None, "print (torch.tensor([300.0], dtype=torch.float16) ** 2)."),
@@ -507,15 +518,16 @@ ROTATE = Item(
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
-               diagonal=0):
+               diagonal=0, pairs="halves"):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
-    "after" them, or "ignored"; diagonal: added to the mask's diagonal."""
+    "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
+    causal mask only when there is no cache; pairs: RoPE's pair convention."""
     start = 0 if past_k is None else past_k.size(-2)
     at = start if offset else 0
-    rq = _rotate(q, at, base) if "q" in which else q
-    rk = _rotate(k, at, base) if "k" in which else k
-    v = _rotate(v, at, base) if rotate_v else v
+    rq = _rotate(q, at, base, pairs) if "q" in which else q
+    rk = _rotate(k, at, base, pairs) if "k" in which else k
+    v = _rotate(v, at, base, pairs) if rotate_v else v
     if past_k is not None and past == "after":
         rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
     if past_k is not None and past == "before":
@@ -525,7 +537,8 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     seq, total = q.size(-2), rk.size(-2)
     allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(total - seq + diagonal),
                "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
-               "none": None}[mask]
+               "none": None,
+               "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril()}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
     if allowed is not None:
         scores = scores.masked_fill(~allowed, -math.inf)
@@ -593,10 +606,20 @@ ATTENTION_MISTAKES = (
             (lambda d: d ** 0.25, "the fourth root of d_head"))),
     ),
     Mistake(
-        "no_causal_mask", "No causal mask",
+        "no_causal_mask", "No causal mask{when}",
         "with several new tokens, each may read only the keys up to its own position: mask "
-        "the later ones.",
-        (_attention_with(mask="none"),),
+        "the later ones{why}.",
+        (member(_attention_with(mask="none"), when="", why=""),
+         member(_attention_with(mask="no_cache"), when=" when a cache is given",
+                why=" (one new token at a time needs no mask, but a cache may come with "
+                    "several: a prompt's continuation, or speculative decoding)")),
+    ),
+    Mistake(
+        "other_pairs", "RoPE's pairs taken in {which} convention",
+        "rotary_attention rotates in the course's convention, pairs='halves' (transformers'), the "
+        "one the cached keys were rotated in: RotaryEmbedding(d_head, base) as it is, with no "
+        "pairs argument.",
+        (member(_attention_with(pairs="adjacent"), which="Meta's adjacent"),),
     ),
     Mistake(
         "one_side_rotated", "Only {which} rotated",
@@ -617,6 +640,7 @@ _ATTENTION_LADDER = {
                         "row must allow 4 keys, the second 5."),
     "no_causal_mask": (None, "give 3 new tokens and no cache: the first one's output must not "
                        "change when you change the last one's v."),
+    "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
     "past_ignored": (None, "print k.shape after your concatenation: (batch, heads, start + "
                      "seq, d_head)."),
     "cache_after": (None, "print which tensor comes first in your torch.cat of the keys."),

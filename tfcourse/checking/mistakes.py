@@ -155,11 +155,17 @@ BATCH_OF_ONE = Mistake(
     "{name} {how} on {label}, and gets the same inputs right as a batch of two: a squeeze() "
     "with no dim removes every axis of size 1, the batch's too, and an index or a loop may "
     "assume several sequences. Name the axis you mean: squeeze(-1), x[:, -1].")
+LOWER_PRECISION = Mistake(
+    "lower_precision", "Computed in float32: float64 inputs lose their precision",
+    "your {what} equals the expected one computed in float32 (to float32's 7 digits), on "
+    "{label}: float64 inputs must stay float64 throughout: no .float(), and no float32 tensor "
+    "made along the way (torch.tensor and torch.zeros default to float32: pass dtype=x.dtype).")
 WRONG_ORDER = Mistake(
     "results_order", "Results returned in the wrong order",
     "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
     "{label}.")
-SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, BATCH_OF_ONE, WRONG_ORDER, OFF_BY_ONE,
+SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, BATCH_OF_ONE, LOWER_PRECISION,
+          WRONG_ORDER, OFF_BY_ONE,
           MASK_READ_INVERTED, READ_SEQ_FIRST, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)

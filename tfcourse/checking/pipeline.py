@@ -78,6 +78,7 @@ from .mistakes import (
     EXITED,
     FILE_MISTAKES,
     IN_PLACE,
+    LOWER_PRECISION,
     MASK_READ_INVERTED,
     NO_MATCH,
     NOT_FINITE,
@@ -362,11 +363,14 @@ class Item:
                 return False
         return True
 
-    def _matching(self, mistakes, result, reference, case, passed):
+    def _matching(self, mistakes, result, reference, case, passed, obj=None):
         """The first mistake that computes `result` on this case and the reference's result
-        on the cases passed so far, and that computation, or (None, None)."""
+        on the cases passed so far, and that computation, or (None, None). Where several
+        mistakes compute it, a function's later cases decide: the one that also computes
+        the learner's results there wins (`obj`: the learner's function)."""
         compare = self.match or case.same or self.same
         expected = self._expected(reference, case) if self.match else None
+        found = []
         for mistake in mistakes:
             for compute in mistake.computes:
                 try:
@@ -377,8 +381,34 @@ class Item:
                     continue  # no mistake here: a looser `match` must not name it
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
-                    return mistake, compute
-        return None, None
+                    found.append((mistake, compute))
+                    break
+            if found and (obj is None or self.is_class):
+                break
+        if len(found) > 1:
+            return max(found, key=lambda f: self._later_agreement(f, obj, case))  # the first of equals
+        return found[0] if found else (None, None)
+
+    def _later_agreement(self, found, obj, case):
+        """On how many of the cases after `case` the learner's function `obj` gives what
+        the mistake's computation `found[1]` gives (where the learner's result is wrong)."""
+        if not any(c is case for c in self.cases):
+            return 0
+        agreed = 0
+        for later in self.cases[[id(c) for c in self.cases].index(id(case)) + 1:]:
+            if (later.run or self.run) is not (case.run or self.run):
+                continue
+            outcome = call(self._run, obj, clone(later.args), later, seed=later.seed)
+            compare = self.match or later.same or self.same
+            reference = self._reference_object(later)
+            if outcome.error is not None or safely(compare, outcome.value,
+                                                   self._expected(reference, later)):
+                continue
+            try:
+                agreed += safely(compare, outcome.value, self._compute(found[1], reference, later))
+            except Exception:  # the mistake cannot run there
+                continue
+        return agreed
 
     def _raising(self, mistakes, error, reference, case, passed):
         """The first mistake whose own computation raises like `error` on this case, and
@@ -452,7 +482,7 @@ class Item:
         result, compare = outcome.value, case.same or self.same
         if safely(compare, result, expected):
             return
-        mistake, compute = self._matching(mistakes, result, reference, case, passed)
+        mistake, compute = self._matching(mistakes, result, reference, case, passed, obj)
         if mistake is not None:  # a computation of a family says which member it is (`fields`)
             mistake.fail(self._details(case, result, expected), label=case.label,
                          **getattr(compute, "fields", {}))
@@ -462,6 +492,7 @@ class Item:
         self._fail_if_batch_of_one(obj, case, name, f"got the {what.removeprefix('the ')} wrong")
         self._fail_if_shifted(result, reference, case, what)
         self._fail_if_read_otherwise(result, reference, case, what)
+        self._fail_if_float32(result, reference, case, what)
         problem = structure_problem(result, expected, what, parts, _inputs(case), self.axes)
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
@@ -532,6 +563,23 @@ class Item:
                                     else f"{sign} 1 (not {name})", label=case.label,
                                     how="too many" if delta > 0 else "too few")
 
+    def _fail_if_float32(self, result, reference, case, what):
+        """LOWER_PRECISION when a function's float64 inputs give `result`, float64, equal to
+        the reference's on those inputs cast to float32, to float32's precision."""
+        if self.is_class or not any(isinstance(a, torch.Tensor) and a.dtype == torch.float64
+                                    for a in case.args):
+            return
+        down = dataclasses.replace(case, args=tuple(
+            a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.float64 else a
+            for a in case.args))
+        try:
+            expected = self._expected(reference, down)
+        except Exception:  # the reference refuses float32 inputs
+            return
+        if safely(_float32_equal, result, expected):
+            LOWER_PRECISION.fail(self._details(case, result), what=what.removeprefix("the "),
+                                 label=case.label)
+
     def _fail_if_read_otherwise(self, result, reference, case, what):
         """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
         inverted (all of them, or one of several); READ_SEQ_FIRST when it is the reference's
@@ -589,6 +637,18 @@ class Item:
         return (f" Your code is right on the {cases} before this one, and this is the first "
                 f"with {' and '.join(new)}{together}: what does your code do with "
                 f"{'them' if len(new) > 1 else 'it'}?" + (f" ({regimes})" if regimes else ""))
+
+
+def _float32_equal(actual, expected) -> bool:
+    """`actual` (float64 tensors, or a tuple of them) equal to `expected` (the same in
+    float32) to float32's precision."""
+    if isinstance(expected, (tuple, list)):
+        return (isinstance(actual, (tuple, list)) and len(actual) == len(expected)
+                and all(_float32_equal(a, e) for a, e in zip(actual, expected)))
+    if isinstance(expected, torch.Tensor) and expected.dtype == torch.float32:
+        return (isinstance(actual, torch.Tensor) and actual.dtype == torch.float64
+                and same(actual.float(), expected))
+    return same(actual, expected)
 
 
 def _seq_first_back(result):

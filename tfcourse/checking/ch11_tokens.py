@@ -449,9 +449,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
     merge; "leftmost_one": only that occurrence of it), "count" (the pair most frequent in
     the piece, training's rule; ties to the first seen), "count_rank" (the same, ties to the
-    lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds` at most that many merges per piece;
-    `prefix` put before the text; `shortest` the length at which a word stops merging (1:
-    while len(word) > 1)."""
+    lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds`
+    at most that many merges per piece; `prefix` put before the text; `shortest` the length at
+    which a word stops merging (1: while len(word) > 1)."""
     pieces = pre_tokenize(prefix + text) if split else [prefix + text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}

@@ -969,3 +969,12 @@ def log_sum_exp_by_hand(logits, target, eps, pad_id):
     q = torch.full_like(log_p, eps / logits.size(-1))
     q = q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(q[..., :1], 1.0 - eps))
     return -(q * log_p).sum(-1)[target != pad_id].mean()
+
+
+@wrong("make_batch.eos_first")
+def decoder_starts_with_pad(pairs, vocab):
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    ys = [vocab.encode(t) for _, t in pairs]
+    tgt_in = pad_sequences([[PAD, *y] for y in ys])  # T5's decoder_start_token_id
+    tgt_out = pad_sequences([[*y, EOS] for y in ys])
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))

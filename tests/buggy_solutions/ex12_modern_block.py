@@ -390,6 +390,14 @@ def attention_meta_pairs(q, k, v, past_k=None, past_v=None, base=10000.0):
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
 
 
+@wrong("rotary_attention.not_offset")
+def attention_start_left_at_zero(q, k, v, past_k=None, past_v=None, base=10000.0):
+    start, rope = 0, RotaryEmbedding(q.size(-1), base)  # the cache's length forgotten
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
 @wrong("rotary_attention.past_ignored")
 def attention_new_keys_only(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)

@@ -454,10 +454,12 @@ POSITIONAL_MISTAKES = (
 )
 
 
-def _positional_case(seed, batch, seq, d_model, start, dropout=0.0, train=False):
+def _positional_case(seed, batch, seq, d_model, start, dropout=0.0, train=False,
+                     dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, seq, d_model, generator=g)
+    x = torch.randn(batch, seq, d_model, generator=g, dtype=dtype)
     label = describe(x=x, start=start) + f", d_model={d_model}, max_len={MAX_LEN}"
+    label += f", x in {str(dtype).removeprefix('torch.')}" if dtype != torch.float32 else ""
     if dropout:
         label += f", dropout={dropout} in {'training' if train else 'eval'} mode"
     return Case((x, start), names=("x", None), label=label, init=(d_model, MAX_LEN, dropout),
@@ -473,6 +475,7 @@ POSITIONAL = Item(
         _positional_case(3, 2, 4, 8, 3, dropout=0.5, train=True),
         _positional_case(4, 2, 4, 8, 2, dropout=0.5),
         gradient_case(_positional_case(5, 2, 3, 8, 1), "x"),
+        _positional_case(6, 2, 4, 8, 1, dtype=torch.float64),  # a float64 x, the float32 table
     ],
     laddered(POSITIONAL_MISTAKES, _LADDER), build=_construct,
     formula="The output is dropout(x + PE[start : start + seq]).",

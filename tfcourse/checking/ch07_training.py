@@ -36,7 +36,7 @@ VOCAB = Vocab("abcdefg")
 _FORMS = {"bos+y": lambda y: [BOS, *y], "y+eos": lambda y: [*y, EOS], "y": lambda y: y,
           "bos+y+eos": lambda y: [BOS, *y, EOS], "y+pad": lambda y: [*y, PAD],
           "y+eos+pad": lambda y: [*y, EOS, PAD], "bos+y-last": lambda y: [BOS, *y][:-1],
-          "eos+y": lambda y: [EOS, *y]}
+          "eos+y": lambda y: [EOS, *y], "pad+y": lambda y: [PAD, *y]}
 
 
 def _batch(pairs, vocab, tgt_in="bos+y", tgt_out="y+eos", tgt_mask="target", src_mask="pad",
@@ -86,11 +86,14 @@ BATCH_MISTAKES = (
         (_sliced_from_padded,),
     ),
     Mistake(
-        "eos_first", "Decoder input starts with EOS (fairseq's prev_output_tokens), not BOS",
-        "fairseq starts the decoder input with EOS (its prev_output_tokens are the target "
-        "rolled right, EOS first); this course starts it with BOS: tgt_in = BOS y_1 ... y_n, "
-        "and EOS is only ever predicted, at the end of tgt_out.",
-        (_batch_with(tgt_in="eos+y"),),
+        "eos_first", "Decoder input starts with {token} ({whose}), not BOS",
+        "{why}; this course starts it with BOS: tgt_in = BOS y_1 ... y_n, and EOS is only ever "
+        "predicted, at the end of tgt_out.",
+        (member(_batch_with(tgt_in="eos+y"), token="EOS", whose="fairseq's prev_output_tokens",
+                why="fairseq starts the decoder input with EOS (its prev_output_tokens are the "
+                    "target rolled right, EOS first)"),
+         member(_batch_with(tgt_in="pad+y"), token="padding", whose="T5's decoder_start_token_id",
+                why="T5 starts the decoder input with its pad id (decoder_start_token_id)")),
     ),
     Mistake(
         "not_shifted", "Decoder targets not shifted",
@@ -718,14 +721,16 @@ LOSS_MISTAKES = (
 )
 
 
-def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None, scale=2.0):
+def _loss_case(seed, shape, vocab, eps, pad_id=PAD, lengths=None, top=None, scale=2.0,
+               dtype=torch.float32):
     g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(*shape, vocab, generator=g) * scale
+    logits = (torch.randn(*shape, vocab, generator=g) * scale).to(dtype)
     target = torch.randint(0, top or vocab, shape, generator=g)
     target[target == pad_id] = (pad_id + 1) % vocab
     if lengths is not None:  # rows padded after their length
         target[torch.arange(shape[-1]) >= torch.tensor(lengths)[..., None]] = pad_id
     label = describe(logits=logits, target=target, eps=eps, pad_id=pad_id)
+    label += f", logits in {str(dtype).removeprefix('torch.')}" if dtype != torch.float32 else ""
     if scale > 2:
         label += f" (logits as large as {float(logits.abs().max()):.0f})"
     return Case((logits, target, eps, pad_id), names=("logits", "target", None, None), seed=seed,
@@ -779,6 +784,7 @@ LOSS_CASES = [
          same=_same_gradient,
          mistakes=(NO_GRADIENT.computing(_detached(lambda t: t.detach()),
                                          _detached(lambda t: t.item())),)),
+    _loss_case(7, (2, 5), 9, 0.1, lengths=[5, 3], dtype=torch.float64),  # float64 logits
 ]
 LOSS = Item(
     EXERCISE, "label_smoothing_loss", reference_loss, LOSS_CASES, laddered(LOSS_MISTAKES, _LOSS_LADDER),

@@ -560,8 +560,9 @@ ATTENTION_MISTAKES = (
     Mistake(
         "not_offset", "New positions not offset by the cache's length",
         "the new tokens come after the past_k.size(-2) cached ones: rotate them at positions "
-        "start, start + 1, ... (rotate(..., start=start)), as the cached keys were.",
-        (_attention_with(offset=False),),
+        "start, start + 1, ... (rotate(..., start=start)), as the cached keys were; the causal "
+        "mask then starts at the same start (.tril(start)).",
+        (_attention_with(offset=False), _attention_with(offset=False, mask="unshifted")),
     ),
     Mistake(
         "cache_rotated_again", "Cached keys rotated again",

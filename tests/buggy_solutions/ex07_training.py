@@ -978,3 +978,12 @@ def decoder_starts_with_pad(pairs, vocab):
     tgt_in = pad_sequences([[PAD, *y] for y in ys])  # T5's decoder_start_token_id
     tgt_out = pad_sequences([[*y, EOS] for y in ys])
     return Batch(src, tgt_in, tgt_out, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("make_batch.sliced_from_padded")
+def shift_tokens_right_of_padded_labels(pairs, vocab):
+    src = pad_sequences([vocab.encode(s) for s, _ in pairs])
+    labels = pad_sequences([[*vocab.encode(t), EOS] for _, t in pairs])
+    start = torch.full((labels.size(0), 1), PAD, dtype=torch.long)  # decoder_start_token_id
+    tgt_in = torch.cat([start, labels[:, :-1]], dim=1)
+    return Batch(src, tgt_in, labels, padding_mask(src, PAD), target_mask(tgt_in, PAD))

@@ -67,23 +67,27 @@ def _batch_with(**bug):
     return lambda pairs, vocab: _batch(pairs, vocab, **bug)
 
 
-def _sliced_from_padded(pairs, vocab):
-    """BOS y EOS padded into one batch, then tgt_in = [:, :-1], tgt_out = [:, 1:] (the
-    Annotated Transformer's Batch): a short row keeps its EOS in tgt_in."""
+def _sliced_from_padded(pairs, vocab, first=BOS):
+    """`first` y EOS padded into one batch, then tgt_in = [:, :-1], tgt_out = [:, 1:] (the
+    Annotated Transformer's Batch; with first = PAD, Hugging Face's shift_tokens_right of
+    T5's padded labels): a short row keeps its EOS in tgt_in."""
     right = _batch(pairs, vocab)
-    full = pad_sequences([[BOS, *vocab.encode(t), EOS] for _, t in pairs])
+    full = pad_sequences([[first, *vocab.encode(t), EOS] for _, t in pairs])
     tgt_in, tgt_out = full[:, :-1], full[:, 1:]
     return Batch(right.src, tgt_in, tgt_out, right.src_mask, target_mask(tgt_in, PAD))
 
 
 BATCH_MISTAKES = (
     Mistake(
-        "sliced_from_padded", "Decoder input sliced from a padded batch: short targets keep their EOS",
+        "sliced_from_padded", "Decoder input sliced from a padded batch{first}: short targets keep "
+        "their EOS",
         "full[:, :-1] cuts the last COLUMN of the padded batch: in the longest target that is "
         "its EOS, but in a shorter one it is padding, so that row's EOS stays in tgt_in (and "
         "the decoder reads it). Build tgt_in and tgt_out from each target's ids before padding "
         "(BOS + y, y + EOS), or slice before you pad.",
-        (_sliced_from_padded,),
+        (member(_sliced_from_padded, first=""),
+         member(functools.partial(_sliced_from_padded, first=PAD),
+                first=", and started with padding (T5's shift_tokens_right), not BOS")),
     ),
     Mistake(
         "eos_first", "Decoder input starts with {token} ({whose}), not BOS",

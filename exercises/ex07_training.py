@@ -67,7 +67,9 @@ def label_smoothing_loss(logits, target, eps=0.1, pad_id=PAD):
         target: (...) ids, e.g. (batch, tgt_len); pad_id marks padding
 
     Returns:
-        a 0-d tensor (keep it in torch: training backpropagates through it).
+        a 0-d tensor (keep it in torch: training backpropagates through it), float32 at
+        least: compute float16 and bfloat16 logits in float32 (mixed precision's rule for
+        losses).
 
     Hints:
         1. F.log_softmax(logits, dim=-1) is log p, computed stably.

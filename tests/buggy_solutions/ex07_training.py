@@ -987,3 +987,11 @@ def shift_tokens_right_of_padded_labels(pairs, vocab):
     start = torch.full((labels.size(0), 1), PAD, dtype=torch.long)  # decoder_start_token_id
     tgt_in = torch.cat([start, labels[:, :-1]], dim=1)
     return Batch(src, tgt_in, labels, padding_mask(src, PAD), target_mask(tgt_in, PAD))
+
+
+@wrong("label_smoothing_loss.low_precision_loss")
+def loss_in_the_logits_dtype(logits, target, eps, pad_id):
+    log_p = F.log_softmax(logits, dim=-1)  # bfloat16 logits: a bfloat16 loss
+    q = torch.full_like(log_p, eps / logits.size(-1))
+    q = q.scatter_add(-1, target.unsqueeze(-1), torch.full_like(q[..., :1], 1 - eps))
+    return -(q * log_p).sum(-1)[target != pad_id].mean()

@@ -511,3 +511,9 @@ def encode_first_occurrence_first(text, merges):
                     break
         ids += word
     return ids
+
+
+@wrong("merge.as_text")
+def merge_as_text(word, pair, new_id):
+    s = " ".join(map(str, word)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return tuple(int(t) for t in s.split())

@@ -398,6 +398,25 @@ def attention_start_left_at_zero(q, k, v, past_k=None, past_v=None, base=10000.0
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
 
 
+@wrong("rotary_attention.positions_off_by_one")
+def attention_one_position_early(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    at = max(start - 1, 0)  # "the last cached position"
+    q, k = rope(q, at), rope(k, at)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.partial_rotary")
+def attention_neox_half_rotary(q, k, v, past_k=None, past_v=None, base=10000.0):
+    d, start = q.size(-1), _start(past_k)
+    rope = RotaryEmbedding(d // 2, base)  # rotary_pct = 0.5
+    q = torch.cat([rope(q[..., : d // 2], start), q[..., d // 2:]], dim=-1)
+    k = torch.cat([rope(k[..., : d // 2], start), k[..., d // 2:]], dim=-1)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
 @wrong("rotary_attention.past_ignored")
 def attention_new_keys_only(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)

@@ -103,9 +103,10 @@ NORM_MISTAKES = (
         (_norm_with(eps="outside"), _norm_with(eps="after")),
     ),
     Mistake(
-        "no_eps", "Epsilon missing",
-        "divide by sqrt(var + eps): eps (self.eps) keeps the division safe when a position's "
-        "features are (nearly) all equal.",
+        "no_eps", "Epsilon missing (or too small to matter)",
+        "divide by sqrt(var + eps) with the module's own eps, self.eps: it keeps the division "
+        "safe when a position's features are (nearly) all equal; an eps of your own such as "
+        "1e-12 is as good as none.",
         (_norm_with(eps="none"),),
     ),
     Mistake(

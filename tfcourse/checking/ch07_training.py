@@ -296,6 +296,7 @@ _LOSS_LADDER = {
                    "0.05, 0.05, 0.05] (true class first), and q.sum()."),
     "log_of_softmax": (None, "print torch.softmax(torch.tensor([0.0, -200.0]), -1).log() next "
                        "to torch.log_softmax(torch.tensor([0.0, -200.0]), -1)."),
+    "low_precision_loss": (None, "print your loss's dtype for bfloat16 logits: float32."),
     "probabilities_clipped": (None, "print your loss and F.cross_entropy's for logits "
                               "torch.tensor([[0.0, -200.0]]) and target 1 (with eps = 0)."),
 }
@@ -472,6 +473,15 @@ def _kl_family():
                mass_more=" Then print q for one position next to 1 - eps + eps / V (the true "
                          "class) and eps / V (every other).")
         for t_name, t, o_name, o, not_pad in off)
+
+
+def _in_own_dtype(logits, target, eps, pad_id):
+    """The smoothed loss computed in the logits' own (low) dtype."""
+    log_p = F.log_softmax(logits, dim=-1)
+    n_classes = logits.size(-1)
+    q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
+                                                         1 - eps + eps / n_classes)
+    return -(q * log_p).sum(-1)[target != pad_id].mean()
 
 
 def _narrow_one_hot(logits, target, eps, pad_id):
@@ -696,6 +706,13 @@ LOSS_MISTAKES = (
         (_log_of_softmax_loss, functools.partial(_log_of_softmax_loss, exp=True)),
     ),
     Mistake(
+        "low_precision_loss", "Loss computed in the logits' low precision: compute it in float32",
+        "a loss in bfloat16 or float16 keeps 2 or 3 digits: its sum over thousands of tokens "
+        "loses the small terms, and mixed precision's rule is to compute losses in float32: "
+        "logits.to(torch.promote_types(logits.dtype, torch.float32)) before log_softmax.",
+        (_in_own_dtype,),
+    ),
+    Mistake(
         "probabilities_clipped", "Probabilities {how} before the log",
         "a log of probabilities {how} (Keras's categorical_crossentropy clips to [1e-7, "
         "1 - 1e-7]) is not the loss: each term is capped near -log({c:g}), so a confident wrong "
@@ -789,6 +806,7 @@ LOSS_CASES = [
          mistakes=(NO_GRADIENT.computing(_detached(lambda t: t.detach()),
                                          _detached(lambda t: t.item())),)),
     _loss_case(7, (2, 5), 9, 0.1, lengths=[5, 3], dtype=torch.float64),  # float64 logits
+    _loss_case(8, (2, 5), 9, 0.1, lengths=[5, 3], dtype=torch.bfloat16),  # a float32 loss
 ]
 LOSS = Item(
     EXERCISE, "label_smoothing_loss", reference_loss, LOSS_CASES, laddered(LOSS_MISTAKES, _LOSS_LADDER),

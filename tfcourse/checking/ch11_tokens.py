@@ -172,6 +172,12 @@ def _merge_with(**bug):
     return lambda word, pair, new_id: _merge(word, pair, new_id, **bug)
 
 
+def _as_text(word, pair, new_id):
+    """merge on the ranks joined by spaces, with str.replace: '1 2' found inside '11 2'."""
+    text = " ".join(map(str, word)).replace(f"{pair[0]} {pair[1]}", str(new_id))
+    return tuple(int(t) for t in text.split())
+
+
 MERGE_MISTAKES = (
     Mistake(
         "second_kept", "The pair's second token kept after the new one",
@@ -184,6 +190,13 @@ MERGE_MISTAKES = (
         "a loop `while i < len(word) - 1` looks at every pair but never copies the last "
         "token when it is no pair's second: copy it too.",
         (_merge_with(last=False), _merge_with(last=False, step=1)),
+    ),
+    Mistake(
+        "as_text", "Merged on the ranks written as text: digits match across ranks",
+        "' '.join(map(str, word)).replace('1 2', ...) also finds '1 2' inside '11 2' (rank 11 "
+        "then 2): the text does not know where a rank starts. Compare the ranks themselves, "
+        "word[i] == a and word[i + 1] == b, scanning left to right.",
+        (_as_text,),
     ),
     Mistake(
         "as_bytes", "Merged as bytes: a rank of 256 or more is not a byte",
@@ -212,6 +225,7 @@ _MERGE_LADDER = {
     "last_dropped": (None, "print merge((1, 2, 3), (1, 2), 9): the 3 stays."),
     "first_only": (None, "print merge((1, 2, 1, 2), (1, 2), 9)."),
     "as_bytes": (None, "print bytes([256])."),
+    "as_text": (None, "print ' '.join(map(str, (11, 2))) and look for '1 2' in it."),
     "right_to_left": (None, "print merge((5, 5, 5), (5, 5), 9): which two 5s go first?"),
 }
 
@@ -229,7 +243,8 @@ MERGE = Item(
      _merge_case((5, 5, 5), (5, 5), 257, " (a run of one byte)"),
      _merge_case((5, 5, 5, 5, 5), (5, 5), 257, " (a run of one byte)"),
      _merge_case((7,), (7, 7), 256, " (one token)"),
-     _merge_case((), (1, 2), 256, " (no token)")],
+     _merge_case((), (1, 2), 256, " (no token)"),
+     _merge_case((11, 2, 1, 2), (1, 2), 256, " (ranks whose digits meet: 11, then 2)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",

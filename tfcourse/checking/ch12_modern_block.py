@@ -50,6 +50,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         if count is not None:
             square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
     e = module.eps
+    if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
+        e, eps = torch.finfo(h.dtype).eps, "inside"
     if isinstance(eps, float):  # a number of the learner's own instead of self.eps
         e, eps = eps, "inside"
     if eps == "inside":
@@ -99,7 +101,7 @@ RMS_MISTAKES = (
     Mistake(
         "eps_ignored", "self.eps ignored",
         "use the module's own eps, self.eps (set by __init__), not a number of your own.",
-        tuple(_rms_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12)),
+        tuple(_rms_with(eps=e) for e in (1e-5, 1e-6, 1e-8, 1e-12, "finfo")),
     ),
     Mistake(
         "wrong_power", "Wrong power of (mean(x^2) + eps): {which}",
@@ -370,6 +372,7 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     angle_dtype = x.dtype if angle_dtype == "x" else angle_dtype
     i = torch.arange(d // 2, dtype=angle_dtype)
     power = {"2i/d": 2 * i / d, "i/d": i / d, "-2i/d": -2 * i / d, "2i/(d-2)": 2 * i / (d - 2),
+             "2(i+1)/d": 2 * (i + 1) / d,
              "4i/d": 4 * i / d}[exponent]
     theta = base ** -power
     positions = torch.arange(seq, dtype=angle_dtype) + (start if offset else 0)
@@ -427,7 +430,7 @@ ROTATE_MISTAKES = (
         "theta_i = base ** (-2i / d_head) for i = 0, 1, ..., d_head/2 - 1: the first pair turns "
         "by 1 radian per position, the last by nearly 1 / base.",
         tuple(member(_rotate_with(exponent=e), power=e) for e in ("i/d", "-2i/d", "2i/(d-2)",
-                                                                  "4i/d")),
+                                                                  "4i/d", "2(i+1)/d")),
     ),
     Mistake(
         "low_precision", "cos and sin built in {dtype}",
@@ -518,15 +521,23 @@ ROTATE = Item(
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
-               diagonal=0, pairs="halves"):
+               diagonal=0, pairs="halves", shift=0, rotated_dims=None):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
-    causal mask only when there is no cache; pairs: RoPE's pair convention."""
+    causal mask only when there is no cache; pairs: RoPE's pair convention; shift: added to
+    the new positions' start; rotated_dims: the leading features that are rotated (GPT-NeoX's
+    rotary_pct), the others left as they are."""
     start = 0 if past_k is None else past_k.size(-2)
-    at = start if offset else 0
-    rq = _rotate(q, at, base, pairs) if "q" in which else q
-    rk = _rotate(k, at, base, pairs) if "k" in which else k
+    at = max((start if offset else 0) + shift, 0)
+
+    def turn(x):
+        if rotated_dims is None:
+            return _rotate(x, at, base, pairs)
+        return torch.cat((_rotate(x[..., :rotated_dims], at, base, pairs), x[..., rotated_dims:]), -1)
+
+    rq = turn(q) if "q" in which else q
+    rk = turn(k) if "k" in which else k
     v = _rotate(v, at, base, pairs) if rotate_v else v
     if past_k is not None and past == "after":
         rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
@@ -582,6 +593,22 @@ ATTENTION_MISTAKES = (
         "past_v before the new k and v (along the positions, dim=-2), then attend over all "
         "start + seq keys.",
         (_attention_with(past="ignored"), _attention_with(past="ignored", offset=False)),
+    ),
+    Mistake(
+        "positions_off_by_one", "New positions off by one: the first new token rotated at "
+        "{position}",
+        "the first new token is at position start = past_k.size(-2) (the cached ones are 0 ... "
+        "start - 1): rotate the new queries and keys at start, start + 1, ...",
+        tuple(member(_attention_with(shift=d), position=p) for d, p in ((-1, "start - 1"),
+                                                                        (1, "start + 1"))),
+    ),
+    Mistake(
+        "partial_rotary", "Only part of each head's features rotated (GPT-NeoX's rotary_pct)",
+        "this model rotates every feature of the queries and keys, in d_head / 2 pairs: "
+        "RotaryEmbedding(d_head, base) on the whole q and k. GPT-NeoX's and Phi's rotary_pct "
+        "rotates a part only; Llama's, this course's, rotates all.",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, rotated_dims=q.size(-1) // 2),),
     ),
     Mistake(
         "cache_after", "Cached keys placed after the new ones",
@@ -642,6 +669,10 @@ _ATTENTION_LADDER = {
     "no_causal_mask": (None, "give 3 new tokens and no cache: the first one's output must not "
                        "change when you change the last one's v."),
     "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
+    "positions_off_by_one": (None, "print the start you rotate the new tokens at, next to "
+                             "past_k.size(-2)."),
+    "partial_rotary": (None, "print the width of the tensors you give RotaryEmbedding: "
+                       "d_head."),
     "past_ignored": (None, "print k.shape after your concatenation: (batch, heads, start + "
                      "seq, d_head)."),
     "cache_after": (None, "print which tensor comes first in your torch.cat of the keys."),

@@ -812,3 +812,10 @@ def int8_positions(size, window, causal=False):
     offset = i[:, None] - i[None, :]
     allowed = offset.abs() <= window
     return allowed & (offset >= 0) if causal else allowed
+
+
+@wrong("sliding_window_mask.narrow_positions")
+def uint8_positions(size, window, causal=False):
+    i = torch.arange(size, dtype=torch.uint8)  # i - j wraps below 0 and past 255
+    allowed = (i[:, None] - i[None, :]) <= window
+    return allowed & (i[None, :] <= i[:, None]) if causal else allowed

@@ -626,7 +626,7 @@ ITEM = Item(
 
 def _band(size, window, causal=False, *, reach=None, side="past", combine="and", polarity=True,
           one_side=None, past=0, future=0, bound=None, signs_swapped=False, zero=None,
-          positions=None):
+          positions=None, compare=False):
     """sliding_window_mask with the variations that mistakes make (the defaults give the
     reference): `reach` the largest |i - j| allowed; with causal, the window's `side`
     ("past": j <= i, "future": j >= i, "both": causal ignored) and how the causal mask and the
@@ -637,7 +637,8 @@ def _band(size, window, causal=False, *, reach=None, side="past", combine="and",
     `signs_swapped`: triu(.., window) & tril(.., -window), the band's two offsets with their
     signs swapped (empty, but for window 0); `zero` "none": a window of 0 read as no window
     (every key, or every past key if causal); side "before": causal keys strictly before
-    the query; `positions`: the positions' integer dtype (int8 wraps past 127)."""
+    the query; `positions`: the positions' integer dtype (int8 wraps past 127), `compare`: causal
+    told by comparing the positions themselves (j <= i), not by the sign of i - j."""
     i = torch.arange(size) if positions is None else torch.arange(size).to(positions)
     offset = i[:, None] - i[None, :]  # (size, size): query minus key
     band = offset.abs() <= (window if reach is None else reach(window))
@@ -653,6 +654,8 @@ def _band(size, window, causal=False, *, reach=None, side="past", combine="and",
         band = torch.ones_like(band)
     if causal and side != "both":
         past = {"past": offset >= 0, "future": offset <= 0, "before": offset > 0}[side]
+        if compare:
+            past = i[None, :] <= i[:, None]
         band = {"and": band & past, "or": band | past, "causal": past}[combine]
     return band if polarity else ~band
 
@@ -715,14 +718,6 @@ WINDOW_MISTAKES = (
         (_window(side="before"),),
     ),
     Mistake(
-        "narrow_positions", "Positions held in {dtype}: past {top} they wrap around",
-        "{dtype} holds {values} only: larger positions wrap around (256 becomes 0), and so does "
-        "i - j: a key 256 positions away looks like the query itself. Keep the positions in "
-        "torch.arange's own int64.",
-        tuple(member(_window(positions=d), dtype=str(d).removeprefix("torch."), top=t, values=v)
-              for d, t, v in ((torch.int8, 127, "-128 ... 127"), (torch.uint8, 255, "0 ... 255"))),
-    ),
-    Mistake(
         "mask_polarity", "Window mask polarity inverted",
         "here True means 'may attend' (as in F.scaled_dot_product_attention): True inside the "
         "window, False outside it.",
@@ -781,6 +776,16 @@ WINDOW_MISTAKES = (
         "with causal=True the window still applies: query i sees keys i - window to i, not "
         "all the keys before it.",
         (_window(combine="causal"),),
+    ),
+    Mistake(
+        "narrow_positions", "Positions held in {dtype}: past {top} they wrap around",
+        "{dtype} holds {values} only: larger positions wrap around (256 becomes 0), and so does "
+        "i - j: a key 256 positions away looks like the query itself. Keep the positions in "
+        "torch.arange's own int64.",
+        tuple(member(_window(positions=d, compare=compare), dtype=str(d).removeprefix("torch."),
+                     top=t, values=v)
+              for d, t, v in ((torch.int8, 127, "-128 ... 127"), (torch.uint8, 255, "0 ... 255"))
+              for compare in (False, True)),
     ),
     Mistake(
         "not_bool", "Window mask is not boolean",

@@ -370,7 +370,7 @@ class Item:
         the learner's results there wins (`obj`: the learner's function)."""
         compare = self.match or case.same or self.same
         expected = self._expected(reference, case) if self.match else None
-        found = []
+        found = []  # (mistake, a computation of it that gives `result`)
         for mistake in mistakes:
             for compute in mistake.computes:
                 try:
@@ -382,10 +382,9 @@ class Item:
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
                     found.append((mistake, compute))
-                    break
             if found and (obj is None or self.is_class):
                 break
-        if len(found) > 1:
+        if len({id(m) for m, _ in found}) > 1:  # several mistakes: the later cases decide
             return max(found, key=lambda f: self._later_agreement(f, obj, case))  # the first of equals
         return found[0] if found else (None, None)
 

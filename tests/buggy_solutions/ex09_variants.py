@@ -1047,37 +1047,19 @@ def lm_loss_padding_of_inputs(logits, tokens, pad_id=PAD):
 def mask_tokens_rounded_half_up(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
                                 pad_id=PAD):
     special = torch.tensor(sorted({*special_ids, pad_id, mask_id}))
-    eligible = ~torch.isin(tokens, special)
-    n = eligible.sum(1)
+    n = (~torch.isin(tokens, special)).sum(1)
     k = (rate * n + 0.5).floor().long().clamp(min=1).minimum(n)  # round to nearest
-    scores = torch.rand(tokens.shape, generator=generator).masked_fill(~eligible, 2.0)
-    chosen = scores.argsort(1).argsort(1) < k[:, None]
-    draw = torch.rand(tokens.shape, generator=generator)
-    ordinary = torch.ones(vocab_size, dtype=torch.bool)
-    ordinary[special] = False
-    ids = ordinary.nonzero()[:, 0]
-    random_ids = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
-    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
-    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
-    return inputs, torch.where(chosen, tokens, pad_id)
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id, k=k)
 
 
 @wrong("mask_tokens.one_too_many")
 def mask_tokens_rank_up_to_k(tokens, mask_id, special_ids, vocab_size, rate=0.15, generator=None,
                              pad_id=PAD):
     special = torch.tensor(sorted({*special_ids, pad_id, mask_id}))
-    eligible = ~torch.isin(tokens, special)
-    k = (rate * eligible.sum(1)).round().long().clamp(min=1)
-    rank = torch.rand(tokens.shape, generator=generator).masked_fill(~eligible, 2.0).argsort(1).argsort(1)
-    chosen = (rank <= k[:, None]) & eligible  # ranks from 0: k + 1 of them
-    draw = torch.rand(tokens.shape, generator=generator)
-    ordinary = torch.ones(vocab_size, dtype=torch.bool)
-    ordinary[special] = False
-    ids = ordinary.nonzero()[:, 0]
-    random_ids = ids[torch.randint(len(ids), tokens.shape, generator=generator)]
-    inputs = torch.where(chosen & (draw < 0.8), mask_id, tokens)
-    inputs = torch.where(chosen & (draw >= 0.8) & (draw < 0.9), random_ids, inputs)
-    return inputs, torch.where(chosen, tokens, pad_id)
+    n = (~torch.isin(tokens, special)).sum(1)
+    k = (rate * n).round().long().clamp(min=1)
+    return _masked(tokens, mask_id, special_ids, vocab_size, rate, generator, pad_id,
+                   k=(k + 1).minimum(n))  # ranks from 0 compared with <= k: k + 1 of them
 
 
 @wrong("mean_pool.batch_count")

@@ -142,16 +142,19 @@ def _merge(word, pair, new_id):
     return tuple(out)
 
 
-def _words(text, special_tokens):
-    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
-    return Counter(tuple(p.encode()) for part in parts for p in pre_tokenize(part))
+def _words(text, special_tokens, escape=re.escape, pieces=pre_tokenize,
+           ranks=lambda piece: tuple(piece.encode())):
+    """The words' frequencies: the text cut at the special tokens (each passed through
+    `escape` into the pattern), each part cut into `pieces`, each piece made `ranks`."""
+    parts = re.split("|".join(map(escape, special_tokens)), text) if special_tokens else [text]
+    return Counter(ranks(p) for part in parts for p in pieces(part))
 
 
-def _learn(words, n_merges, first=256, key=None):
+def _learn(words, n_merges, first=256, key=None, stop=lambda counts: not counts):
     merges = []
     for i in range(n_merges):
         counts = _pairs(words)
-        if not counts:
+        if stop(counts):
             break
         pair = max(counts, key=key(counts) if key else lambda p, c=counts: (c[p], -p[0], -p[1]))
         merges.append(pair)
@@ -224,25 +227,17 @@ def learn_ties_in_printable_byte_order(text, n_merges, special_tokens=()):
 
 @wrong("learn_merges.no_early_stop")
 def learn_never_stopping(text, n_merges, special_tokens=()):
-    words, merges = _words(text, special_tokens), []
-    for i in range(n_merges):
-        counts = _pairs(words)
-        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        merges.append(pair)
-        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
-    return merges
+    return _learn(_words(text, special_tokens), n_merges, stop=lambda counts: False)
 
 
 @wrong("learn_merges.specials_as_patterns")
 def learn_with_unescaped_specials(text, n_merges, special_tokens=()):
-    parts = re.split("|".join(special_tokens), text) if special_tokens else [text]
-    return _learn(Counter(tuple(p.encode()) for part in parts for p in pre_tokenize(part)), n_merges)
+    return _learn(_words(text, special_tokens, escape=str), n_merges)  # '|' read as alternation
 
 
 @wrong("learn_merges.split_on_whitespace")
 def learn_on_whitespace_words(text, n_merges, special_tokens=()):
-    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
-    return _learn(Counter(tuple(w.encode()) for part in parts for w in part.split()), n_merges)
+    return _learn(_words(text, special_tokens, pieces=str.split), n_merges)
 
 
 @wrong("learn_merges.prefix_space")
@@ -252,21 +247,13 @@ def learn_with_prefix_space(text, n_merges, special_tokens=()):
 
 @wrong("learn_merges.characters_not_bytes")
 def learn_on_code_points(text, n_merges, special_tokens=()):
-    parts = re.split("|".join(map(re.escape, special_tokens)), text) if special_tokens else [text]
-    return _learn(Counter(tuple(map(ord, p)) for part in parts for p in pre_tokenize(part)), n_merges)
+    return _learn(_words(text, special_tokens, ranks=lambda piece: tuple(map(ord, piece))), n_merges)
 
 
 @wrong("learn_merges.min_count")
 def learn_with_min_frequency_two(text, n_merges, special_tokens=()):
-    words, merges = _words(text, special_tokens), []
-    for i in range(n_merges):
-        counts = _pairs(words)
-        if not counts or max(counts.values()) < 2:  # min_frequency=2
-            break
-        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
-        merges.append(pair)
-        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
-    return merges
+    return _learn(_words(text, special_tokens), n_merges,
+                  stop=lambda counts: not counts or max(counts.values()) < 2)  # min_frequency=2
 
 
 @wrong("learn_merges.new_ids_off_by_one")

@@ -475,15 +475,6 @@ def _kl_family():
         for t_name, t, o_name, o, not_pad in off)
 
 
-def _in_own_dtype(logits, target, eps, pad_id):
-    """The smoothed loss computed in the logits' own (low) dtype."""
-    log_p = F.log_softmax(logits, dim=-1)
-    n_classes = logits.size(-1)
-    q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
-                                                         1 - eps + eps / n_classes)
-    return -(q * log_p).sum(-1)[target != pad_id].mean()
-
-
 def _narrow_one_hot(logits, target, eps, pad_id):
     """q built with F.one_hot(target): too narrow when the largest target id is below V - 1."""
     log_p = F.log_softmax(logits, dim=-1)
@@ -549,14 +540,14 @@ def _mass_family():
                  for o_name, o, true_name, true in _mass_members())
 
 
-def _log_of_softmax_loss(logits, target, eps, pad_id, kept=lambda p: p, exp=False):
-    """The smoothed loss on log(softmax(logits)), in the logits' dtype; `kept`: what is done
-    to the probabilities before the log (clipped, an epsilon added); `exp`: on
-    logits - log(sum(exp(logits))), no maximum subtracted."""
-    if exp:
-        log_p = logits - logits.exp().sum(-1, keepdim=True).log()
-    else:
-        log_p = kept(logits.softmax(-1)).log()
+def _log_of_softmax_loss(logits, target, eps, pad_id, kept=lambda p: p, log="softmax"):
+    """The smoothed loss computed in the logits' own dtype from log p made as `log` says:
+    "softmax": log(kept(softmax(logits))), `kept` what is done to the probabilities before the
+    log (clipped, an epsilon added); "exp": logits - log(sum(exp(logits))), no maximum
+    subtracted; "log_softmax": F.log_softmax, right but for the dtype."""
+    log_p = {"softmax": lambda: kept(logits.softmax(-1)).log(),
+             "exp": lambda: logits - logits.exp().sum(-1, keepdim=True).log(),
+             "log_softmax": lambda: F.log_softmax(logits, dim=-1)}[log]()
     n_classes = logits.size(-1)
     q = torch.full_like(log_p, eps / n_classes).scatter(-1, target[..., None],
                                                          1 - eps + eps / n_classes)
@@ -703,14 +694,14 @@ LOSS_MISTAKES = (
         "exp of large logits without the maximum subtracted overflows to inf: take "
         "F.log_softmax(logits, dim=-1), which computes logits - logsumexp(logits) stably, never "
         "forming the probabilities.",
-        (_log_of_softmax_loss, functools.partial(_log_of_softmax_loss, exp=True)),
+        (_log_of_softmax_loss, functools.partial(_log_of_softmax_loss, log="exp")),
     ),
     Mistake(
         "low_precision_loss", "Loss computed in the logits' low precision: compute it in float32",
         "a loss in bfloat16 or float16 keeps 2 or 3 digits: its sum over thousands of tokens "
         "loses the small terms, and mixed precision's rule is to compute losses in float32: "
         "logits.to(torch.promote_types(logits.dtype, torch.float32)) before log_softmax.",
-        (_in_own_dtype,),
+        (functools.partial(_log_of_softmax_loss, log="log_softmax"),),
     ),
     Mistake(
         "probabilities_clipped", "Probabilities {how} before the log",

@@ -200,18 +200,27 @@ def build_parser():
     sa = commands.add_parser(
         "sample", help="continue a text with a trained language model",
         description="Continue --prompt with a language-model checkpoint (default: the shipped "
-        "model of Python source), drawing each character from softmax(logits / temperature) "
-        "within the --top-k most probable and/or the --top-p nucleus, with the key/value "
-        "cache (beyond the model's positions, a sliding window of the last ones); print the "
-        "prompt and its continuation. A prompt with characters the model "
-        "has never seen is refused.",
+        "model of Python source), drawing each token (a character, or a BPE token) from "
+        "softmax(logits / temperature) within the --top-k most probable and/or the --top-p "
+        "nucleus, with the key/value cache (beyond the model's positions, a sliding window of "
+        "the last ones); print the prompt and its continuation as it comes (the bytes of a "
+        "character cut between BPE tokens held back until it is whole). A BPE model's text "
+        "ends at its end-of-text token. A prompt that is empty, not UTF-8, or has characters "
+        "the model has never seen is refused.",
     )
     sa.add_argument("--checkpoint", default=LM_CHECKPOINT,
                     help="a checkpoint of `tfcourse train --task lm` (default: the shipped one)")
     sa.add_argument("--prompt", default="def ", help="the text to continue (default 'def ')")
     sa.add_argument("--max-new", type=_POSITIVE_INT, default=200,
-                    help="characters to add (default 200), printed as they come (with "
-                    f"--samples above 1, at the end: at most {MAX_NEW_BATCHED:,} then)")
+                    help="characters to add (default 200), for every tokenizer (a BPE token "
+                    "may hold several: the last one is cut to fit), printed as they come "
+                    f"(with --samples above 1, at the end: at most {MAX_NEW_BATCHED:,} then)")
+    sa.add_argument("--heal", action=argparse.BooleanOptionalAction, default=True,
+                    help="token healing (default on): back up the prompt's last token and "
+                    "start the continuation with a token that begins with its text, so that "
+                    "a prompt ending in a space or inside a word ('def ', '(se') goes on as "
+                    "the training text would (' name', 'self': one token each); nothing "
+                    "changes for a model of characters")
     sa.add_argument("--temperature", type=_number(float, *TEMPERATURES, high_open=False),
                     default=1.0, help="below 1 sharpens the distribution, above 1 flattens it "
                     "(default 1.0; --greedy is the limit of a low one)")
@@ -512,10 +521,11 @@ def _sample(args):
             print(*prompt, chars[0], sep="", end="", flush=True)
             prompt.clear()
 
-        complete(model, vocab, args.prompt, args.max_new, *options, emit=show)
+        complete(model, vocab, args.prompt, args.max_new, *options, emit=show,
+                 healing=args.heal)
         print()
         return 0
-    texts = complete(model, vocab, args.prompt, args.max_new, *options)
+    texts = complete(model, vocab, args.prompt, args.max_new, *options, healing=args.heal)
     for i, text in enumerate(texts):
         print(f"--- sample {i + 1} of {args.samples} ---")
         print(args.prompt + text)

@@ -58,7 +58,8 @@ def decode_step(model: nn.Module, tokens: torch.Tensor, memory: torch.Tensor,
 @torch.no_grad()
 def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor, max_len: int,
              eos_id: int, pad_id: int, choose: Choose,
-             emit: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+             emit: Callable[[torch.Tensor], None] | None = None,
+             stop: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
     """Add up to max_len tokens to ``tokens`` (batch, t), one at a time: the loop of greedy
     decoding, sampling, and a language model's generation.
 
@@ -67,8 +68,9 @@ def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor,
     choose(log_probs) -> (batch,) the next tokens: greedy (argmax) or sampler(...)
     A sequence that has said eos_id only gets pad_id afterwards; the loop ends when every
     sequence has stopped. emit(next_tokens (batch,)), when given, sees each step's tokens as
-    they come (e.g. to print a text while it grows). Returns (batch, t + n), n <= max_len:
-    the given tokens, then the new ones.
+    they come (e.g. to print a text while it grows); stop() -> (batch,) bool, when given,
+    ends the sequences it marks after each step as eos_id would (e.g. those that hold
+    enough text). Returns (batch, t + n), n <= max_len: the given tokens, then the new ones.
     """
     done = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
     for _ in range(max_len):
@@ -77,6 +79,8 @@ def generate(step: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor,
         if emit is not None:
             emit(next_token)
         done |= next_token == eos_id
+        if stop is not None:
+            done |= stop()
         if done.all():
             break
     return tokens
@@ -114,7 +118,8 @@ def sampler(temperature: float = 1.0, top_k: int | None = None, top_p: float | N
 def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
                 choose: Choose = greedy, eos_id: int | None = None,
                 use_cache: bool = True, never: Sequence[int] = (),
-                emit: Callable[[torch.Tensor], None] | None = None) -> torch.Tensor:
+                emit: Callable[[torch.Tensor], None] | None = None,
+                stop: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
     """A decoder-only language model continues ``prompt`` (batch, t) ids by up to
     max_new_tokens tokens, each picked by ``choose`` (greedy, or sampler(...)) from its
     next-token distribution. With the key/value cache (model.init_cache()) the prompt goes
@@ -127,8 +132,8 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
     max_len tokens, recomputed at each step without the cache, so that no prediction ever
     comes from a position the model never trained. Padding (model.config.pad_id) and the ids
     in ``never`` (e.g. the special tokens of a character model of running text) are never
-    picked: they are no text, and their logits never trained (no target is one). emit: as
-    generate()'s."""
+    picked: they are no text, and their logits never trained (no target is one). emit and
+    stop: as generate()'s."""
     if not isinstance(prompt, torch.Tensor) or prompt.dim() != 2 or prompt.size(1) == 0:
         got = tuple(prompt.shape) if isinstance(prompt, torch.Tensor) else type(prompt).__name__
         raise ValueError(f"prompt must be token ids of shape (batch, t) with t >= 1, got {got}")
@@ -148,7 +153,8 @@ def lm_generate(model: nn.Module, prompt: torch.Tensor, max_new_tokens: int,
         return F.log_softmax(logits, dim=-1)
 
     eos_id = -1 if eos_id is None else eos_id  # -1: no token is ever -1
-    return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose, emit)
+    return generate(step, prompt, max_new_tokens, eos_id, model.config.pad_id, choose, emit,
+                    stop)
 
 
 def _start(src, bos_id):

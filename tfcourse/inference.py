@@ -6,7 +6,7 @@ model's device, in batches (eval_batches: the one preamble they share). Each ref
 texts that are not a list of strings (TypeError/ValueError naming the argument).
 """
 
-import codecs
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -15,6 +15,7 @@ from torch import nn
 from tfcourse._validate import integer
 from tfcourse.batches import encode_sources, encode_texts, make_batch
 from tfcourse.decoding import SEEDS, beam_search_decode, greedy, greedy_decode, lm_generate, sampler
+from tfcourse.tokens import BPE, TextStream
 from tfcourse.vocab import BOS, EOS, SPECIALS, Vocab, check_vocab_size
 
 # What each use needs of a model, told by its config (so that a kind registered later is
@@ -171,44 +172,114 @@ def classify(model: nn.Module, texts: Sequence[str], vocab: Vocab, classes: Sequ
 # ---------------------------------------------------------------- decoder-only model
 
 
+def heal(vocab: Vocab | BPE, ids: Sequence[int]) -> tuple[list[int], list[int] | None, bytes]:
+    """Token healing (Lundberg 2023, Microsoft's guidance): a prompt that ends inside a word
+    or in a space ends in a token the training text seldom has there (" return" is one token:
+    a prompt ending in " " makes " " a token of its own, before "return"). Back up the
+    prompt's last token and let the first new token be any whose bytes start with its bytes
+    B, so that the model picks the token the training text would have (" return", " x").
+    Returns (the prompt's ids without it, the ids that start with B, B); the ids unchanged
+    and None (nothing to heal) when the prompt is one token (the model needs one to read)
+    or no other token starts with B (with characters as tokens, never one)."""
+    ids = list(ids)
+    if len(ids) < 2:
+        return ids, None, b""
+    removed = vocab.token(ids[-1])
+    allowed = [i for i in range(len(SPECIALS), len(vocab)) if vocab.token(i).startswith(removed)]
+    if len(allowed) < 2:
+        return ids, None, b""
+    return ids[:-1], allowed, removed
+
+
+def _first_within(choose: Callable, allowed: Sequence[int]) -> Callable:
+    """``choose``, the first token picked among ``allowed`` only (token healing): the
+    log-probabilities of the others -inf, the rest renormalized."""
+    steps = []
+
+    def choose_first_within(log_probs):
+        if not steps:
+            outside = torch.full_like(log_probs, -math.inf)
+            outside[:, allowed] = 0.0
+            log_probs = (log_probs + outside).log_softmax(-1)
+        steps.append(1)
+        return choose(log_probs)
+
+    return choose_first_within
+
+
 @torch.no_grad()
-def complete(model: nn.Module, vocab: Vocab, prompt: str, max_new_chars: int,
+def complete(model: nn.Module, vocab: Vocab | BPE, prompt: str, max_new_chars: int,
              temperature: float | None = None, top_k: int | None = None,
              top_p: float | None = None, samples: int = 1, seed: int = 0,
-             emit: Callable[[list[str]], None] | None = None) -> list[str]:
-    """A language model (DecoderLM) continues the text ``prompt``: ``samples`` continuations
-    of up to max_new_chars characters each, greedy (temperature, top_k and top_p None) or
-    drawn from softmax(logits / temperature) (temperature None: 1) within the top_k / top_p
-    tokens (decoding.sampler, seeded by ``seed``), by decoding.lm_generate with the
-    key/value cache. emit(texts), when given, gets each step's new text of every sample as it
-    comes (a character; with BPE tokens, the characters a token completes, maybe none). A
-    prompt with characters the model has never seen is a ValueError."""
+             emit: Callable[[list[str]], None] | None = None, healing: bool = True
+             ) -> list[str]:
+    """A language model (DecoderLM, LlamaLM) continues the text ``prompt``: ``samples``
+    continuations of max_new_chars characters each (characters for every tokenizer: a BPE
+    token may hold several, the last one's text is cut to fit), greedy (temperature, top_k
+    and top_p None) or drawn from softmax(logits / temperature) (temperature None: 1) within
+    the top_k / top_p tokens (decoding.sampler, seeded by ``seed``), by decoding.lm_generate
+    with the key/value cache. With a BPE tokenizer, a continuation ends early at the
+    end-of-text token (EOS; a model of running text in characters never picks it).
+    emit(texts), when given, gets each step's new text of every sample as it comes, the bytes
+    of a character cut between tokens held back until it is whole (tokens.TextStream): the
+    pieces joined are the continuations. healing: token healing (heal()) where it can change
+    the text: the prompt's last token backed up, the first new one starting with its bytes.
+    A prompt that is empty, not UTF-8 text, or has characters the model has never seen is a
+    ValueError."""
     check_model(model, vocab, "lm")
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a string, got {type(prompt).__name__}")
     if not prompt:
         raise ValueError("the prompt is empty: the model continues a text, give it at least "
                          "one character")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate: e.g. a byte of a command line
+        raise ValueError(f"the prompt is not UTF-8 text: {ascii(prompt[error.start])} "
+                         f"(character {error.start + 1}) is no character (a byte of another "
+                         "encoding?): convert it to UTF-8 first") from None
     known = getattr(vocab, "stoi", None)  # a byte-level BPE tokenizer (chapter 11) knows every text
     unknown = sorted({c for c in prompt if known is not None and c not in known})
     if unknown:
         raise ValueError(f"the prompt has characters the model has never seen: "
                          f"{''.join(unknown[:10])!r}; it knows {len(vocab) - len(SPECIALS)} "
                          "characters")
+    max_new_chars = integer("max_new_chars", max_new_chars)
     samples = integer("samples", samples)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
         raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
     model.eval()
     device = next(model.parameters()).device
-    ids = torch.tensor([vocab.encode(prompt)] * samples, device=device)  # (samples, t)
+    prompt_ids, allowed, shown = heal(vocab, vocab.encode(prompt)) if healing else (
+        vocab.encode(prompt), None, b"")
+    ids = torch.tensor([prompt_ids] * samples, device=device)  # (samples, t)
     if temperature is None and top_k is None and top_p is None:
         choose = greedy
     else:
         generator = torch.Generator(device).manual_seed(seed)
         choose = sampler(1.0 if temperature is None else temperature, top_k, top_p, generator)
-    # each sample's bytes decoded as they come: a BPE token may hold part of a character
-    texts = [codecs.getincrementaldecoder("utf-8")("replace") for _ in range(samples)]
-    show = None if emit is None else lambda tokens: emit(
-        [text.decode(vocab.token(i)) for text, i in zip(texts, tokens.tolist())])
-    out = lm_generate(model, ids, max_new_chars, choose, never=range(len(SPECIALS)), emit=show)
-    return [vocab.decode(row[ids.size(1):]) for row in out]
+    if allowed is not None:
+        choose = _first_within(choose, allowed)
+    streams = [TextStream(vocab, shown) for _ in range(samples)]
+    texts = [[] for _ in range(samples)]  # each sample's pieces of text
+    counts = [0] * samples  # and their characters
+
+    def add(pieces):
+        pieces = [piece[: max_new_chars - n] for piece, n in zip(pieces, counts)]
+        for text, piece in zip(texts, pieces):
+            text.append(piece)
+        counts[:] = [n + len(piece) for n, piece in zip(counts, pieces)]
+        if emit is not None:
+            emit(pieces)
+
+    ends = isinstance(vocab, BPE)
+    never = [i for i in range(len(SPECIALS)) if not (ends and i == EOS)]
+    # A token adds a byte at least, a character is 4 bytes at most (3 held back), healing's
+    # first token may add none: 4 tokens a character are always enough.
+    lm_generate(model, ids, 4 * max_new_chars + 4, choose, EOS if ends else None, never=never,
+                emit=lambda tokens: add([s.push(i) for s, i in zip(streams, tokens.tolist())]),
+                stop=lambda: torch.tensor([n >= max_new_chars for n in counts], device=device))
+    rest = [s.end() for s in streams]  # an unfinished character's bytes, as U+FFFD
+    if any(rest):
+        add(rest)
+    return ["".join(text) for text in texts]

@@ -35,6 +35,7 @@ Special tokens are cut out of the text before anything else: never merged, never
 
 from __future__ import annotations
 
+import codecs
 import heapq
 import json
 import math
@@ -44,7 +45,7 @@ from collections.abc import Iterable, Sequence
 import regex
 import torch
 
-from tfcourse.vocab import BOS, EOS, PAD, SPECIALS
+from tfcourse.vocab import BOS, EOS, PAD, SPECIALS, UNK
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 FORMAT, VERSION = "tfcourse-bpe", 1
@@ -305,3 +306,34 @@ def train_bpe(text: str | Iterable[str], vocab_size: int, pattern: str = GPT2_PA
                          f"256 bytes), got {vocab_size!r}")
     merges = learn_merges(text, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
     return BPE(merges, pattern, special_tokens)
+
+
+class TextStream:
+    """Ids -> text as they come, for streaming: push(i) returns the text that id ``i``
+    completes, holding back the bytes of a character cut between tokens until the token
+    that finishes it (an incremental UTF-8 decoder, codecs.getincrementaldecoder); end()
+    returns what is left (the bytes of an unfinished character as U+FFFD). The pieces joined
+    are tokenizer.decode(ids): PAD and BOS skipped, nothing after EOS, UNK as the tokenizer
+    shows it, bytes that no character can start or continue as U+FFFD where they come.
+    Decoding each token on its own instead would show a U+FFFD for each part of a character
+    cut between tokens ("日" is 3 bytes, often 2 or 3 tokens). ``tokenizer``: a BPE or a
+    vocab.Vocab (anything with token(i) -> bytes and decode). ``shown``: bytes the text
+    already shows, which the first tokens repeat (token healing's backed-up token): not
+    shown again."""
+
+    def __init__(self, tokenizer, shown: bytes = b""):
+        self.tokenizer, self.skip, self.ended = tokenizer, len(shown), False
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def push(self, i: int) -> str:
+        if self.ended or i in (PAD, BOS):
+            return ""
+        if i == EOS:
+            self.ended = True
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == UNK else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self._utf8.decode(data)
+
+    def end(self) -> str:
+        return self._utf8.decode(b"", final=True)

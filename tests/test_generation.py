@@ -179,9 +179,13 @@ def test_heal_backs_up_the_last_token(trained):
     assert kept == ids[:-1] and shown == b"se"
     assert sorted(allowed) == [i for i in range(4, len(bpe)) if bpe.token(i).startswith(b"se")]
     assert {bpe.token(i) for i in allowed} >= {b"se", b"self"}
-    # Nothing to heal: one token (the model needs one to read), a token no other extends,
-    # characters as tokens.
+    # Nothing to heal: one token (the model needs one to read), a special token, a token no
+    # other extends, characters as tokens.
     assert heal(bpe, ids[-1:]) == (ids[-1:], None, b"")
+    assert heal(bpe, [*ids, EOS]) == ([*ids, EOS], None, b"")
+    alone = next(i for i in range(4, len(bpe)) if sum(
+        bpe.token(j).startswith(bpe.token(i)) for j in range(4, len(bpe))) == 1)
+    assert heal(bpe, [*ids, alone]) == ([*ids, alone], None, b"")
     vocab = Vocab("abcdefs")
     assert heal(vocab, vocab.encode("abc")) == (vocab.encode("abc"), None, b"")
 
@@ -207,11 +211,13 @@ def test_healing_continues_a_prompt_cut_inside_a_word_as_the_training_text(train
     plain, = complete(model, bpe, prompt, 12, healing=False)
     healed, = complete(model, bpe, prompt, 12)
     assert healed.startswith("lf") and not plain.startswith("lf")
-    # Drawn, too: most healed samples say "self", few of the plain ones.
+    # Drawn, too: most healed samples say "self", almost none of the plain ones (the model
+    # gives "l..." 0.1% after the token "se", "self" 94% where healing backed it up).
     options = dict(temperature=1.0, samples=20, seed=0)
     healed = complete(model, bpe, prompt, 4, **options)
     plain = complete(model, bpe, prompt, 4, healing=False, **options)
-    assert sum(t.startswith("lf") for t in healed) > sum(t.startswith("lf") for t in plain) + 5
+    assert sum(t.startswith("lf") for t in healed) >= 15
+    assert sum(t.startswith("lf") for t in plain) <= 2
 
 
 def test_max_new_counts_characters_for_a_bpe_model(trained):

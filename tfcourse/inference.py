@@ -179,10 +179,11 @@ def heal(vocab: Vocab | BPE, ids: Sequence[int]) -> tuple[list[int], list[int] |
     prompt's last token and let the first new token be any whose bytes start with its bytes
     B, so that the model picks the token the training text would have (" return", " x").
     Returns (the prompt's ids without it, the ids that start with B, B); the ids unchanged
-    and None (nothing to heal) when the prompt is one token (the model needs one to read)
-    or no other token starts with B (with characters as tokens, never one)."""
+    and None (nothing to heal) when the prompt is one token (the model needs one to read),
+    ends in a special token, or no other token starts with B (with characters as tokens,
+    never one)."""
     ids = list(ids)
-    if len(ids) < 2:
+    if len(ids) < 2 or ids[-1] < len(SPECIALS):
         return ids, None, b""
     removed = vocab.token(ids[-1])
     allowed = [i for i in range(len(SPECIALS), len(vocab)) if vocab.token(i).startswith(removed)]
@@ -219,7 +220,7 @@ def complete(model: nn.Module, vocab: Vocab | BPE, prompt: str, max_new_chars: i
     and top_p None) or drawn from softmax(logits / temperature) (temperature None: 1) within
     the top_k / top_p tokens (decoding.sampler, seeded by ``seed``), by decoding.lm_generate
     with the key/value cache. With a BPE tokenizer, a continuation ends early at the
-    end-of-text token (EOS; a model of running text in characters never picks it).
+    end-of-text token (EOS); a character model (chapter 09's, of running text) never picks it.
     emit(texts), when given, gets each step's new text of every sample as it comes, the bytes
     of a character cut between tokens held back until it is whole (tokens.TextStream): the
     pieces joined are the continuations. healing: token healing (heal()) where it can change

@@ -220,7 +220,7 @@ def test_healing_continues_a_prompt_cut_inside_a_word_as_the_training_text(train
     assert sum(t.startswith("lf") for t in plain) <= 2
 
 
-def test_max_new_counts_characters_for_a_bpe_model(trained):
+def test_max_new_counts_characters_for_a_bpe_model(trained):  # probe B01
     bpe, model = trained
     for n in (1, 5, 20, 47):
         texts = complete(model, bpe, "def ", n, temperature=1.0, samples=3, seed=1)
@@ -259,7 +259,7 @@ def test_sample_a_bpe_llama_checkpoint(bpe_llama_checkpoint, trained, capsys):
 
 @pytest.mark.parametrize("prompt, message", [
     ("", "the prompt is empty"),
-    ("def \udcff\udcfe", "the prompt is not UTF-8 text: '\\udcff' (character 5) is no character"),
+    ("def \udcff\udcfe", "the prompt is not UTF-8 text: '\\udcff' (character 5) is no character"),  # B31
 ])
 def test_sample_refuses_a_prompt_out_of_the_tokenizers_reach(bpe_llama_checkpoint, prompt,
                                                             message, capsys):

@@ -173,11 +173,12 @@ def classify(model: nn.Module, texts: Sequence[str], vocab: Vocab, classes: Sequ
 
 
 def heal(vocab: Vocab | BPE, ids: Sequence[int]) -> tuple[list[int], list[int] | None, bytes]:
-    """Token healing (Lundberg 2023, Microsoft's guidance): a prompt that ends inside a word
-    or in a space ends in a token the training text seldom has there (" return" is one token:
-    a prompt ending in " " makes " " a token of its own, before "return"). Back up the
-    prompt's last token and let the first new token be any whose bytes start with its bytes
-    B, so that the model picks the token the training text would have (" return", " x").
+    """Token healing (Lundberg 2023, "The Art of Prompt Design: Prompt Boundaries and Token
+    Healing", in Microsoft's guidance library). A prompt that ends inside a word or in a
+    space ends in a token the training text seldom has there (" return" is one token: a
+    prompt ending in " " makes " " a token of its own, before "return"). Back up the prompt's
+    last token and let the first new token be any whose bytes start with its bytes B, so
+    that the model picks the token the training text would have (" return", " x").
     Returns (the prompt's ids without it, the ids that start with B, B); the ids unchanged
     and None (nothing to heal) when the prompt is one token (the model needs one to read),
     ends in a special token, or no other token starts with B (with characters as tokens,

@@ -4,6 +4,7 @@ token, --max-new in characters for every tokenizer, token healing (inference.hea
 difference it makes on a real prompt with a model trained here, `tfcourse sample` for a BPE
 Llama-style checkpoint."""
 
+import os
 import random
 from types import SimpleNamespace
 
@@ -13,8 +14,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.decoders import DecodeStream
 from torch import nn
 
-from tfcourse.checkpoint import save_checkpoint
-from tfcourse.cli import main
+from tfcourse.checkpoint import load_checkpoint, save_checkpoint
+from tfcourse.cli import CHECKPOINTS, main
 from tfcourse.corpora import stdlib_corpus
 from tfcourse.decoding import lm_generate, sampler
 from tfcourse.inference import _first_within, complete, heal
@@ -218,6 +219,21 @@ def test_healing_continues_a_prompt_cut_inside_a_word_as_the_training_text(train
     plain = complete(model, bpe, prompt, 4, healing=False, **options)
     assert sum(t.startswith("lf") for t in healed) >= 15
     assert sum(t.startswith("lf") for t in plain) <= 2
+
+
+SHIPPED = os.path.join(CHECKPOINTS, "llm.pt")  # chapter 13's model, once it is shipped
+
+
+@pytest.mark.skipif(not os.path.exists(SHIPPED), reason="chapter 13's llm.pt is not shipped")
+def test_healing_on_the_shipped_chapter_13_model():
+    model, bpe, _ = load_checkpoint(SHIPPED)
+    tokens = [bpe.token(i) for i in bpe.encode("def f(x):\n    return x")]
+    assert b" return" in tokens  # the word with its space: one token
+    after_space = [bpe.token(i) for i in bpe.encode("def f(x):\n    ") + bpe.encode("return x")]
+    assert b" return" not in after_space and b"return" not in tokens
+    prompt = "    def __init__(se"
+    assert complete(model, bpe, prompt, 8)[0].startswith("lf")
+    assert not complete(model, bpe, prompt, 8, healing=False)[0].startswith("lf")
 
 
 def test_max_new_counts_characters_for_a_bpe_model(trained):  # probe B01

@@ -275,7 +275,8 @@ def test_sample_a_bpe_llama_checkpoint(bpe_llama_checkpoint, trained, capsys):
 
 @pytest.mark.parametrize("prompt, message", [
     ("", "the prompt is empty"),
-    ("def \udcff\udcfe", "the prompt is not UTF-8 text: '\\udcff' (character 5) is no character"),  # B31
+    ("def \udcff\udcfe", "the prompt is not UTF-8 text (character 5 is the byte 0xff)"),  # B31
+    ("def \ud800", "the prompt is not UTF-8 text (character 5 is the lone surrogate 0xd800)"),
 ])
 def test_sample_refuses_a_prompt_out_of_the_tokenizers_reach(bpe_llama_checkpoint, prompt,
                                                             message, capsys):

@@ -236,10 +236,11 @@ def complete(model: nn.Module, vocab: Vocab | BPE, prompt: str, max_new_chars: i
                          "one character")
     try:
         prompt.encode("utf-8")
-    except UnicodeEncodeError as error:  # a lone surrogate: e.g. a byte of a command line
-        raise ValueError(f"the prompt is not UTF-8 text: {ascii(prompt[error.start])} "
-                         f"(character {error.start + 1}) is no character (a byte of another "
-                         "encoding?): convert it to UTF-8 first") from None
+    except UnicodeEncodeError as error:  # a lone surrogate: a command line's byte 0x80-0xff
+        code = ord(prompt[error.start])  # Python reads such a byte b as U+DC00 + b
+        what = f"the byte {code - 0xDC00:#x}" if code >= 0xDC80 else f"the lone surrogate {code:#x}"
+        raise ValueError(f"the prompt is not UTF-8 text (character {error.start + 1} is {what}): "
+                         "convert it first, e.g. with iconv -f latin1 -t utf-8") from None
     known = getattr(vocab, "stoi", None)  # a byte-level BPE tokenizer (chapter 11) knows every text
     unknown = sorted({c for c in prompt if known is not None and c not in known})
     if unknown:

@@ -100,10 +100,11 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     model computes without regularizing it (nanoGPT and Llama-style trainers leave them
     out). Embeddings are a choice: nanoGPT decays every 2-D parameter, embeddings and its
     tied output included; Llama 2 (section 2.2) says weight decay 0.1 and not which
-    tensors; OLMo 2 (2024, section 3.2) removes decay from the embeddings for stability: a
-    row only learns when its token is read, but decays at every step, so rare tokens'
-    vectors shrink towards 0. We follow OLMo 2: an embedding table, also when tied to the
-    output layer, does not decay. Each tensor is in one group once, in model order.
+    tensors; OLMo 2 (Team OLMo 2024, its part on training stability) stopped decaying the
+    embeddings. We follow OLMo 2, for a reason of our own too: a row of the table only
+    learns when its token is read but would decay at every step, so rare tokens' vectors
+    would shrink towards 0. An embedding table, also when tied to the output layer, does
+    not decay. Each tensor is in one group once, in model order.
     """
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}

@@ -321,3 +321,16 @@ def test_training_with_adamw_resumes_exactly(task, tmp_path, monkeypatch):
 def test_train_config_names_a_bad_recipe(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**overrides)
+
+
+@pytest.mark.parametrize("amp_cpu", [False, True])
+def test_amp_cpu_trains_under_bfloat16_autocast(task, monkeypatch, amp_cpu):
+    import tfcourse.training as training
+    seen, real = [], training.train_step
+    monkeypatch.setattr(training, "train_step", lambda *args: seen.append(args[-1]) or real(*args))
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.tiny(len(task.vocab)))
+    config = TrainConfig(**{**ADAMW, "steps": 2, "amp_cpu": amp_cpu})
+    history = train(model, task, config, device="cpu", progress=False)
+    assert seen == [torch.bfloat16 if amp_cpu else None] * 2
+    assert all(math.isfinite(loss) for loss in history["loss"])

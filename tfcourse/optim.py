@@ -25,18 +25,38 @@ import torch
 from torch import nn
 
 
+def adamw_step(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
+               exp_avg_sq: torch.Tensor, step: int, lr: float,
+               betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 1e-2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One AdamW update of one parameter (the equations above), as new tensors: returns
+    (param, exp_avg, exp_avg_sq) after the update; the inputs are left as they are.
+
+    step counts from 1 (the first update's bias corrections are 1 - beta^1). Written with
+    torch.optim.AdamW's operations (lerp, addcmul, addcdiv), so that both agree to the bit
+    on the CPU; any dtype (the arithmetic happens in the parameter's).
+    """
+    beta1, beta2 = betas
+    param = param.mul(1 - lr * weight_decay)                        # decoupled decay first
+    exp_avg = exp_avg.lerp(grad, 1 - beta1)                         # m = b1 m + (1 - b1) g
+    exp_avg_sq = exp_avg_sq.mul(beta2).addcmul(grad, grad, value=1 - beta2)  # v, with g^2
+    denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add(eps)  # sqrt(v_hat) + eps
+    param = param.addcdiv(exp_avg, denom, value=-lr / (1 - beta1**step))    # - lr m_hat / denom
+    return param, exp_avg, exp_avg_sq
+
+
 class AdamW(torch.optim.Optimizer):
-    """AdamW written out (the equations above), one parameter at a time. Its parameters
-    and state (``step``, ``exp_avg`` = m, ``exp_avg_sq`` = v) follow torch.optim.AdamW's
-    arithmetic, so that both agree to float32 rounding; defaults are torch's. Parameter
-    groups (param_groups below) may each have their own lr, betas, eps and weight_decay.
+    """AdamW: adamw_step on every parameter that has a gradient, its state (``step``,
+    ``exp_avg`` = m, ``exp_avg_sq`` = v) kept per parameter as torch.optim.AdamW keeps it,
+    so that both agree to float32 rounding; defaults are torch's. Parameter groups
+    (param_groups below) may each have their own lr, betas, eps and weight_decay.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2):
         if not 0.0 <= lr:
             raise ValueError(f"lr must be a number >= 0, got {lr!r}")
-        if not all(0.0 <= beta < 1.0 for beta in betas) or len(betas) != 2:
+        if len(betas) != 2 or not all(0.0 <= beta < 1.0 for beta in betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if not 0.0 <= eps:
             raise ValueError(f"eps must be a number >= 0, got {eps!r}")
@@ -52,24 +72,17 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, (beta1, beta2), eps, wd = (group["lr"], group["betas"], group["eps"],
-                                           group["weight_decay"])
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 state = self.state[p]
                 if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p,
-                                                           memory_format=torch.preserve_format)
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
                 state["step"] += 1
-                t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
-                p.mul_(1 - lr * wd)                               # decoupled decay
-                m.lerp_(g, 1 - beta1)                             # m = b1 m + (1 - b1) g
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)     # v = b2 v + (1 - b2) g^2
-                denom = (v.sqrt() / (1 - beta2**t) ** 0.5).add_(eps)  # eps outside the sqrt
-                p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+                new = adamw_step(p, p.grad, state["exp_avg"], state["exp_avg_sq"], state["step"],
+                                 group["lr"], group["betas"], group["eps"], group["weight_decay"])
+                for tensor, value in zip((p, state["exp_avg"], state["exp_avg_sq"]), new):
+                    tensor.copy_(value)
         return loss
 
 

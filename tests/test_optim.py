@@ -334,3 +334,50 @@ def test_amp_cpu_trains_under_bfloat16_autocast(task, monkeypatch, amp_cpu):
     history = train(model, task, config, device="cpu", progress=False)
     assert seen == [torch.bfloat16 if amp_cpu else None] * 2
     assert all(math.isfinite(loss) for loss in history["loss"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--optimizer", "adamw", "--steps", "30", "--warmup", "50"],
+     "warmup=50 is longer than the run (steps=30)"),
+    (["--weight-decay", "0.1"], "weight_decay=0.1 needs optimizer='adamw'"),
+    (["--optimizer", "adamw", "--weight-decay", "-1"], "--weight-decay: must be a number in [0, 1]"),
+    (["--optimizer", "adamw", "--weight-decay", "nan"], "--weight-decay: must be a number in [0, 1]"),
+    (["--clip", "-1"], "--clip: must be a number >= 0"),
+    (["--min-lr-ratio", "0.1", "--schedule", "noam"], "schedule='noam' has none"),
+])
+def test_tfcourse_train_refuses_a_recipe_that_makes_no_sense_in_one_line(argv, message, tmp_path,
+                                                                         capsys):
+    from tfcourse.cli import main
+    try:
+        code = main(["train", "--task", "copy", "--out", str(tmp_path / "c.pt"), *argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and "\n" not in err and message in err, err
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_bfloat16_autocast_on_the_cpu_trains_as_float32_does():
+    """The loss under bfloat16 autocast follows float32's to bfloat16's precision (the
+    speed is benchmarks/precision.py's): 20 steps of the tiny Llama LM, the same batches."""
+    import tfcourse.training as training
+
+    class Batch:  # what train_step needs: the model's inputs and targets
+        pad_id = None
+
+        def __init__(self, tokens):
+            self.tokens = tokens
+
+        def loss_inputs(self, model):
+            return model(self.tokens[:, :-1]), self.tokens[:, 1:]
+
+    losses = {}
+    for dtype in (None, torch.bfloat16):
+        model = llama(d_model=128, d_ff=352)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        g = torch.Generator().manual_seed(0)
+        losses[dtype] = [training.train_step(model, [Batch(torch.randint(VOCAB, (8, 33), generator=g))],
+                                             optimizer, 0.0, 1.0, dtype) for _ in range(20)]
+    assert losses[None][-1] < losses[None][0] - 0.3  # it learns (the batches' token frequencies)
+    assert losses[torch.bfloat16] == pytest.approx(losses[None], abs=0.05)
+    assert losses[torch.bfloat16] != losses[None]  # and it did run in bfloat16

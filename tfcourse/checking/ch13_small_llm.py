@@ -9,6 +9,14 @@ end of its warm-up, at its last step and past it, with a warm-up of 0, of 1 and 
 the run; a gradient norm below, above and exactly at the threshold, all gradients 0, and
 parameters without a gradient; models with tied and untied output layers, biases and
 LayerNorms.
+
+Several mistakes are libraries' own, from their bug reports: the decay applied to the
+updated weight (transformers issue 14539), the decay not multiplied by lr (tensorflow/addons
+issue 2282), a warm-up whose first step has lr 0 (torchtune issue 2010, google-research/bert
+issue 1293, NVIDIA NeMo issue 10582), a division by zero when warmup equals the run
+(lightly PR 1842) or is 0 (ConvNeXt PR 91), a cosine not clamped after its end
+(transformers' cosine schedules climb back), eps added before v's bias correction (Keras'
+form of Adam).
 """
 
 import math

@@ -11,9 +11,9 @@ instructions emulates bfloat16 (slower at every size). run.py prints the CPU's n
 
 import time
 
+import modern
 import torch
 
-import modern
 from tfcourse.training import train_step
 
 WARM = 2  # steps not timed: the first calls of a dtype's kernels

@@ -659,8 +659,9 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
     """param_groups with the variations mistakes make, as _names gives them. rule "linear"
     (nn.Linear weights, not embeddings), "2d" (every matrix: nanoGPT's), "all", "not_bias"
     (every tensor whose name does not end in bias); norms: their gains decay; biases: theirs
-    decay ("all", or "linear": the linear layers' only); tied "twice": a tied embedding listed in both groups; swapped: the decay on the
-    other group; both: weight_decay on both groups."""
+    decay ("all", or "linear": the linear layers' only); tied "twice": a tied embedding
+    listed in both groups; swapped: the decay on the other group; both: weight_decay on both
+    groups."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     linear_biases = {id(m.bias) for m in model.modules() if isinstance(m, nn.Linear)

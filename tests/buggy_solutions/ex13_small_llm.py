@@ -496,7 +496,7 @@ def adamw_by_the_paper(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0
 def cosine_with_lambda(step, warmup, total_steps, min_ratio=0.0):
     if warmup and step < warmup:
         return step / warmup
-    t = max(0, min(step, total_steps) - warmup) / max(1, total_steps - warmup)
+    t = min(1.0, max(0, step - warmup) / max(1, total_steps - warmup))
     angle = torch.tensor(math.pi * t, dtype=torch.float64)
     return float(min_ratio + (1 - min_ratio) * (1 + torch.cos(angle)) / 2)
 

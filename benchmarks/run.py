@@ -570,6 +570,16 @@ BENCHMARKS += [
                 seeds=1) for other in ("learned", "sinusoidal")),
 ]
 
+# Chapter 13's rows; bfloat16 autocast on the CPU is in benchmarks/precision.py.
+import precision  # noqa: E402
+
+BENCHMARKS += [
+    Benchmark(f"bf16_cpu_{d}", f"LM training on the CPU at d_model {d}: CPU ms per step "
+              "(held-out nats/char after 60 steps), bfloat16 autocast vs float32",
+              ("bfloat16", "float32"), functools.partial(precision.bf16_pair, d_model=d),
+              lambda r: f"{r[0] * 1e3:.0f} ms ({r[1]:.3f})", lambda a, b: a[0] / b[0],
+              "< 1.0 pays", seeds=3, quick=1) for d in (64, 256)]
+
 
 # ------------------------------------------------------------------ running them
 

@@ -14,7 +14,7 @@ from tfcourse.checking import entry
 
 RIGHT = [(f"{exercise}.{name}", solution)
          for exercise in ("ex05_encoder", "ex08_decoding", "ex09_variants", "ex11_tokens",
-                         "ex12_modern_block")
+                         "ex12_modern_block", "ex13_small_llm")
          for name, found in import_module(f"buggy_solutions.{exercise}").RIGHT.items()
          for solution in found]
 

@@ -579,11 +579,13 @@ def test_figure_1_labels_every_part_with_its_chapter_and_highlights_one_chapter(
                                         "Outputs\n(shifted right)", "Output\nProbabilities"}
         assert chapter != 12 or "frame Encoder" not in red and {
             "frame Decoder", "box Feed Forward", "positional encoding 8.2"} <= red
+        assert chapter != 13 or red == {"frame Decoder", "Outputs\n(shifted right)",
+                                        "Output\nProbabilities"}
         assert f"you are here: {chapter:02d}" in ax.get_title()
     fig = you_are_here(2)
     assert fig.get_figwidth() < 4 and sum(isinstance(p, FancyBboxPatch) for p in fig.axes[0].patches) > 10
     with pytest.raises(ValueError, match="chapter must be None or one of"):
-        draw_transformer(13)
+        draw_transformer(14)
 
 
 # ----------------------------------------------------------------------------- the explorer

@@ -11,6 +11,7 @@ Where each job lives:
                           09's (language identification, masked LM, Python source LM)
     tfcourse.losses       label smoothing, the language model's loss
     tfcourse.schedules    learning-rate schedules
+    tfcourse.optim        AdamW, clipping by the global norm, the parameter groups (chapter 13)
     tfcourse.training     TrainConfig, train_step, the loop, validation
     tfcourse.inference    using a trained model: predict, classify, complete, ...
     tfcourse.decoding     greedy, beam search, sampling: one token-by-token loop, generate()

@@ -1,6 +1,10 @@
-"""Learning-rate schedules (chapter 07): the paper's, and a cosine one.
+"""Learning-rate schedules (chapter 07): the paper's, and a cosine one (chapter 13: to a
+floor, as Llama's).
 
     lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)       (paper, eq. 3)
+    cosine: step / warmup                                   for step <= warmup
+            r + (1 - r) * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2   after,
+            r (the floor, min_ratio) from total on           (steps count from 1)
 """
 
 import math
@@ -17,15 +21,18 @@ def noam_lr(step: int, d_model: int, warmup: int) -> float:
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def cosine_lr(step: int, warmup: int, total_steps: int) -> float:
-    """Linear warmup to 1 over ``warmup`` steps, then half a cosine down to 0 at
-    ``total_steps``. A factor in [0, 1]; steps count from 1."""
+def cosine_lr(step: int, warmup: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """Linear warmup to 1 over ``warmup`` steps (the first step's factor 1 / warmup, never 0),
+    then half a cosine down to ``min_ratio`` (the floor) at ``total_steps``, and the floor
+    after it. A factor in [min_ratio, 1]; steps count from 1. Equal to transformers'
+    get_cosine_with_min_lr_schedule_with_warmup at the same step for 1 <= step <=
+    total_steps (that one counts from 0 and makes its step 0 an update with lr 0)."""
     if step < 1:
         raise ValueError(f"steps count from 1, got step={step}")
     if step <= warmup:
         return step / warmup
-    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))  # clamped after
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int) -> LambdaLR:
@@ -34,7 +41,8 @@ def noam_scheduler(optimizer: torch.optim.Optimizer, d_model: int, warmup: int) 
     return LambdaLR(optimizer, lambda k: noam_lr(k + 1, d_model, warmup))
 
 
-def cosine_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total_steps: int
-                     ) -> LambdaLR:
-    """LambdaLR: lr = optimizer's lr (the peak) * cosine_lr(step)."""
-    return LambdaLR(optimizer, lambda k: cosine_lr(k + 1, warmup, total_steps))
+def cosine_scheduler(optimizer: torch.optim.Optimizer, warmup: int, total_steps: int,
+                     min_ratio: float = 0.0) -> LambdaLR:
+    """LambdaLR: lr = optimizer's lr (the peak) * cosine_lr(step). The scheduler counts
+    steps from 0, cosine_lr from 1."""
+    return LambdaLR(optimizer, lambda k: cosine_lr(k + 1, warmup, total_steps, min_ratio))

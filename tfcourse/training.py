@@ -4,7 +4,8 @@ torchrun (DistributedDataParallel), its settings (TrainConfig) and its validatio
 It trains any model of the interface in tfcourse.interface (ModelLike, TaskLike,
 BatchLike): the encoder-decoder on copy, reverse or dates, chapter 09's classifier and
 language model. The loss is label smoothing's (tfcourse.losses), the schedule the paper's
-or a cosine one (tfcourse.schedules), checkpoints tfcourse.checkpoint's.
+or a cosine one (tfcourse.schedules), the optimizer the paper's Adam or chapter 13's AdamW
+with its parameter groups and clipping (tfcourse.optim), checkpoints tfcourse.checkpoint's.
 """
 import math
 import os
@@ -23,6 +24,7 @@ from tfcourse.device import check_fits, default_device
 from tfcourse.inference import eval_batches
 from tfcourse.interface import BatchLike, ModelLike, TaskLike
 from tfcourse.losses import label_smoothing_loss
+from tfcourse.optim import AdamW, clip_grad_norm, param_groups
 from tfcourse.progress import tqdm
 from tfcourse.schedules import cosine_scheduler, noam_scheduler
 
@@ -43,16 +45,42 @@ class TrainConfig:
                         "peak learning rate", "(0, inf)")
     warmup: int = setting(400, "warmup steps", "[1, inf)")
     label_smoothing: float = setting(0.1, "epsilon of label smoothing", "[0, 1)")
-    clip: float = setting(1.0, "clip the gradient norm to this; 0: no clipping", "[0, inf)")
+    clip: float = setting(1.0, "clip the gradients' global norm to this; 0: no clipping",
+                          "[0, inf)")
+    optimizer: Literal["adam", "adamw"] = setting(
+        "adam", "adam: torch's Adam as in the paper (eps 1e-9, no weight decay); adamw: "
+        "chapter 13's AdamW (eps 1e-8), weight decay on the weight matrices only")
+    beta2: float = setting(0.98, "decay of the squared gradients' average (the paper: 0.98, "
+                           "Llama 2: 0.95)", "[0, 1)")
+    weight_decay: float = setting(0.0, "adamw's decoupled weight decay (Llama 2: 0.1)", "[0, 1]")
+    min_lr_ratio: float = setting(0.0, "cosine: the floor it decays to, a fraction of lr "
+                                  "(Llama 2: 0.1)", "[0, 1]")
     eval_every: int = setting(100, "validate and save every so many steps (and at the end); "
                               "0: only at the end", "[0, inf)")
     eval_size: int = setting(500, "validation examples used", "[1, inf)")
     amp: bool = setting(True, "mixed precision (bfloat16) on GPUs that support it")
+    amp_cpu: bool = setting(False, "bfloat16 autocast on the CPU too: twice as fast at d_model "
+                            "256 on CPUs with AVX-512 BF16 or AMX, slower at d_model 64 "
+                            "(benchmarks/precision.py)")
     seed: int = setting(0, "seeds the data, the initial weights and the batches",
                         "[0, 4294967296)")  # 32 bits: a step's seed is made from it
 
     def __post_init__(self) -> None:
         check_settings(self)
+        # Today's recipe runs to the end of its schedule; the 2017 one keeps its short runs
+        # (smoke tests of recipes whose warm-up is longer).
+        if self.optimizer == "adamw" and self.warmup > self.steps:
+            raise ValueError(f"warmup={self.warmup} is longer than the run (steps={self.steps}): "
+                             "the learning rate would never reach its peak nor decay")
+        if self.schedule == "noam" and self.min_lr_ratio:
+            raise ValueError(f"min_lr_ratio={self.min_lr_ratio} is the cosine schedule's floor; "
+                             "schedule='noam' has none")
+        if self.optimizer == "adam" and self.weight_decay:
+            raise ValueError(f"weight_decay={self.weight_decay} needs optimizer='adamw' (Adam's "
+                             "would be an L2 penalty, not decoupled decay)")
+        if self.schedule == "cosine" and self.lr * self.weight_decay >= 1:
+            raise ValueError(f"lr * weight_decay = {self.lr * self.weight_decay:g} >= 1: each "
+                             "step would shrink the weights by all of themselves or more")
 
 
 def step_bytes(model: nn.Module, task: TaskLike, config: TrainConfig,
@@ -111,7 +139,7 @@ def train_step(model: nn.Module, batches: list[BatchLike], optimizer: torch.opti
         (loss / len(batches)).backward()
         total += loss.item()
     if clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        clip_grad_norm(model.parameters(), clip)
     optimizer.step()
     return total / len(batches)
 
@@ -155,9 +183,10 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
     Interrupted. A loss that is not finite (NaN, inf) stops the run with FloatingPointError;
     the checkpoint keeps the last good round. The checkpoint of a finished run holds the
     model without the optimizer's state (a third of the size). Mixed precision is bfloat16
-    on GPUs that support it (no loss scaling needed); float32 elsewhere. With ``progress``,
-    a progress bar, then one line with the result. ``init`` (what the run started from:
-    cli's --init) is recorded in each checkpoint. Returns the history: lists for plots.
+    on GPUs that support it (no loss scaling needed), on the CPU with ``amp_cpu``; float32
+    elsewhere. With ``progress``, a progress bar, then one line with the result. ``init``
+    (what the run started from: cli's --init) is recorded in each checkpoint. Returns the
+    history: lists for plots.
     """
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     device = torch.device(device) if device is not None else default_device()
@@ -172,14 +201,19 @@ def train(model: ModelLike, task: TaskLike, config: TrainConfig, *,
     check_fits(step_bytes(model, task, config, device), f"a micro-batch of {config.batch_size} "
                f"examples (batch_size)", device, "use a smaller batch_size (accum_steps "
                "adds micro-batches up to a larger batch)")
-    # fused: one kernel updates all parameters (on every device type torch supports)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=(0.9, 0.98), eps=1e-9,
-                                 fused=True)
+    betas = (0.9, config.beta2)
+    if config.optimizer == "adam":  # fused: one kernel updates all parameters
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=betas, eps=1e-9,
+                                     fused=True)
+    else:
+        optimizer = AdamW(param_groups(model, config.weight_decay), lr=config.lr, betas=betas,
+                          eps=1e-8)
     if config.schedule == "noam":
         scheduler = noam_scheduler(optimizer, model.config.d_model, config.warmup)
     else:
-        scheduler = cosine_scheduler(optimizer, config.warmup, config.steps)
-    bf16 = config.amp and device.type == "cuda" and torch.cuda.is_bf16_supported()
+        scheduler = cosine_scheduler(optimizer, config.warmup, config.steps, config.min_lr_ratio)
+    bf16 = (config.amp and device.type == "cuda" and torch.cuda.is_bf16_supported()
+            or config.amp_cpu and device.type == "cpu")
     autocast_dtype = torch.bfloat16 if bf16 else None
     history = {"step": [], "loss": [], "lr": [], "val_step": [], "val_loss": [], "val_metric": []}
     step = 0

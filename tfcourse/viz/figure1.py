@@ -10,7 +10,7 @@ CHAPTERS = {
     1: "scaled dot-product attention", 2: "multi-head attention", 3: "positional encoding",
     4: "feed-forward and normalization", 5: "the encoder", 6: "the decoder", 7: "training",
     8: "decoding", 9: "encoder-only and decoder-only variants", 10: "efficiency and scale",
-    11: "tokens", 12: "the modern block",
+    11: "tokens", 12: "the modern block", 13: "a small language model",
 }
 COLORS = {"embedding": "#f9d3d0", "attention": "#fbe2c2", "norm": "#f3f1b8",
           "ffn": "#cde6f6", "linear": "#ddd5f0", "softmax": "#d3ecd0", "frame": "#f2f2f2"}
@@ -40,18 +40,18 @@ PARTS = [
 ]
 FRAMES = [  # (label, x, bottom, top, chapters, also, the side of its "N×")
     ("Encoder", ENC, 3.3, 7.75, (5,), (9,), -1),
-    ("Decoder", DEC, 3.3, 10.15, (6,), (9, 12), 1),
+    ("Decoder", DEC, 3.3, 10.15, (6,), (9, 12, 13), 1),
 ]
 TEXTS = [  # (label, x, y, chapters, also)
     ("Inputs", ENC, 0.25, (), (11,)),
-    ("Outputs\n(shifted right)", DEC, 0.2, (7,), (8, 11)),
-    ("Output\nProbabilities", DEC, 12.85, (8,), (7, 11)),
+    ("Outputs\n(shifted right)", DEC, 0.2, (7,), (8, 11, 13)),
+    ("Output\nProbabilities", DEC, 12.85, (8,), (7, 11, 13)),
 ]
 
 
 def draw_transformer(chapter=None, *, ax=None, width=7.0, title=None):
     """Figure 1 of the paper, each part with a badge naming the chapter(s) that build it.
-    chapter: None, or 1-12: that chapter's parts outlined in red, the others greyed out.
+    chapter: None, or 1-13: that chapter's parts outlined in red, the others greyed out.
     Returns the Axes (of a new figure `width` inches wide when ax is None)."""
     if chapter is not None and chapter not in CHAPTERS:
         raise ValueError(f"chapter must be None or one of {sorted(CHAPTERS)}, got {chapter!r}")

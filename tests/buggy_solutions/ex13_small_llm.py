@@ -1,0 +1,529 @@
+"""Wrong ways to write exercise 13 (adamw_step, cosine_lr, clip_grad_norm, param_groups), and
+the diagnosis each must get; then RIGHT: correct solutions in other styles than the
+reference's, which every check must pass (tests/test_right_solutions.py)."""
+
+import math
+
+import torch
+from torch import nn
+
+from . import wrong
+
+# ----------------------------------------------------------------------------- adamw_step
+
+
+def _adam(param, grad, m, v, step, lr, betas, eps):
+    """Adam's moments and step, written plainly: (the step to subtract, new m, new v)."""
+    beta1, beta2 = betas
+    m = beta1 * m + (1 - beta1) * grad
+    v = beta2 * v + (1 - beta2) * grad * grad
+    m_hat = m / (1 - beta1**step)
+    v_hat = v / (1 - beta2**step)
+    return lr * m_hat / (torch.sqrt(v_hat) + eps), m, v
+
+
+@wrong("adamw_step.l2_decay")
+def adamw_l2(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+             weight_decay=1e-2):
+    grad = grad + weight_decay * param  # torch.optim.Adam(weight_decay=...)
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param - update, m, v
+
+
+@wrong("adamw_step.decay_scale")
+def adamw_decay_without_lr(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                           eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param - weight_decay * param - update, m, v
+
+
+@wrong("adamw_step.decay_scale")
+def adamw_decay_lr_twice(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                         eps=1e-8, weight_decay=1e-2):
+    decay = lr * weight_decay
+    param = param * (1 - lr * decay)
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param - update, m, v
+
+
+@wrong("adamw_step.decay_scale")
+def adamw_decay_in_step_size(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                             eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad**2
+    step_size = lr / (1 - beta1**step)
+    denom = (v / (1 - beta2**step)).sqrt() + eps
+    return param - step_size * (m / denom + weight_decay * param), m, v
+
+
+@wrong("adamw_step.decay_after_update")
+def adamw_decay_after(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                      weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    param = param - update
+    return param - lr * weight_decay * param, m, v
+
+
+@wrong("adamw_step.no_bias_correction")
+def adamw_uncorrected(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                      weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - lr * m / (v.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.no_bias_correction")
+def adamw_only_m_corrected(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                           eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - lr * (m / (1 - beta1**step)) / (v.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.correction_step")
+def adamw_counted_from_zero(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                            eps=1e-8, weight_decay=1e-2):
+    t = step - 1  # "steps count from 0"
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - beta1**t), v / (1 - beta2**t)
+    return param - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.correction_step")
+def adamw_step_size_from_zero(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    step_size = lr / (1 - beta1 ** (step - 1))  # raises at step 1
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - step_size * m / ((v / (1 - beta2 ** (step - 1))).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.eps_inside")
+def adamw_eps_inside(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                     weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return param - lr * m_hat / torch.sqrt(v_hat + eps), m, v
+
+
+@wrong("adamw_step.eps_uncorrected")
+def adamw_keras_form(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                     weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    lr_t = lr * math.sqrt(1 - beta2**step) / (1 - beta1**step)
+    return param - lr_t * m / (v.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.no_sqrt")
+def adamw_no_root(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                  weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - lr * (m / (1 - beta1**step)) / (v / (1 - beta2**step) + eps), m, v
+
+
+@wrong("adamw_step.betas_swapped")
+def adamw_betas_swapped(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                        weight_decay=1e-2):
+    beta2, beta1 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.moment_weights")
+def adamw_plain_sums(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                     weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + grad
+    v = beta2 * exp_avg_sq + grad * grad
+    return param - lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.moment_weights")
+def adamw_weights_swapped(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                          eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = torch.lerp(exp_avg, grad, beta1)  # lerp's weight is the NEW value's
+    v = torch.lerp(exp_avg_sq, grad * grad, beta2)
+    return param - lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.grad_not_squared")
+def adamw_abs(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+              weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad.abs()
+    return param - lr * (m / (1 - beta1**step)) / ((v / (1 - beta2**step)).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.old_moments")
+def adamw_old_moments(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                      weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m_hat, v_hat = exp_avg / (1 - beta1**step), exp_avg_sq / (1 - beta2**step)
+    param = param - lr * m_hat / (v_hat.sqrt() + eps)
+    return param, beta1 * exp_avg + (1 - beta1) * grad, beta2 * exp_avg_sq + (1 - beta2) * grad**2
+
+
+@wrong("adamw_step.no_momentum")
+def adamw_rmsprop(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                  weight_decay=1e-2):
+    beta1, beta2 = betas
+    param = param * (1 - lr * weight_decay)
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    return param - lr * grad / ((v / (1 - beta2**step)).sqrt() + eps), m, v
+
+
+@wrong("adamw_step.ascent")
+def adamw_uphill(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                 weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param * (1 - lr * weight_decay) + update, m, v
+
+
+@wrong("adamw_step.in_place")
+def adamw_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                   weight_decay=1e-2):
+    beta1, beta2 = betas
+    param.mul_(1 - lr * weight_decay)  # as an optimizer does, but these are the caller's
+    exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (exp_avg_sq / (1 - beta2**step)).sqrt() + eps
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - beta1**step))
+    return param, exp_avg, exp_avg_sq
+
+
+# ------------------------------------------------------------------------------ cosine_lr
+
+
+def _decay(step, warmup, total_steps, min_ratio):
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.warmup_off_by_one")
+def cosine_from_zero(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return (step - 1) / warmup  # transformers counts from 0
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.warmup_off_by_one")
+def cosine_warmup_plus_one(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / (warmup + 1)
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.floor_ignored")
+def cosine_to_zero(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.floor_misplaced")
+def cosine_floor_added(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.floor_misplaced")
+def cosine_floor_clamp(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return max(min_ratio, 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@wrong("cosine_lr.not_clamped")
+def cosine_unclamped(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.not_clamped")
+def cosine_zero_after(step, warmup, total_steps, min_ratio=0.0):
+    if step > total_steps:
+        return 0.0
+    if step <= warmup:
+        return step / warmup
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.cosine_span")
+def cosine_over_the_run(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, step / total_steps)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.full_cosine")
+def cosine_full_period(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(2 * math.pi * progress))
+
+
+@wrong("cosine_lr.no_warmup")
+def cosine_flat_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return 1.0
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.zero_division")
+def cosine_min_of_both(step, warmup, total_steps, min_ratio=0.0):
+    warm = step / warmup
+    if warm <= 1:
+        return warm
+    progress = min(1, (step - warmup) / (total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * (1 + math.cos(math.pi * progress)) / 2
+
+
+@wrong("cosine_lr.zero_division")
+def cosine_unguarded_decay(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / (total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+# ------------------------------------------------------------------------- clip_grad_norm
+
+
+def _norm(grads):
+    return torch.sqrt(sum((g**2).sum() for g in grads))
+
+
+@wrong("clip_grad_norm.per_tensor")
+def clip_each(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (g.norm().item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.weights_clipped")
+def clip_weights(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    with torch.no_grad():
+        for p in parameters:
+            p.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.weights_clipped")
+def clip_by_the_weights_norm(parameters, max_norm):
+    params = [p for p in parameters if p.grad is not None]
+    total = torch.sqrt(sum((p.detach() ** 2).sum() for p in params))
+    for p in params:
+        p.grad.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+@wrong("clip_grad_norm.coef_inverted")
+def clip_inverted(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    if total > max_norm:
+        for g in grads:
+            g.mul_(total / max_norm)
+    return total
+
+
+@wrong("clip_grad_norm.scaled_below")
+def clip_always(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.mul_(max_norm / (total + 1e-6))
+    return total
+
+
+@wrong("clip_grad_norm.norm_after")
+def clip_returns_after(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    coef = min(1.0, max_norm / (_norm(grads).item() + 1e-6))
+    for g in grads:
+        g.mul_(coef)
+    return _norm(grads)
+
+
+@wrong("clip_grad_norm.norm_after")
+def clip_returns_nothing(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    coef = min(1.0, max_norm / (_norm(grads).item() + 1e-6))
+    for g in grads:
+        g.mul_(coef)
+
+
+@wrong("clip_grad_norm.norm_not_rooted")
+def clip_squared(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum((g * g).sum() for g in grads)
+    for g in grads:
+        g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+@wrong("clip_grad_norm.sum_of_norms")
+def clip_sum_of_norms(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum(g.norm() for g in grads)
+    for g in grads:
+        g.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+@wrong("clip_grad_norm.by_value")
+def clip_by_value(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.clamp_(-max_norm, max_norm)
+    return total
+
+
+@wrong("clip_grad_norm.no_grad_fails")
+def clip_every_parameter(parameters, max_norm):
+    total = torch.sqrt(sum(p.grad.pow(2).sum() for p in parameters))
+    for p in parameters:
+        p.grad.mul_(torch.clamp(max_norm / (total + 1e-6), max=1.0))
+    return total
+
+
+# ------------------------------------------------------------------------- param_groups
+
+
+@wrong("param_groups.everything_decayed")
+def groups_all(model, weight_decay):
+    return [{"params": list(model.parameters()), "weight_decay": weight_decay},
+            {"params": [], "weight_decay": 0.0}]
+
+
+@wrong("param_groups.embeddings_decayed")
+def groups_by_dimension(model, weight_decay):  # nanoGPT's rule
+    params = list(model.parameters())
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+@wrong("param_groups.norms_decayed")
+def groups_by_name(model, weight_decay):
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (rest if "bias" in name else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.biases_decayed")
+def groups_all_of_linear(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay = [p for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters()
+             if id(p) not in embedded]
+    chosen = {id(p) for p in decay}
+    rest = [p for p in model.parameters() if id(p) not in chosen]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.tied_twice")
+def groups_by_module(model, weight_decay):
+    linear = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    decay = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    rest = [p for name, p in model.named_parameters() if name not in linear]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.groups_swapped")
+def groups_swapped(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    params = list(model.parameters())
+    return [{"params": [p for p in params if id(p) in linear], "weight_decay": 0.0},
+            {"params": [p for p in params if id(p) not in linear], "weight_decay": weight_decay}]
+
+
+# ----------------------------------------------------------------------------- right ones
+
+
+def adamw_by_the_paper(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                       weight_decay=1e-2):
+    """Loshchilov & Hutter's algorithm 2, with the decay inside the same subtraction."""
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad**2
+    m_hat = m / (1 - beta1**step)
+    v_hat = v / (1 - beta2**step)
+    return param - lr * (m_hat / (v_hat.sqrt() + eps) + weight_decay * param), m, v
+
+
+def cosine_with_lambda(step, warmup, total_steps, min_ratio=0.0):
+    if warmup and step < warmup:
+        return step / warmup
+    t = min(1.0, max(0, step - warmup) / max(1, total_steps - warmup))
+    angle = torch.tensor(math.pi * t, dtype=torch.float64)
+    return float(min_ratio + (1 - min_ratio) * (1 + torch.cos(angle)) / 2)
+
+
+def clip_with_torch_norms(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    total = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))
+    if total > max_norm:
+        for g in grads:
+            g *= max_norm / (total + 1e-6)
+    return total
+
+
+def groups_by_isinstance(model, weight_decay):
+    seen, decay, rest = set(), [], []
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            linear_weight = isinstance(module, nn.Linear) and name == "weight"
+            (decay if linear_weight and id(p) not in embedded else rest).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=rest, weight_decay=0.0)]
+
+
+RIGHT = {"adamw_step": [adamw_by_the_paper], "cosine_lr": [cosine_with_lambda],
+         "clip_grad_norm": [clip_with_torch_norms], "param_groups": [groups_by_isinstance]}

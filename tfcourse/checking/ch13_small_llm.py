@@ -1,0 +1,774 @@
+"""Exercise 13: today's training recipe: one AdamW update, the cosine schedule with warm-up
+and a floor, clipping by the global norm, and the parameter groups; their cases and their
+catalogues of mistakes.
+
+The cases reach the regimes where these break: step 1 (m and v still 0: the bias
+correction is everything there), a late step, gradients so small that eps decides,
+a zero gradient, float64 and bfloat16 parameters; a schedule at its first step, at the
+end of its warm-up, at its last step and past it, with a warm-up of 0, of 1 and as long as
+the run; a gradient norm below, above and exactly at the threshold, all gradients 0, and
+parameters without a gradient; models with tied and untied output layers, biases and
+LayerNorms.
+
+Several mistakes are libraries' own, from their bug reports: the decay applied to the
+updated weight (transformers issue 14539), the decay not multiplied by lr (tensorflow/addons
+issue 2282), a warm-up whose first step has lr 0 (torchtune issue 2010, google-research/bert
+issue 1293, NVIDIA NeMo issue 10582), a division by zero when warmup equals the run
+(lightly PR 1842) or is 0 (ConvNeXt PR 91), a cosine not clamped after its end
+(transformers' cosine schedules climb back), eps added before v's bias correction (Keras'
+form of Adam).
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from ..modern import LlamaConfig, LlamaLM
+from ..optim import adamw_step as reference_adamw
+from ..optim import clip_grad_norm as reference_clip
+from ..optim import param_groups as reference_groups
+from ..schedules import cosine_lr as reference_cosine
+from ..variants import DecoderLM, DecoderLMConfig
+from .comparison import describe, same
+from .mistakes import Mistake, laddered, member
+from .pipeline import Case, Item
+
+EXERCISE = "ex13_small_llm"
+_NB = "13_small_llm"
+_ADAMW_SECTION = (_NB, "2. AdamW, one update by hand")
+_SCHEDULE_SECTION = (_NB, "3. The schedule: warm-up, cosine, floor")
+_CLIP_SECTION = (_NB, "4. Clipping by the global norm")
+_GROUPS_SECTION = (_NB, "5. Which weights decay: the parameter groups")
+
+
+# ---------------------------------------------------------------------------------------
+# adamw_step
+
+
+def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay="before",
+           decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
+           power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
+           sign=-1, python_step=False):
+    """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
+    before this update), "after" (the updated one) or None; decay_scale: what multiplies
+    weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
+    moments whose bias is corrected; shift: added to the step in the corrections; eps_at:
+    "outside", "inside" the root or "uncorrected" (added to sqrt(v) before the correction,
+    Adam's paper's second form, Keras'); power: of v_hat; ema "plain" (no 1 - beta on the
+    gradient) or "swapped" (the weights swapped); square: how g enters v ("abs"); old: the
+    update uses the moments from before this step; grad_step: the gradient instead of m;
+    sign: of the update; python_step: lr / (1 - beta1^t) computed as a Python float first
+    (a ZeroDivisionError where the correction is 0)."""
+    beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
+    if l2:
+        g = g + wd * p
+    if ema == "plain":
+        m_new, v_new = beta1 * m + g, beta2 * v + g * g
+    elif ema == "swapped":
+        m_new, v_new = (1 - beta1) * m + beta1 * g, (1 - beta2) * v + beta2 * g * g
+    else:
+        g2 = g.abs() if square == "abs" else g * g
+        m_new, v_new = m.lerp(g, 1 - beta1), v.mul(beta2).add(g2, alpha=1 - beta2)
+    mm, vv = (m, v) if old else (m_new, v_new)
+    t = step + shift
+    bc1 = 1 - beta1**t if "m" in correct else 1.0
+    bc2 = 1 - beta2**t if "v" in correct else 1.0
+    if eps_at == "inside":
+        denom = (vv / bc2 + eps) ** power
+    elif eps_at == "uncorrected":
+        denom = (vv**power + eps) / bc2**power
+    else:
+        denom = (vv / bc2) ** power + eps
+    if grad_step:
+        update = lr * g / denom
+    else:
+        update = (lr / bc1) * mm / denom if python_step else lr * (mm / bc1) / denom
+    scale = lr if decay_scale is None else decay_scale(lr, bc1)
+    if decay == "before" and not l2:
+        p = p * (1 - scale * wd)
+    p = p + sign * update
+    if decay == "after" and not l2:
+        p = p * (1 - scale * wd)
+    return p, m_new, v_new
+
+
+def _adamw_with(**bug):
+    return lambda *args, **kwargs: _adamw(*args, **{**kwargs, **bug})
+
+
+def _state(seed, shape, scale=1.0, moments=True, dtype=torch.float32):
+    """(param, grad, exp_avg, exp_avg_sq) drawn from `seed`: moments as after a few steps
+    (v positive and about grad^2), or zeros (the first step)."""
+    gen = torch.Generator().manual_seed(seed)
+    p = torch.randn(shape, generator=gen)
+    g = scale * torch.randn(shape, generator=gen)
+    if moments:
+        m = 0.5 * scale * torch.randn(shape, generator=gen)
+        v = (scale * torch.randn(shape, generator=gen)) ** 2 + (0.1 * scale) ** 2
+    else:
+        m, v = torch.zeros(shape), torch.zeros(shape)
+    return tuple(x.to(dtype) for x in (p, g, m, v))
+
+
+def _adamw_case(seed, shape, step, lr, betas, eps, wd, *, scale=1.0, moments=True,
+                dtype=torch.float32, zero_grad=False, note=""):
+    p, g, m, v = _state(seed, shape, scale, moments, dtype)
+    if zero_grad:
+        g = torch.zeros_like(g)
+    label = (describe(param=p) + f" {str(dtype).removeprefix('torch.')}, step={step}, lr={lr}, "
+             f"betas={betas}, eps={eps}, weight_decay={wd}{note}")
+    return Case((p, g, m, v, step, lr, betas, eps, wd), label=label,
+                names=("param", "grad", "exp_avg", "exp_avg_sq"), seed=seed,
+                parts=("param", "exp_avg", "exp_avg_sq"))
+
+
+ADAMW_MISTAKES = (
+    Mistake(
+        "l2_decay", "Weight decay added to the gradient (Adam's L2), not decoupled",
+        "grad + weight_decay * param is L2 regularization, torch.optim.Adam(weight_decay=...): "
+        "the decay then goes through m / sqrt(v), which normalizes it away for weights with "
+        "large gradients. AdamW shrinks the weight itself, outside the adaptive step: "
+        "param * (1 - lr * weight_decay).",
+        (_adamw_with(l2=True),),
+    ),
+    Mistake(
+        "decay_scale", "Weight decay scaled by {which}, not by lr",
+        "the decoupled decay takes lr * weight_decay of the weight at each step: param * (1 - "
+        "lr * weight_decay), lr once, no bias correction.",
+        tuple(member(_adamw_with(decay_scale=f), which=w) for f, w in (
+            (lambda lr, bc1: 1.0, "nothing (lr missing)"),
+            (lambda lr, bc1: lr * lr, "lr twice"),
+            (lambda lr, bc1: lr / bc1, "lr / (1 - beta1^step), the bias-corrected step size"))),
+    ),
+    Mistake(
+        "decay_after_update", "Weight decay applied to the updated weight",
+        "decay the weight as it was before this update (Loshchilov & Hutter's algorithm 2, "
+        "torch.optim.AdamW): param * (1 - lr * weight_decay) first, then the Adam step; or "
+        "both from the same old param.",
+        (_adamw_with(decay="after"),),
+    ),
+    Mistake(
+        "no_bias_correction", "{which}",
+        "m and v start at 0, so early on they are too small by the factors 1 - beta1^step and "
+        "1 - beta2^step: divide m by the first and v by the second (m_hat, v_hat) before the "
+        "step.",
+        tuple(member(_adamw_with(correct=c), which=w) for c, w in (
+            ((), "No bias correction"), (("m",), "v's bias not corrected"),
+            (("v",), "m's bias not corrected"))),
+    ),
+    Mistake(
+        "correction_step", "Bias correction counted from step {how}",
+        "step is this update's number, counting from 1: the corrections are 1 - beta1^step and "
+        "1 - beta2^step with step as given (at step 1: 1 - beta1 and 1 - beta2, never 0).",
+        tuple(member(_adamw_with(shift=s, python_step=py), how=h) for s, py, h in (
+            (-1, False, "0 (step - 1)"), (-1, True, "0 (step - 1)"), (1, False, "2 (step + 1)"))),
+    ),
+    Mistake(
+        "eps_inside", "eps inside the square root",
+        "eps goes after the root: sqrt(v_hat) + eps, as in torch.optim.AdamW. Inside, "
+        "sqrt(v_hat + eps) is at least sqrt(eps) = 1e-4 for eps = 1e-8: small gradients get "
+        "steps far smaller than lr.",
+        (_adamw_with(eps_at="inside"),),
+    ),
+    Mistake(
+        "eps_uncorrected", "eps added before v's bias correction",
+        "add eps to sqrt(v_hat) = sqrt(v / (1 - beta2^step)), not to sqrt(v) before dividing by "
+        "sqrt(1 - beta2^step) (Adam paper's second form, Keras'): torch.optim.AdamW's is "
+        "(sqrt(v) / sqrt(1 - beta2^step)) + eps.",
+        (_adamw_with(eps_at="uncorrected"),),
+    ),
+    Mistake(
+        "no_sqrt", "Divided by v_hat, not its square root",
+        "Adam divides by the root of the second moment, sqrt(v_hat) + eps: a step of about lr "
+        "whatever the gradient's scale.",
+        (_adamw_with(power=1.0),),
+    ),
+    Mistake(
+        "betas_swapped", "beta1 and beta2 swapped",
+        "betas = (beta1, beta2): beta1 (0.9) averages the gradients (m), beta2 (0.999) their "
+        "squares (v).",
+        (_adamw_with(beta_swap=True),),
+    ),
+    Mistake(
+        "moment_weights", "Moments averaged with the wrong weights: {which}",
+        "m = beta1 * m + (1 - beta1) * grad and v = beta2 * v + (1 - beta2) * grad^2: the old "
+        "average keeps beta, the new gradient gets 1 - beta.",
+        (member(_adamw_with(ema="plain"), which="1 - beta missing on the gradient"),
+         member(_adamw_with(ema="swapped"), which="beta and 1 - beta swapped")),
+    ),
+    Mistake(
+        "grad_not_squared", "v averages |grad|, not grad^2",
+        "the second moment is the average of the SQUARED gradient: (1 - beta2) * grad * grad.",
+        (_adamw_with(square="abs"),),
+    ),
+    Mistake(
+        "old_moments", "The step uses last step's moments",
+        "update exp_avg and exp_avg_sq with this gradient first, then step with the new ones.",
+        (_adamw_with(old=True),),
+    ),
+    Mistake(
+        "no_momentum", "The step uses the gradient, not m",
+        "the numerator is the bias-corrected first moment, m_hat = m / (1 - beta1^step): the "
+        "average of the gradients, not this step's gradient alone (that is RMSprop).",
+        (_adamw_with(grad_step=True),),
+    ),
+    Mistake(
+        "ascent", "Step taken uphill",
+        "subtract the step: param - lr * m_hat / (sqrt(v_hat) + eps) goes down the gradient.",
+        (_adamw_with(sign=1),),
+    ),
+)
+_ADAMW_LADDER = {
+    "l2_decay": (None, "with grad = 0 and exp_avg = exp_avg_sq = 0, step 1: your param must "
+                 "be param * (1 - lr * weight_decay) exactly."),
+    "decay_scale": (None, "with grad = 0 and both moments 0, print your param / param "
+                    "next to 1 - lr * weight_decay."),
+    "decay_after_update": (None, "write the decay with the param you were given, before you "
+                           "change it: print both results for lr = 0.5, weight_decay = 0.5."),
+    "no_bias_correction": (None, "at step 1 with zero moments, print m_hat and grad: equal."),
+    "correction_step": (None, "print 1 - beta1 ** step at step 1: 0.1 for beta1 = 0.9."),
+    "eps_inside": (None, "with grad = 1e-6 at step 1, your step must be about lr."),
+    "eps_uncorrected": (None, "print the denominator you use next to "
+                        "exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step) + eps."),
+    "no_sqrt": (None, "multiply grad by 100 at step 1: the step must barely change."),
+    "betas_swapped": (None, "print which beta multiplies exp_avg: betas[0]."),
+    "moment_weights": (None, "with grad = 1 and both moments 1, the new exp_avg must be 1."),
+    "grad_not_squared": (None, "with grad = -2 at step 1, exp_avg_sq must be (1 - beta2) * 4."),
+    "old_moments": (None, "at step 1 with zero moments the step must not be 0."),
+    "no_momentum": (None, "with grad = 0 but exp_avg = 1, the weight must still move."),
+    "ascent": (None, "with weight_decay = 0 and grad > 0, param must go down."),
+}
+ADAMW = Item(
+    EXERCISE, "adamw_step", reference_adamw,
+    [
+        _adamw_case(0, (5, 3), 1, 0.1, (0.9, 0.999), 1e-8, 0.1, moments=False,
+                    note=" (zero moments: the first step)"),
+        _adamw_case(1, (4, 7), 7, 0.05, (0.9, 0.95), 1e-8, 0.5),
+        _adamw_case(2, (3, 5), 1000, 0.01, (0.9, 0.999), 1e-8, 0.1),
+        _adamw_case(3, (5,), 1, 0.1, (0.9, 0.999), 1e-8, 0.0, scale=1e-6, moments=False,
+                    note=" (gradients of 1e-6: eps decides)"),
+        _adamw_case(4, (3, 3), 5, 0.5, (0.8, 0.99), 1e-3, 0.5, zero_grad=True,
+                    note=" (a zero gradient)"),
+        _adamw_case(5, (2, 5), 3, 0.1, (0.9, 0.999), 1e-8, 0.1, dtype=torch.float64),
+        _adamw_case(6, (3, 4), 2, 0.1, (0.9, 0.999), 1e-8, 0.1, dtype=torch.bfloat16),
+    ],
+    laddered(ADAMW_MISTAKES, _ADAMW_LADDER),
+    formula="Compare each line with param * (1 - lr wd), m = lerp(m, g, 1 - beta1), v = beta2 v "
+            "+ (1 - beta2) g^2, param - lr (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps).",
+    twins=(_adamw_with(),),
+    section=_ADAMW_SECTION,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# cosine_lr
+
+
+def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
+            clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
+            divide_first=False, unguarded=False):
+    """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
+    warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
+    (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
+    or "zero" (0 past the end); start: where the cosine's progress counts from ("warmup" or
+    "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
+    (0.5: half); warm "linear" or "none" (the peak during warm-up); divide_first: step /
+    warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
+    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total)."""
+    if divide_first:
+        ratio = step / warmup
+        if step <= warmup:
+            return ratio
+    if step <= warmup:
+        if warm == "none":
+            return 1.0
+        return min(1.0, (step + warm_shift) / (warmup + warm_extra))
+    begin = warmup if start == "warmup" else 0
+    length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
+        else total
+    progress = (step - begin) / length
+    if clamp == "min":
+        progress = min(1.0, progress)
+    elif clamp == "zero" and step > total:
+        return 0.0
+    c = 0.5 * (1.0 + math.cos(math.pi * 2 * cycles * progress))
+    return {"scaled": r + (1 - r) * c, "none": c, "added": r + c, "clamped": max(r, c)}[floor]
+
+
+def _all_cosine(**bug):
+    return lambda rows: [_cosine(*row, **bug) for row in rows]
+
+
+def _rates(fn, args, case):
+    """The learner's factor at every (step, warmup, total_steps, min_ratio), as floats where
+    they are numbers."""
+    rates = []
+    for step, warmup, total, r in args[0]:
+        value = fn(step, warmup, total, r)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = value.item()
+        rates.append(float(value) if isinstance(value, (int, float)) and
+                     not isinstance(value, bool) else value)
+    return rates
+
+
+def _same_rates(actual, predicted):
+    return isinstance(actual, list) and len(actual) == len(predicted) and all(
+        isinstance(a, float) and math.isclose(a, p, rel_tol=1e-6, abs_tol=1e-9)
+        for a, p in zip(actual, predicted))
+
+
+def _first_wrong_rate(case, result, expected):
+    for (step, warmup, total, r), got, want in zip(case.args[0], result, expected):
+        if not (isinstance(got, float) and math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9)):
+            shown = f"{got:.6g}" if isinstance(got, float) else repr(got)
+            return (f"\n  step={step}, warmup={warmup}, total_steps={total}, min_ratio={r}: "
+                    f"got {shown}, expected {want:.6g}")
+    return ""
+
+
+def _cosine_case(rows, label):
+    return Case((rows,), label=label, run=_rates, seed=0,
+                parts=tuple(f"the factor at step={s}, warmup={w}, total_steps={t}, "
+                            f"min_ratio={r}" for s, w, t, r in rows))
+
+
+COSINE_MISTAKES = (
+    Mistake(
+        "warmup_off_by_one", "Warm-up off by one: {how}",
+        "steps count from 1 and the warm-up reaches the peak AT step warmup: the factor is "
+        "step / warmup, 1 / warmup at the first step (not 0: that update would be wasted, "
+        "transformers' step 0) and 1 at step = warmup.",
+        tuple(member(_all_cosine(warm_shift=s, warm_extra=e), how=h) for s, e, h in (
+            (-1, 0, "(step - 1) / warmup, 0 at the first step"),
+            (0, 1, "step / (warmup + 1), below the peak at step = warmup"),
+            (1, 0, "(step + 1) / warmup"))),
+    ),
+    Mistake(
+        "floor_ignored", "Decays to 0, not to the floor",
+        "the cosine ends at min_ratio (Llama 2: 10% of the peak), not at 0: r + (1 - r) * (1 + "
+        "cos(pi * progress)) / 2.",
+        (_all_cosine(floor="none"),),
+    ),
+    Mistake(
+        "floor_misplaced", "Floor {how}",
+        "the cosine is squeezed between 1 and the floor: r + (1 - r) * (1 + cos(pi * "
+        "progress)) / 2 starts at 1 and ends at r.",
+        (member(_all_cosine(floor="added"), how="added to the cosine (it starts at 1 + r)"),
+         member(_all_cosine(floor="clamped"), how="as a clamp: max(r, cosine) stays flat at the "
+                "end instead of curving down to it")),
+    ),
+    Mistake(
+        "not_clamped", "Schedule not clamped after its last step: {how}",
+        "past total_steps the factor stays at the floor: progress = min(1, (step - warmup) / "
+        "(total_steps - warmup)). Unclamped, cos(pi * progress) turns back up (transformers' "
+        "cosine schedules do that).",
+        (member(_all_cosine(clamp="none"), how="the cosine climbs back up"),
+         member(_all_cosine(clamp="zero"), how="0 after the end, not the floor")),
+    ),
+    Mistake(
+        "cosine_span", "Cosine over the wrong steps: {how}",
+        "the cosine starts at the end of the warm-up, at the peak, and ends at total_steps: "
+        "progress = (step - warmup) / (total_steps - warmup), 0 then 1.",
+        (member(_all_cosine(start="zero", span="total"), how="from step 0 over total_steps"),
+         member(_all_cosine(span="total"), how="from the warm-up over total_steps steps"),
+         member(_all_cosine(start="zero"), how="progress counted from step 0")),
+    ),
+    Mistake(
+        "full_cosine", "A whole cosine period: it climbs back to the peak",
+        "half a period goes from 1 down to the floor: cos(pi * progress) for progress in [0, 1], "
+        "not cos(2 pi progress).",
+        (_all_cosine(cycles=1.0),),
+    ),
+    Mistake(
+        "no_warmup", "No warm-up: the peak from the first step",
+        "for step <= warmup the factor grows linearly, step / warmup: Adam's first steps, with "
+        "its moments still noisy, need a small rate.",
+        (_all_cosine(warm="none"),),
+    ),
+    Mistake(
+        "zero_division", "Division by zero when {how}",
+        "warmup may be 0 (no warm-up) and may equal total_steps (no decay): divide by warmup "
+        "only inside the warm-up branch, and by max(1, total_steps - warmup).",
+        (member(_all_cosine(divide_first=True), how="warmup is 0"),
+         member(_all_cosine(unguarded=True), how="warmup equals total_steps")),
+    ),
+)
+_COSINE_LADDER = {
+    "warmup_off_by_one": (None, "print your factor at steps 1 and warmup: 1 / warmup and 1."),
+    "floor_ignored": (None, "print your factor at step total_steps with min_ratio=0.1: 0.1."),
+    "floor_misplaced": (None, "print your factor at the end of the warm-up and at total_steps: "
+                        "1 and min_ratio."),
+    "not_clamped": (None, "print your factor at total_steps, total_steps + 1 and 2 * "
+                    "total_steps: all min_ratio."),
+    "cosine_span": (None, "print your factor at step warmup + 1: just below 1."),
+    "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
+    "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
+    "zero_division": (None, "call cosine_lr(1, 0, 10) and cosine_lr(6, 5, 5)."),
+}
+COSINE = Item(
+    EXERCISE, "cosine_lr", reference_cosine,
+    [
+        _cosine_case([(s, 10, 100, 0.1) for s in (1, 2, 5, 9, 10, 11, 30, 55, 80, 99, 100)],
+                     "warmup=10, total_steps=100, min_ratio=0.1, steps 1 to 100"),
+        _cosine_case([(s, 10, 100, 0.1) for s in (101, 150, 250)],
+                     "warmup=10, total_steps=100, min_ratio=0.1, past the end: steps 101, 150, 250"),
+        _cosine_case([(s, 4, 12, 0.0) for s in (1, 4, 8, 12, 13)],
+                     "warmup=4, total_steps=12, min_ratio=0 (chapter 07's cosine)"),
+        _cosine_case([(1, 1, 20, 0.1), (2, 1, 20, 0.1), (20, 1, 20, 0.1), (1, 0, 20, 0.5),
+                      (10, 0, 20, 0.5), (21, 0, 20, 0.5)],
+                     "warmup 1 and warmup 0"),
+        _cosine_case([(1, 5, 5, 0.1), (5, 5, 5, 0.1), (6, 5, 5, 0.1)],
+                     "warmup = total_steps = 5 (no decay), steps 1, 5, 6"),
+    ],
+    laddered(COSINE_MISTAKES, _COSINE_LADDER), same=_same_rates, what="factors",
+    show=_first_wrong_rate,
+    formula="Compute step / warmup during the warm-up, then r + (1 - r) (1 + cos(pi "
+            "min(1, progress))) / 2.",
+    twins=(_all_cosine(),),
+    section=_SCHEDULE_SECTION,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# clip_grad_norm
+
+
+def _as_float(value):
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else value
+
+
+def _clipping(fn, args, case):
+    """Parameters made from the case (weights and gradients, None for no gradient), clipped
+    by `fn`: (the norm it returned, as a float; the gradients after; the weights after)."""
+    weights, grads, max_norm = args
+    params = [nn.Parameter(w.clone()) for w in weights]
+    for p, g in zip(params, grads):
+        p.grad = None if g is None else g.clone()
+    norm = fn(params, max_norm)
+    return (_as_float(norm), [p.grad for p in params], [p.detach() for p in params])
+
+
+def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", returned="before",
+          target="grads", by_value=False):
+    """clip_grad_norm with the variations mistakes make, as (norm returned, gradients after,
+    weights after). norm "global", "each" (each tensor by its own), "sum" (the sum of the
+    tensors' norms), "weights" (the weights' norm); power: of the sum of squares; coef
+    "right", "inverted" (total / max_norm above the threshold), "always" (max_norm / total
+    below it too); returned "before", "after" or "none"; target: what is scaled ("grads" or
+    "weights"); by_value: each entry clamped to [-max_norm, max_norm]."""
+    present = [g for g in grads if g is not None]
+    source = weights if norm == "weights" else present
+    squares = [float((x.double() ** 2).sum()) for x in source]
+    total = sum(squares) ** power if norm != "sum" else sum(math.sqrt(s) for s in squares)
+    dtype = present[0].dtype if present else torch.float32
+
+    def factor(n):
+        if coef == "inverted":
+            return n / max_norm if n > max_norm else 1.0
+        if coef == "always":
+            return max_norm / (n + 1e-6)
+        return min(1.0, max_norm / (n + 1e-6))
+
+    new_grads, new_weights = [], [w.clone() for w in weights]
+    for g in grads:
+        if g is None:
+            new_grads.append(None)
+        elif by_value:
+            new_grads.append(g.clamp(-max_norm, max_norm))
+        elif norm == "each":
+            new_grads.append(g * factor(float(g.double().norm())))
+        elif target == "weights":
+            new_grads.append(g.clone())
+        else:
+            new_grads.append(g * torch.tensor(factor(total), dtype=dtype))
+    if target == "weights":
+        new_weights = [w * torch.tensor(factor(total), dtype=w.dtype) for w in weights]
+    after = math.sqrt(sum(float((g.double() ** 2).sum()) for g in new_grads if g is not None))
+    value = {"before": total, "after": after, "none": None}[returned]
+    return (value, new_grads, new_weights)
+
+
+def _clip_with(**bug):
+    return lambda weights, grads, max_norm: _clip(weights, grads, max_norm, **bug)
+
+
+def _clip_case(seed, shapes, scale, max_norm, *, none=(), zero=False, exact=None,
+               dtype=torch.float32, note=""):
+    gen = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(s, generator=gen).to(dtype) for s in shapes]
+    grads = [(scale * torch.randn(s, generator=gen)).to(dtype) for s in shapes]
+    if zero:
+        grads = [torch.zeros_like(g) for g in grads]
+    if exact is not None:  # gradients whose global norm is exactly `exact`
+        grads = [torch.tensor([3.0, 4.0], dtype=dtype) * exact / 5, torch.zeros(3, dtype=dtype)]
+        weights = [torch.ones(2, dtype=dtype), torch.ones(3, dtype=dtype)]
+    grads = [None if i in none else g for i, g in enumerate(grads)]
+    norm = math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads if g is not None))
+    shown = ", ".join(str(tuple(w.shape)) + ("" if g is not None else " without .grad")
+                      for w, g in zip(weights, grads))
+    label = (f"{len(weights)} {str(dtype).removeprefix('torch.')} parameters {shown}, gradient "
+             f"norm {norm:.4g}, max_norm={max_norm}{note}")
+    return Case((weights, grads, max_norm), label=label, names=("weights", "grads"), seed=seed,
+                run=_clipping, parts=("returned norm", "gradients", "weights"))
+
+
+def _clip_same(actual, expected):
+    """The returned norm (a float or a 0-d tensor) to 1e-5, the tensors by `same`."""
+    if expected[0] is None:  # a mistake that returns nothing
+        return isinstance(actual, tuple) and actual[0] is None and same(list(actual[1:]),
+                                                                       list(expected[1:]))
+    return (isinstance(actual, tuple) and len(actual) == 3 and isinstance(actual[0], float)
+            and math.isclose(actual[0], expected[0], rel_tol=1e-5)
+            and same(list(actual[1:]), list(expected[1:])))
+
+
+def _without_none(case, error):
+    """The case with its parameters without gradients left out."""
+    weights, grads, max_norm = case.args
+    kept = [i for i, g in enumerate(grads) if g is not None]
+    if len(kept) == len(grads):
+        return None
+    return Case(([weights[i] for i in kept], [grads[i] for i in kept], max_norm),
+                label=case.label + " (the ones without .grad left out)", names=case.names,
+                seed=case.seed, run=_clipping, parts=case.parts)
+
+
+CLIP_MISTAKES = (
+    Mistake(
+        "per_tensor", "Each gradient clipped by its own norm",
+        "clip by the GLOBAL norm: one norm over all the gradients together, sqrt(sum of every "
+        "|g|^2), and one factor for all of them, so that the update keeps its direction.",
+        (_clip_with(norm="each"),),
+    ),
+    Mistake(
+        "weights_clipped", "The weights used instead of the gradients",
+        "the norm is the gradients' (p.grad), and clipping scales p.grad in place (p.grad.mul_"
+        "(...)), before the optimizer's step; the weights p themselves are left alone.",
+        (_clip_with(target="weights"), _clip_with(target="weights", norm="weights"),
+         _clip_with(norm="weights")),
+    ),
+    Mistake(
+        "coef_inverted", "Clip factor inverted: the gradients grow",
+        "above the threshold multiply by max_norm / norm (less than 1), not norm / max_norm.",
+        (_clip_with(coef="inverted"),),
+    ),
+    Mistake(
+        "scaled_below", "Gradients scaled below the threshold too",
+        "a norm already at most max_norm is left alone: the factor is min(1, max_norm / "
+        "(norm + 1e-6)); scaling every time brings small gradients UP to max_norm.",
+        (_clip_with(coef="always"),),
+    ),
+    Mistake(
+        "norm_after", "{how}",
+        "return the total norm measured BEFORE clipping, as torch.nn.utils.clip_grad_norm_ "
+        "does (training logs it: a spike tells a bad batch).",
+        (member(_clip_with(returned="after"), how="Returned the norm after clipping"),
+         member(_clip_with(returned="none"), how="Norm not returned")),
+    ),
+    Mistake(
+        "norm_not_rooted", "Norm without the square root",
+        "the norm is sqrt(sum of |g|^2): the square root of the sum of every gradient's "
+        "squared entries.",
+        (_clip_with(power=1.0),),
+    ),
+    Mistake(
+        "sum_of_norms", "Norms of the tensors added, not combined as one vector",
+        "the global norm treats all gradients as one long vector: sqrt(sum over tensors of "
+        "|g|^2), which is sqrt of the sum of SQUARED per-tensor norms, not their sum.",
+        (_clip_with(norm="sum"),),
+    ),
+    Mistake(
+        "by_value", "Clipped by value, not by norm",
+        "clamping each entry to [-max_norm, max_norm] (clip_grad_value_) changes the "
+        "gradient's direction; clip by norm scales all of it by one factor.",
+        (_clip_with(by_value=True),),
+    ),
+    Mistake(
+        "no_grad_fails", "Parameters without a gradient not skipped",
+        "a parameter that took no part in the loss has p.grad None (a frozen layer, an unused "
+        "embedding): leave it out of the norm and the scaling.",
+        probe=_without_none,
+    ),
+)
+_CLIP_LADDER = {
+    "per_tensor": (None, "print the norm of all gradients together after your clipping: "
+                   "max_norm (when it was above)."),
+    "weights_clipped": (None, "print p.grad and p before and after your call: only p.grad may "
+                        "change."),
+    "coef_inverted": (None, "with a norm of 10 and max_norm 1, the gradients must get 10 times "
+                      "smaller."),
+    "scaled_below": (None, "with a norm of 0.5 and max_norm 1, the gradients must not change."),
+    "norm_after": (None, "return the norm you computed before changing the gradients."),
+    "norm_not_rooted": (None, "for one gradient [3, 4] your norm must be 5."),
+    "sum_of_norms": (None, "for gradients [3] and [4] your norm must be 5, not 7."),
+    "by_value": (None, "with max_norm 1 and one gradient [3, 4], the result is [0.6, 0.8]."),
+    "no_grad_fails": (None, "give one parameter p.grad = None: skip it."),
+}
+CLIP = Item(
+    EXERCISE, "clip_grad_norm", reference_clip,
+    [
+        _clip_case(0, [(4, 3), (3,), (2, 5)], 2.0, 1.0),
+        _clip_case(1, [(3, 3), (5,)], 0.1, 1.0, note=" (below the threshold)"),
+        _clip_case(2, [(2,), (3,)], 1.0, 5.0, exact=5.0, note=" (exactly at the threshold)"),
+        _clip_case(3, [(3, 2), (4,), (2, 2)], 1.0, 1.0, zero=True, none=(1,),
+                   note=" (all gradients 0)"),
+        _clip_case(4, [(3, 3), (5,), (2, 3)], 3.0, 2.0, none=(1,), dtype=torch.float64),
+    ],
+    laddered(CLIP_MISTAKES, _CLIP_LADDER), same=_clip_same, what="result",
+    formula="Compute n = sqrt(sum of every gradient's squared entries), multiply every gradient "
+            "by min(1, max_norm / (n + 1e-6)) in place, return n.",
+    twins=(_clip_with(),),
+    section=_CLIP_SECTION,
+)
+
+
+# ---------------------------------------------------------------------------------------
+# param_groups
+
+
+def _names(model, groups):
+    """((sorted names of a group's parameters, its weight_decay), ...) for the groups given:
+    a name for each tensor listed (a tensor listed twice, twice)."""
+    named = {}
+    for name, p in model.named_parameters():
+        named.setdefault(id(p), name)
+    result = []
+    for group in groups:
+        params = list(group.get("params", ())) if isinstance(group, dict) else group
+        names = sorted(named.get(id(p), "?") for p in params)
+        result.append((tuple(names), group.get("weight_decay") if isinstance(group, dict)
+                       else None))
+    return result
+
+
+def _grouping(fn, args, case):
+    model, weight_decay = args
+    groups = fn(model, weight_decay)
+    if not isinstance(groups, (list, tuple)):
+        return groups
+    return _names(model, list(groups))
+
+
+def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
+            swapped=False, both=False):
+    """param_groups with the variations mistakes make, as _names gives them. rule "linear"
+    (nn.Linear weights, not embeddings), "2d" (every matrix: nanoGPT's), "all", "not_bias"
+    (every tensor whose name does not end in bias); norms: their gains decay; biases: theirs
+    decay ("all", or "linear": the linear layers' only); tied "twice": a tied embedding
+    listed in both groups; swapped: the decay on the other group; both: weight_decay on both
+    groups."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    linear_biases = {id(m.bias) for m in model.modules() if isinstance(m, nn.Linear)
+                     and m.bias is not None}
+    named = dict(model.named_parameters())
+    decay, rest = [], []
+    for name, p in named.items():
+        if rule == "2d":
+            yes = p.dim() >= 2
+        elif rule == "all":
+            yes = True
+        elif rule == "not_bias":
+            yes = not name.endswith("bias")
+        else:
+            yes = id(p) in linears and id(p) not in embeddings
+        yes = yes or (norms and "norm" in name and name.endswith("weight")) or (
+            biases == "all" and name.endswith("bias")) or (biases == "linear" and id(p) in
+                                                          linear_biases)
+        (decay if yes else rest).append(p)
+    if tied == "twice":
+        for m in model.modules():
+            if isinstance(m, nn.Linear) and id(m.weight) in embeddings:
+                decay.append(m.weight)
+    groups = [dict(params=decay, weight_decay=wd), dict(params=rest, weight_decay=wd if both else 0.0)]
+    if swapped:
+        groups = [dict(params=decay, weight_decay=0.0), dict(params=rest, weight_decay=wd)]
+    return _names(model, groups)
+
+
+def _groups_with(**bug):
+    return lambda model, wd: _groups(model, wd, **bug)
+
+
+def _model(kind, seed):
+    torch.manual_seed(seed)
+    if kind == "gpt":
+        return DecoderLM(DecoderLMConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, max_len=8))
+    return LlamaLM(LlamaConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, n_kv_heads=1,
+                                   tie_output=kind == "tied"))
+
+
+def _groups_case(kind, wd, note):
+    return Case((_model(kind, 0), wd), label=f"{note}, weight_decay={wd}", names=("model",),
+                seed=0, run=_grouping, parts=("the decayed group", "the other group"))
+
+
+GROUPS_MISTAKES = (
+    Mistake(
+        "everything_decayed", "Every parameter decayed",
+        "only the weight matrices of the linear layers decay: norms' gains, biases and "
+        "embeddings go in the second group, with weight_decay 0.0.",
+        (_groups_with(rule="all"), _groups_with(both=True)),
+    ),
+    Mistake(
+        "embeddings_decayed", "Embeddings decayed: every matrix in the decayed group",
+        "this course leaves embedding tables undecayed (OLMo 2's choice; nanoGPT decays every "
+        "2-D tensor): a row learns only when its token is read but would shrink at every step. "
+        "Decay the weights of nn.Linear layers, except one that IS an embedding (tied).",
+        (_groups_with(rule="2d"),),
+    ),
+    Mistake(
+        "norms_decayed", "Norms' gains decayed",
+        "a norm's gain sets a scale and starts at 1: decay would pull it towards 0, which "
+        "changes what the model computes. Only nn.Linear weights decay.",
+        (_groups_with(rule="not_bias"), _groups_with(norms=True)),
+    ),
+    Mistake(
+        "biases_decayed", "Biases decayed",
+        "a bias is an offset, not a weight that multiplies: it goes in the group without "
+        "decay. Take each nn.Linear's .weight, not all its parameters.",
+        (_groups_with(biases="linear"), _groups_with(biases="all")),
+    ),
+    Mistake(
+        "tied_twice", "The tied output weight listed in both groups",
+        "with tie_output the output layer's weight is the embedding's tensor: each tensor goes "
+        "in one group once (torch.optim refuses a tensor in two groups), here the undecayed "
+        "one, as an embedding.",
+        (_groups_with(tied="twice"),),
+    ),
+    Mistake(
+        "groups_swapped", "Weight decay on the wrong group",
+        "the first group (the linear layers' weights) gets weight_decay, the second 0.0.",
+        (_groups_with(swapped=True),),
+    ),
+)
+_GROUPS_LADDER = {
+    "everything_decayed": (None, "print the names in your second group: the norms, the "
+                           "biases and the embeddings."),
+    "embeddings_decayed": (None, "print isinstance(module, nn.Embedding) for the module that "
+                           "owns each matrix you decay."),
+    "norms_decayed": (None, "print the names in your first group: no 'norm' among them."),
+    "biases_decayed": (None, "print the names in your first group: none ends in 'bias'."),
+    "tied_twice": (None, "print len(set(map(id, all params))) next to the number you listed."),
+    "groups_swapped": (None, "print each group's weight_decay."),
+}
+GROUPS = Item(
+    EXERCISE, "param_groups", reference_groups,
+    [
+        _groups_case("untied", 0.1, "a Llama-style LM with its own output layer"),
+        _groups_case("gpt", 0.1, "chapter 09's LM (LayerNorm, biases, learned positions)"),
+        _groups_case("tied", 0.05, "a Llama-style LM with its output tied to the embedding"),
+    ],
+    laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups",
+    formula="Put each nn.Linear's weight (not an embedding's) in a group with weight_decay, "
+            "every other parameter once in a group with 0.0.",
+    twins=(_groups_with(),),
+    section=_GROUPS_SECTION,
+)
+
+ITEMS = (ADAMW, COSINE, CLIP, GROUPS)

@@ -3,7 +3,8 @@ functions on ranks: a byte b is rank b (0..255), merge i makes rank 256 + i.
 
 Fill in the functions below, then check them from the repository's root:
 
-    pytest exercises/test_ex11_tokens.py
+    pytest exercises/test_ex11_tokens.py              # all five
+    pytest exercises/test_ex11_tokens.py -k merge     # one, by its name here
 
 or from a notebook:
 
@@ -40,7 +41,7 @@ def merge(word, pair, new_id):
     scanning left to right: merge((5, 5, 5), (5, 5), 256) == (256, 5).
 
     Returns:
-        a tuple (or list) of ranks.
+        a tuple of ranks (learn_merges uses words as dict keys: a list is unhashable).
     """
     raise NotImplementedError
 
@@ -55,7 +56,12 @@ def learn_merges(text, n_merges, special_tokens=()):
        ties to the smallest pair (a, b) (the smallest a, then the smallest b); merge it into
        256 + i in every word. Stop early when no pair is left.
 
-    Hint: max(counts, key=lambda p: (counts[p], -p[0], -p[1])) applies the tie rule.
+    Recount every step, as written here (the notebook's tfcourse.tokens.learn_merges updates
+    the counts instead: same merges, faster). Cut the special tokens longest first, so that
+    one that contains another is cut whole (re.escape them: '|' is special in a pattern).
+
+    Hint: one max() over the counts can apply the tie rule too, with a key that puts the
+    count first (--hint=2 shows it).
     """
     raise NotImplementedError
 
@@ -65,13 +71,14 @@ def encode(text, merges):
 
     For each pre-token of pre_tokenize(text): start from its UTF-8 bytes; while some
     adjacent pair is in merges, merge the pair of the LOWEST rank (every occurrence). Join
-    the pieces' ranks.
+    the pieces' ranks. (No special tokens here: tfcourse.tokens.BPE handles those.)
     """
     raise NotImplementedError
 
 
 def decode(ids, vocab):
-    """Ranks -> text. vocab: dict rank -> bytes (256 -> b'th', ...).
+    """Ranks -> text. vocab: dict rank -> bytes, for every rank: the bytes 0..255 (97 ->
+    b'a') and the merges (256 -> b'th', ...).
 
     A token may hold part of a character: the ids may also end inside one. Show what is not
     a whole character as U+FFFD ('\ufffd'), never raise.

@@ -1,10 +1,12 @@
-"""Exercise 12: the parts that make chapter 09's GPT block into the block of Llama, Mistral and
-Qwen. RMSNorm, the SwiGLU feed-forward network, rotary position embedding (RoPE), and
-attention with rotary positions and a key/value cache.
+"""Exercise 12: the parts that make chapter 09's GPT block into Llama's (Mistral 7B's adds a
+sliding window, Qwen's biases on q, k and v, Gemma's GeGLU, a sqrt(d) embedding scale and
+(1 + weight) gains): RMSNorm, the SwiGLU feed-forward network, rotary position embedding
+(RoPE), and attention with rotary positions and a key/value cache.
 
 Fill in the four items below, then check them from the repository's root:
 
-    pytest exercises/test_ex12_modern_block.py
+    pytest exercises/test_ex12_modern_block.py               # all four
+    pytest exercises/test_ex12_modern_block.py -k RMSNorm    # one, by its name here
 
 or from a notebook:
 
@@ -35,7 +37,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x):
-        """x (..., d_model) -> (..., d_model), in x's dtype.
+        """x (..., d_model) -> (..., d_model), in x's dtype (the weight in x's dtype, as a
+        model cast to float16 has it). Normalize, cast back to x's dtype, then multiply by
+        the weight, as Llama's RMSNorm does (with a float32 weight on a float16 x that gives
+        float32, by type promotion; torch.nn.RMSNorm gives x's dtype: the checks use a weight
+        in x's dtype, where the two agree).
 
         Hints:
             1. What does LayerNorm do that this formula does not?
@@ -50,7 +56,9 @@ class RMSNorm(nn.Module):
 class SwiGLU(nn.Module):
     """The gated feed-forward network of Llama's block (Shazeer 2020):
 
-        SwiGLU(x) = down(dropout(activation(gate(x)) * up(x)))     activation: SiLU
+        SwiGLU(x) = (SiLU(x W_gate) * x W_up) W_down        SiLU: self.activation
+
+    with gate, up and down the layers below and dropout on the d_ff-wide product.
 
     SiLU(z) = z * sigmoid(z). No biases. __init__ is given; write forward.
     """
@@ -117,7 +125,8 @@ def rotary_attention(q, k, v, past_k=None, past_v=None, base=10000.0):
         new keys, new token t reading the keys up to its own position start + t.
 
     Use tfcourse's RotaryEmbedding(d_head, base)(x, start) to rotate (imported above), so
-    that this check judges the attention alone.
+    that this check judges the attention alone. (F.scaled_dot_product_attention's
+    is_causal=True aligns its mask to the top left: with a cache, build the mask yourself.)
 
     Hints:
         1. Which of q, k and v carry positions?

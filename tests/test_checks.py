@@ -531,6 +531,19 @@ def test_pytest_on_the_exercises_as_a_learner_sees_it(tmp_path):
     assert shown.split() == str(raised.value).split(), shown  # the whole diagnosis, no word cut
 
 
+def test_pytest_k_selects_an_item_by_the_name_in_its_stub_and_says_when_nothing_matches(tmp_path):
+    files = {f"{e}.py": (entry.exercises_dir() / f"{e}.py").read_text()
+             for e in ("ex11_tokens", "ex12_modern_block")}  # the stubs
+    # "RMSNorm" is test_rms_norm's item; "merge" is merge's alone, not learn_merges'.
+    run = run_as_learner(tmp_path, files, args=("-k", "RMSNorm or merge"))
+    assert set(failed_lines(run)) == {"test_ex12_modern_block.py::test_rms_norm",
+                                      "test_ex11_tokens.py::test_merge"}, run.stdout
+    run = run_as_learner(tmp_path, files, args=("test_ex12_modern_block.py", "-q", "-k", "RMSnorm2"))
+    assert run.returncode == 5, run.stdout
+    assert "No check matches -k 'RMSnorm2'" in run.stdout, run.stdout
+    assert "test_ex12_modern_block.py: RMSNorm, SwiGLU, rotate, rotary_attention" in run.stdout
+
+
 HOSTILE_RUN = {  # exercise file -> (its source, the start of every FAILED line of its tests)
     "ex01_attention.py": (
         "import os\ndef scaled_dot_product_attention(query, key, value, mask=None):\n"

@@ -26,3 +26,27 @@ def test_notebook_is_stored_executed(path):
     ignored = [c for c in code if "nbval-ignore-output" in c["metadata"].get("tags", [])]
     assert len(ignored) <= len(code) // 3, "tag single cells whose output cannot repeat, not most"
     assert not any("nbval-skip" in c["metadata"].get("tags", []) for c in code), "no cell skipped"
+
+
+def _shows_code(text: str) -> bool:
+    return any(line.lstrip().startswith(("def ", "class ", "return ")) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_answer_is_shown_in_the_open(path):
+    """An exercise's answer is never in the open: a cell that prints a reference's source
+    (inspect.getsource) keeps its output collapsed, and so does a collapsed (solution) cell
+    whose output shows code."""
+    nb = json.loads(path.read_text())
+    for n, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        collapsed = cell["metadata"].get("jupyter", {})
+        shown = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                        for o in cell["outputs"])
+        if collapsed.get("outputs_hidden") or not shown:
+            continue
+        assert "getsource(" not in "".join(cell["source"]), \
+            f"cell {n} prints a reference's source in the open: collapse its output (outputs_hidden)"
+        assert not (collapsed.get("source_hidden") and _shows_code(shown)), \
+            f"cell {n} is collapsed but its output shows code: collapse its output too"

@@ -87,9 +87,11 @@ def test_merges_equal_hugging_face_bpe_trainer(texts, vocab_size):
 def test_encoding_equals_tiktoken_built_from_the_learned_ranks(python_bpe, name):
     text = HELD_OUT[name]
     encoding = tiktoken.Encoding("tfcourse", **python_bpe.tiktoken_parts())
-    ids = python_bpe.encode(text)
+    ids = python_bpe.encode(text, allowed_special="all")
     assert ids == encoding.encode(text, allowed_special="all")
     assert python_bpe.decode(ids) == text.split("<eos>")[0].replace("<pad>", "")
+    ordinary = python_bpe.encode(text)  # special spellings as text: tiktoken's encode_ordinary
+    assert ordinary == encoding.encode_ordinary(text) and python_bpe.decode(ordinary) == text
 
 
 def test_a_merge_can_split_a_character_and_decoding_shows_it_as_replacement(python_bpe):
@@ -130,8 +132,28 @@ def test_special_tokens_are_never_merged_nor_split():
     bpe = train_bpe(text, 300, special_tokens=EXTRA)
     assert all(b"<|" not in t and b"|>" not in t for t in bpe.token_bytes)
     assert bpe.token(4) == b"<|endoftext|>" and bpe.token(5) == b"\x00"
-    assert bpe.encode("ab<|endoftext|>") == [*bpe.encode("ab"), 4]
-    assert bpe.encode("<eos>x") == [EOS, *bpe.encode("x")]
+    assert bpe.encode("ab<|endoftext|>", allowed_special="all") == [*bpe.encode("ab"), 4]
+    assert bpe.encode("<eos>x", allowed_special={"<eos>"}) == [EOS, *bpe.encode("x")]
+
+
+def test_special_spellings_are_text_unless_allowed(python_bpe):  # issue 35: B28, D03
+    text = 'x = "<eos>" + y<pad>a<unk>b<bos>c<|endoftext|>'
+    encoding = tiktoken.Encoding("tfcourse", **python_bpe.tiktoken_parts())
+    ids = python_bpe.encode(text)
+    assert ids == encoding.encode(text, disallowed_special=()) and set(ids).isdisjoint(range(5))
+    assert python_bpe.decode(ids) == text
+    only = python_bpe.encode(text, allowed_special={"<|endoftext|>", "<unk>"})
+    assert only == encoding.encode(text, allowed_special={"<|endoftext|>", "<unk>"},
+                                   disallowed_special=())
+    assert [i for i in only if i < 5] == [3, 4]
+    for allowed, error, said in [
+        ("<eos>", ValueError, r"allowed_special must be 'all' or a set of special tokens, got the "
+                              r"string '<eos>' \(for one: \{'<eos>'\}\)"),
+        ({"<sep>"}, ValueError, r"allowed_special holds \['<sep>'\], not special tokens of this"),
+        (5, TypeError, "allowed_special must be 'all' or a set of special tokens, got int"),
+    ]:
+        with pytest.raises(error, match=said):
+            python_bpe.encode("a", allowed_special=allowed)
 
 
 def test_it_has_the_character_vocabularys_interface(python_bpe):
@@ -281,4 +303,5 @@ def test_hugging_face_cuts_held_out_text_into_the_same_tokens(python_bpe, hf_pyt
     back = {c: bytes([b]) for b, c in ((b, _printable(bytes([b]))) for b in range(256))}
     theirs = [t.encode() if t in [*SPECIALS, *EXTRA] else b"".join(back[c] for c in t)
               for t in hf_python.encode(HELD_OUT[name]).tokens]
-    assert theirs == [python_bpe.token(i) for i in python_bpe.encode(HELD_OUT[name])]
+    ours = python_bpe.encode(HELD_OUT[name], allowed_special="all")  # tokenizers: always specials
+    assert theirs == [python_bpe.token(i) for i in ours]

@@ -26,8 +26,9 @@ class Embeddings(nn.Module):
     would give rows of norm ~d_model, drowning the positions.) The same table can be the
     output layer's weight (tied), where its scale keeps the first logits small.
 
-    scaled=False: the lookup alone, as Llama's (chapter 12), whose pre-norm block rescales
-    every sublayer's input anyway.
+    scaled=False: the lookup alone, as Llama's (chapter 12): its table starts at the scale
+    the residual stream should have (Llama's std 0.02 is about 1/sqrt(d) at d = 4096), and
+    no position vector is added that it must match.
     """
 
     def __init__(self, vocab_size: int, d_model: int, scaled: bool = True):

@@ -1,5 +1,8 @@
-"""Chapter 12: the block of today's open models (Llama, Mistral, Qwen): chapter 09's
-decoder-only model with four parts changed.
+"""Chapter 12: Llama's block, chapter 09's decoder-only model with four parts changed.
+Its kin differ in details: Mistral 7B adds sliding-window attention (chapter 10); Qwen (1 to
+2.5) has biases on the q, k and v projections; Gemma uses GeGLU (tanh GELU) for SwiGLU,
+multiplies the token vectors by sqrt(d), scales its RMSNorm by (1 + w), and has heads 256
+wide whatever d / heads.
 
     x = Embed(tokens)                                  no positions added, no sqrt(d) scale
     x = x + Attention(RMSNorm(x))                      grouped-query (chapter 10), no biases,
@@ -113,13 +116,16 @@ class LlamaLM(DecoderLM):
     """A Llama-style language model: DecoderLM's forward pass (causal mask, optional extra
     mask such as left padding, KV cache: forward(tokens, mask=None, cache=None)), with
     Llama's parts. Equal to transformers.LlamaForCausalLM with the same weights
-    (tfcourse.parity.llama_from_transformers; transformers' padded batch included: its
-    positions 0, 1, ... whatever the padding, which RoPE does not mind, since only offsets
-    count).
+    (tfcourse.parity.llama_from_transformers; transformers' padded batch included: a
+    forward call without position_ids puts the tokens at 0, 1, ... whatever the padding,
+    generate() passes position_ids counted from the first real token; RoPE does not mind
+    either, since only offsets count).
 
     Weights: the embedding N(0, 1/d_model) (a tied output starts with small logits; looked
-    up as it is with RoPE, scaled by sqrt(d_model) with added positions), every
-    linear map Xavier-uniform (tfcourse.model.init_weights), the RMSNorm gains 1.
+    up as it is with RoPE, as Llama's, whose std 0.02 is about 1/sqrt(d) at d = 4096;
+    scaled by sqrt(d_model) with added positions, which need the token vectors at their
+    scale), every linear map Xavier-uniform (tfcourse.model.init_weights), the RMSNorm
+    gains 1.
     """
 
     kind = "llama"

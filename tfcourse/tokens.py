@@ -30,7 +30,9 @@ then the others), so that its merges are those of tokenizers' BpeTrainer.
 Encoding merges by rank, as GPT-2 and tiktoken do: within a pre-token, repeatedly merge
 the adjacent pair learned earliest, until no adjacent pair is a merge. Decoding joins the
 bytes and decodes them as UTF-8, a character cut between tokens shown as U+FFFD.
-Special tokens are cut out of the text before anything else: never merged, never split.
+Special tokens are cut out of the training text before anything else: never merged, never
+split. Encoding reads their spellings as ordinary text unless told otherwise (allowed_special,
+as tiktoken): a user who types ``<eos>`` means the five characters, not the end of the text.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import heapq
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import regex
 import torch
@@ -219,14 +221,39 @@ class BPE:
         """The bytes of id ``i`` (a special token's text in UTF-8)."""
         return self.specials[i].encode() if i < self.offset else self.token_bytes[i - self.offset]
 
-    def encode(self, text: str) -> list[int]:
-        """Text -> ids: special tokens' texts as their ids, the rest encoded by rank."""
+    def encode(self, text: str, allowed_special: Collection[str] | str = ()) -> list[int]:
+        """Text -> ids, by rank. A special token's spelling in ``text`` (``<eos>`` typed in a
+        prompt) is text like any other, so that decode(encode(text)) == text for every text;
+        ``allowed_special`` (a set of special tokens, or "all") opts in, as tiktoken's
+        allowed_special: those spellings become their one id (training data that marks its
+        documents' ends, say)."""
+        found = self._allowed(allowed_special)
+        if found is None:
+            return self._encode_ordinary(text)
         ids, start = [], 0
-        for found in self._specials.finditer(text):
-            ids += self._encode_ordinary(text[start:found.start()])
-            ids.append(self.specials.index(found.group()))
-            start = found.end()
+        for match in found.finditer(text):
+            ids += self._encode_ordinary(text[start:match.start()])
+            ids.append(self.specials.index(match.group()))
+            start = match.end()
         return ids + self._encode_ordinary(text[start:])
+
+    def _allowed(self, allowed_special):
+        """The pattern that finds the allowed special tokens (None: none allowed)."""
+        if isinstance(allowed_special, str):
+            if allowed_special != "all":
+                raise ValueError(f"allowed_special must be 'all' or a set of special tokens, got "
+                                 f"the string {allowed_special!r} (for one: {{{allowed_special!r}}})")
+            return self._specials
+        try:
+            allowed = set(allowed_special)
+        except TypeError:
+            raise TypeError("allowed_special must be 'all' or a set of special tokens, got "
+                            f"{type(allowed_special).__name__}") from None
+        unknown = sorted(allowed - set(self.specials), key=str)
+        if unknown:
+            raise ValueError(f"allowed_special holds {unknown}, not special tokens of this "
+                             f"tokenizer ({', '.join(self.specials)})")
+        return _specials_re(allowed)
 
     def _encode_ordinary(self, text: str) -> list[int]:
         ids = []
@@ -238,7 +265,9 @@ class BPE:
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
         """Ids -> text: stops at the first EOS, skips PAD and BOS (as Vocab.decode), other
-        specials as their text; the bytes decoded together, a cut character as U+FFFD."""
+        specials as their text; the bytes decoded together, a cut character as U+FFFD. The
+        control ids come from allowed_special or a model, never from encode's text alone, so
+        decode(encode(text)) == text."""
         kept = []
         for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
             if i == EOS:

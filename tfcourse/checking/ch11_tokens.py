@@ -376,8 +376,7 @@ LEARN_MISTAKES = (
     Mistake(
         "tie_rule", "Ties broken by another rule ({rule})",
         "among the pairs of the largest count, take the smallest pair (a, b): the smallest "
-        "a, then the smallest b. max(counts, key=counts.get) keeps the first one counted, "
-        "which depends on the order of the text.",
+        "a, then the smallest b.",
         (member(_learn_with(tie="first"), rule="the first pair counted"),
          member(_learn_with(tie="largest"), rule="the largest pair"),
          member(_learn_with(tie="first_element"),
@@ -413,7 +412,8 @@ _LEARN_LADDER = {
     "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
     "no_early_stop": (None, "call learn_merges('ab', 5): one merge, then no pair is left."),
     "tie_rule": (None, "print the counts before a step where two pairs share the largest count, "
-                 "and the pair you take."),
+                 "and the pair you take. max(counts, key=lambda p: (counts[p], -p[0], -p[1])) "
+                 "applies the rule."),
 }
 
 

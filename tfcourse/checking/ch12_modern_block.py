@@ -268,8 +268,8 @@ SWIGLU_MISTAKES = (
     ),
     Mistake(
         "wrong_activation", "{which} instead of the layer's activation",
-        "SwiGLU's gate goes through SiLU (Swish): z * sigmoid(z), F.silu. Use self.activation, "
-        "which __init__ set from the argument (silu; gelu would make GEGLU).",
+        "a function written into forward ignores the layer's setting: call self.activation, "
+        "which __init__ set from the argument (silu by default; gelu makes GEGLU, relu ReGLU).",
         tuple(member(_swiglu_with(act=act), which=which) for act, which in (
             (F.gelu, "GELU"), (torch.sigmoid, "A sigmoid (GLU's)"), (F.relu, "ReLU"),
             (F.silu, "SiLU"))),
@@ -571,8 +571,8 @@ ATTENTION_MISTAKES = (
     Mistake(
         "not_offset", "New positions not offset by the cache's length",
         "the new tokens come after the past_k.size(-2) cached ones: rotate them at positions "
-        "start, start + 1, ... (rotate(..., start=start)), as the cached keys were; the causal "
-        "mask then starts at the same start (.tril(start)).",
+        "start, start + 1, ... (RotaryEmbedding(d_head, base)(k, start)), as the cached keys "
+        "were; the causal mask then starts at the same start (.tril(start)).",
         (_attention_with(offset=False), _attention_with(offset=False, mask="unshifted")),
     ),
     Mistake(
@@ -584,7 +584,8 @@ ATTENTION_MISTAKES = (
     Mistake(
         "mask_not_offset", "Causal mask not shifted by the cache's length",
         "query t is position start + t: it may read keys 0 ... start + t. A (seq, start + seq) "
-        "mask is .tril(start) (diagonal=start), not .tril().",
+        "mask is .tril(start) (diagonal=start), not .tril(). (scaled_dot_product_attention's "
+        "is_causal=True aligns its mask to the top left, .tril(): with a cache, pass the mask.)",
         (_attention_with(mask="unshifted"),),
     ),
     Mistake(

@@ -4,11 +4,21 @@ id, gives the right result or one clear line: special tokens never come from a u
 unless asked, a checkpoint's digest covers all that a load uses, and the tokenizer API
 refuses what it cannot honour."""
 
+import json
+import warnings
+
 import pytest
 import torch
 
 import tfcourse.cli as cli
-from tfcourse.checkpoint import save_checkpoint
+from tfcourse.checkpoint import (
+    checkpoint_digest,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    seal,
+)
+from tfcourse.cli import CLASSIFY_CHECKPOINT, DATES_CHECKPOINT, LM_CHECKPOINT, MLM_CHECKPOINT
 from tfcourse.corpora import lm_task
 from tfcourse.tokens import BPE
 from tfcourse.training import TrainConfig
@@ -62,3 +72,168 @@ def test_decode_of_encode_is_the_text_special_spellings_included(bpe_lm):  # D03
     assert bpe.encode("a<eos>", allowed_special={"<eos>"})[-1] == bpe.eos_id  # asked for: its id
     assert bpe.encode("<eos>") != [bpe.eos_id]
     assert isinstance(bpe, BPE)
+
+
+# ------------------------------------------------------------------ a checkpoint checked whole
+
+
+def _edited(src, dst, edit, reseal=False):
+    """A copy of the checkpoint ``src`` at ``dst``, edited by edit(state) (not sealed again:
+    as a hand or a flipped bit leaves it), -> str(dst)."""
+    state = torch.load(src, weights_only=True)
+    edit(state)
+    torch.save(seal(state) if reseal else state, dst)
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def llama_ckpt(tmp_path_factory):
+    """A tiny untrained LlamaLM on the character lm task, saved."""
+    from tfcourse.modern import LlamaConfig, LlamaLM
+
+    task = lm_task(block_size=16)
+    torch.manual_seed(0)
+    model = LlamaLM(LlamaConfig.tiny(len(task.vocab), max_len=16))
+    path = tmp_path_factory.mktemp("llama") / "lm-llama.pt"
+    save_checkpoint(str(path), model, task, TrainConfig(), step=0)
+    return str(path)
+
+
+def _swap(merges, i, j):
+    merges[i], merges[j] = merges[j], merges[i]
+
+
+TOKENIZER_EDITS = {  # K04: the tokenizer stored in a lm-bpe checkpoint, edited
+    "merges 3 and 4 swapped": lambda t: _swap(t["merges"], 3, 4),
+    "merges 10 and 30 swapped": lambda t: _swap(t["merges"], 10, 30),
+    "one bit of merge 0": lambda t: t["merges"][0].__setitem__(0, t["merges"][0][0] ^ 1),
+    "the pattern set to \\w+": lambda t: t.__setitem__("pattern", r"\w+"),
+    "a special token added": lambda t: t["special_tokens"].append("<sep>"),
+}
+
+
+@pytest.mark.parametrize("edit", TOKENIZER_EDITS)
+def test_a_checkpoint_whose_tokenizer_was_edited_is_damaged(bpe_lm, edit, tmp_path):  # K04
+    path = _edited(bpe_lm[0], tmp_path / "t.pt", lambda s: TOKENIZER_EDITS[edit](s["tokenizer"]))
+    with pytest.raises(ValueError, match="is damaged: its model settings, vocabulary or tokenizer "
+                                         "are not those it was saved with") as error:
+        load_checkpoint(path)
+    assert path in str(error.value)
+
+
+def test_no_single_bit_flip_in_the_merges_loads_another_tokenizer(bpe_lm, tmp_path):  # K04
+    """As the review: 40 random bit flips in the bytes of the stored merge list."""
+    data = open(bpe_lm[0], "rb").read()
+    start = data.index(b"merges")
+    end = data.index(b"sha256", start)
+    rng = torch.Generator().manual_seed(0)
+    outcomes = {"refused": 0, "the same": 0}
+    for k in range(40):
+        flipped = bytearray(data)
+        at = start + 6 + int(torch.randint(end - start - 6, (1,), generator=rng))
+        flipped[at] ^= 1 << int(torch.randint(8, (1,), generator=rng))
+        path = tmp_path / f"flip{k}.pt"
+        path.write_bytes(bytes(flipped))
+        try:
+            _, vocab, _ = load_checkpoint(str(path))
+        except ValueError as error:
+            assert str(path) in str(error) and "\n" not in str(error)
+            outcomes["refused"] += 1
+        else:
+            assert vocab == bpe_lm[1].vocab  # a flip that changed nothing read back
+            outcomes["the same"] += 1
+    assert outcomes["refused"] >= 30, outcomes
+
+
+def test_sample_refuses_a_checkpoint_whose_tokenizer_has_one_bit_changed(bpe_lm, tmp_path,
+                                                                        capsys):  # B41
+    path = _edited(bpe_lm[0], tmp_path / "bit.pt",
+                   lambda s: s["tokenizer"]["merges"][0].__setitem__(0, s["tokenizer"]["merges"][0][0] ^ 1))
+    assert cli.main(["sample", "--checkpoint", path, "--max-new", "5", "--threads", "1"]) == 1
+    err = one_line_error(capsys)
+    assert f"{path} is damaged" in err and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("field, value", [("rope_base", 500_000.0), ("positions", "sinusoidal"),
+                                          ("max_len", 10**9), ("n_kv_heads", 4)])
+def test_a_checkpoint_whose_model_settings_were_edited_is_damaged(llama_ckpt, field, value,
+                                                                  tmp_path):  # K14
+    path = _edited(llama_ckpt, tmp_path / "s.pt", lambda s: s["model_config"].__setitem__(field, value))
+    with pytest.raises(ValueError, match=f"{path} is damaged: its model settings"):
+        load_checkpoint(path)
+    load_checkpoint(llama_ckpt)  # the intact file loads
+
+
+def test_a_character_vocabulary_with_two_symbols_swapped_is_damaged(tmp_path, capsys):  # K27
+    def swap(state):
+        e, t = state["vocab"].index("e"), state["vocab"].index("t")
+        state["vocab"][e], state["vocab"][t] = "t", "e"
+
+    path = _edited(LM_CHECKPOINT, tmp_path / "et.pt", swap)
+    with pytest.raises(ValueError, match=f"{path} is damaged: its model settings, vocabulary"):
+        load_checkpoint(path)
+    assert cli.main(["sample", "--checkpoint", path, "--threads", "1"]) == 1
+    assert "is damaged" in one_line_error(capsys)
+
+
+def test_every_kind_is_sealed_and_the_shipped_ones_check_whole():
+    for path in (DATES_CHECKPOINT, CLASSIFY_CHECKPOINT, MLM_CHECKPOINT, LM_CHECKPOINT):
+        state = read_checkpoint(path)  # no warning: they carry both digests
+        assert state["sha256"] == checkpoint_digest(state) and len(state["sha256"]) == 64, path
+
+
+@pytest.mark.parametrize("path", [DATES_CHECKPOINT, CLASSIFY_CHECKPOINT])
+def test_an_edited_setting_of_every_kind_is_damaged(path, tmp_path):
+    edited = _edited(path, tmp_path / "k.pt", lambda s: s["model_config"].__setitem__("max_len", 7))
+    with pytest.raises(ValueError, match="is damaged: its model settings"):
+        load_checkpoint(edited)
+
+
+def test_a_file_saved_before_the_whole_digest_loads_with_one_warning(llama_ckpt, tmp_path):
+    path = _edited(llama_ckpt, tmp_path / "old.pt", lambda s: s.pop("sha256"))
+    with pytest.warns(UserWarning, match="saved before tfcourse checked a checkpoint whole: its "
+                                         "model settings, vocabulary and tokenizer are unchecked"):
+        load_checkpoint(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_checkpoint(path)  # said once
+
+
+# ------------------------------------------------------------------ a tokenizer file
+
+
+def _tokenizer_file(tmp_path, bpe, edit, keep_digest=True):
+    data = bpe.to_dict()
+    edit(data)
+    if not keep_digest:  # as written before the digest: the tokens still tell
+        data.pop("sha256")
+    path = tmp_path / "bpe.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+FILE_EDITS = {  # F10, and the rest of K04's edits in a file of its own
+    "merges as floats": (lambda d: d["merges"].__setitem__(10, [d["merges"][10][0] + 0.7,
+                                                                 d["merges"][10][1] + 0.2]),
+                         r"merge 10 \[.*\] is not a pair of integers"),
+    "two merges swapped": (lambda d: _swap(d["merges"], 3, 4),
+                           r"its merges and its tokens disagree \(merge 3 makes"),
+    "merge 0 appended again": (lambda d: d["merges"].append(d["merges"][0]),
+                               r"merge 40 \(.*\) repeats merge 0"),
+    "a token edited": (lambda d: d["tokens"].__setitem__(5, "xyz"),
+                       "its merges and its tokens disagree"),
+}
+
+
+@pytest.mark.parametrize("edit", FILE_EDITS)
+def test_a_tokenizer_file_edited_is_refused(bpe_lm, edit, tmp_path):  # F10
+    bpe = bpe_lm[1].vocab
+    change, without_digest = FILE_EDITS[edit]
+    path = _tokenizer_file(tmp_path, bpe, change)
+    if edit != "a token edited":  # the tokens are read from the merges: not in the digest
+        with pytest.raises(ValueError, match=f"{path} is damaged: its merges, pattern or special "
+                                             "tokens are not those it was saved with"):
+            BPE.load(path)
+    with pytest.raises(ValueError, match=without_digest):
+        BPE.load(_tokenizer_file(tmp_path, bpe, change, keep_digest=False))
+    assert BPE.load(_tokenizer_file(tmp_path, bpe, lambda d: None)) == bpe

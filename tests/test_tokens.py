@@ -254,11 +254,12 @@ def test_a_checkpoint_with_a_corrupt_tokenizer_gets_one_line(bpe_checkpoint, tmp
     import torch
 
     from tfcourse import cli
+    from tfcourse.checkpoint import seal
 
     path, _ = bpe_checkpoint
     state = torch.load(path, weights_only=True)
     state["tokenizer"]["version"] = 7
-    torch.save(state, tmp_path / "bad.pt")
+    torch.save(seal(state), tmp_path / "bad.pt")  # written so: the file's digest is its own
     assert cli.main(["sample", "--checkpoint", str(tmp_path / "bad.pt"), "--threads", "1"]) != 0
     err = capsys.readouterr().err.strip()
     assert err.endswith("is not a readable tfcourse checkpoint (ValueError: its tokenizer is a BPE "

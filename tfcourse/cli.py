@@ -26,6 +26,7 @@ import math  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import typing  # noqa: E402
+import warnings  # noqa: E402
 from dataclasses import asdict, fields  # noqa: E402
 
 import torch  # noqa: E402
@@ -562,7 +563,13 @@ def _classify(args):
 COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _classify}
 
 
+def _note(message, *_):
+    """A warning (e.g. a checkpoint saved before its settings were checked) in one line."""
+    print(f"tfcourse: note: {message}", file=sys.stderr)
+
+
 def main(argv=None):
+    warnings.showwarning = _note
     try:
         args = build_parser().parse_args(argv)
         if sys.stdout is None:  # started with standard output closed (>&-)

@@ -37,6 +37,7 @@ as tiktoken): a user who types ``<eos>`` means the five characters, not the end 
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import math
@@ -60,6 +61,19 @@ BYTE_ORDER = _PRINTABLE + [b for b in range(256) if b not in _PRINTABLE]
 def pre_tokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
     """The pre-tokens of ``text``: the matches of ``pattern``, which cover the text."""
     return regex.findall(pattern, text)
+
+
+def canonical(data: dict) -> dict:
+    """What a tokenizer file's digest covers: its format, version, pattern, special tokens
+    and merges (not its `tokens`, which are read from the merges, nor the digest itself)."""
+    return {key: data.get(key) for key in ("format", "version", "pattern", "special_tokens",
+                                           "merges")}
+
+
+def digest(data: dict) -> str:
+    """The SHA-256 of canonical(data) as JSON (keys sorted, no spaces, ASCII)."""
+    text = json.dumps(canonical(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _specials_re(special_tokens: Iterable[str]):
@@ -195,6 +209,9 @@ class BPE:
             if not (0 <= a < len(self.token_bytes) and 0 <= b < len(self.token_bytes)):
                 raise ValueError(f"merge {len(self.merges)} ({a}, {b}) names a rank that is no "
                                  f"byte or earlier merge (0..{len(self.token_bytes) - 1})")
+            if (a, b) in self.merges:
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) repeats merge "
+                                 f"{self.merges[(a, b)] - 256}")
             self.merges[(a, b)] = len(self.token_bytes)
             self.token_bytes.append(self.token_bytes[a] + self.token_bytes[b])
         self._specials = _specials_re(self.specials)
@@ -278,26 +295,49 @@ class BPE:
     # -- a plain, readable file ----------------------------------------------------------
 
     def to_dict(self) -> dict:
-        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text
-        (to read, not read back)."""
-        return {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
+        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text (to
+        read; from_dict refuses a file whose tokens are not its merges'); "sha256", the
+        digest of its canonical form (canonical), which from_dict checks."""
+        data = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.specials[len(SPECIALS):],
-                "merges": [[a, b] for a, b in self.merges],
-                "tokens": [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]}
+                "merges": [[a, b] for a, b in self.merges]}
+        return {**data, "sha256": digest(data), "tokens": self._tokens()}
+
+    def _tokens(self) -> list[str]:
+        return [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "tokenizer") -> BPE:
-        """The tokenizer of to_dict(); ValueError in one line for anything else."""
+        """The tokenizer of to_dict(); ValueError in one line for anything else: another
+        format or version, a digest that is not its content's (a damaged file), merges that
+        are no pairs of integers or not those its `tokens` show. (A file without the digest,
+        written before it, is checked against its tokens.)"""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{where} is not a tfcourse BPE tokenizer (no format {FORMAT!r})")
         if data.get("version") != VERSION:
             raise ValueError(f"{where} is a BPE tokenizer of version {data.get('version')!r}; "
                              f"this tfcourse reads version {VERSION}")
+        if "sha256" in data and data["sha256"] != digest(data):
+            raise ValueError(f"{where} is damaged: its merges, pattern or special tokens are not "
+                             "those it was saved with (their SHA-256 differs from the one "
+                             "recorded): use another copy")
         try:
-            merges = [(int(a), int(b)) for a, b in data["merges"]]
-            return cls(merges, str(data["pattern"]), data["special_tokens"])
+            merges = [(a, b) for a, b in data["merges"]]
+            bad = next((i for i, m in enumerate(merges) for r in m
+                        if isinstance(r, bool) or not isinstance(r, int)), None)
+            if bad is not None:
+                raise ValueError(f"merge {bad} {list(merges[bad])} is not a pair of integers")
+            bpe = cls(merges, data["pattern"], data["special_tokens"])
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where} is a corrupt BPE tokenizer ({error})") from None
+        if "tokens" in data and data["tokens"] != bpe._tokens():
+            shown = bpe._tokens()
+            first = next((i for i, (a, b) in enumerate(zip(data["tokens"], shown)) if a != b),
+                         min(len(data["tokens"]), len(shown)))
+            raise ValueError(f"{where} is damaged: its merges and its tokens disagree (merge "
+                             f"{first} makes {shown[first] if first < len(shown) else None!r}, its "
+                             f"tokens say {data['tokens'][first] if first < len(data['tokens']) else None!r})")
+        return bpe
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:

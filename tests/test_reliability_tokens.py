@@ -20,7 +20,7 @@ from tfcourse.checkpoint import (
 )
 from tfcourse.cli import CLASSIFY_CHECKPOINT, DATES_CHECKPOINT, LM_CHECKPOINT, MLM_CHECKPOINT
 from tfcourse.corpora import lm_task
-from tfcourse.tokens import BPE
+from tfcourse.tokens import BPE, pre_tokenize, train_bpe
 from tfcourse.training import TrainConfig
 from tfcourse.variants import DecoderLM, DecoderLMConfig
 from tfcourse.vocab import SPECIALS
@@ -237,3 +237,83 @@ def test_a_tokenizer_file_edited_is_refused(bpe_lm, edit, tmp_path):  # F10
     with pytest.raises(ValueError, match=without_digest):
         BPE.load(_tokenizer_file(tmp_path, bpe, change, keep_digest=False))
     assert BPE.load(_tokenizer_file(tmp_path, bpe, lambda d: None)) == bpe
+
+
+# ------------------------------------------------------------------ the tokenizer API
+
+
+SMALL = "def f(x):\n    return x + 1  # ab ab ab\n" * 20
+
+
+@pytest.mark.parametrize("pattern", [r"\w+", "", r"(\w)+"])  # C23 (a group: findall's pitfall)
+def test_a_pattern_that_leaves_text_uncovered_keeps_it(pattern, tmp_path):
+    bpe = train_bpe(SMALL, 300, pattern=pattern)
+    for text in ["a b", "  x = [1, 2]\n", SMALL]:
+        assert bpe.decode(bpe.encode(text)) == text
+        assert "".join(pre_tokenize(text, pattern)) == text
+    bpe.save(tmp_path / "w.json")  # in a file: the same
+    assert BPE.load(tmp_path / "w.json").decode(BPE.load(tmp_path / "w.json").encode("a b")) == "a b"
+    assert pre_tokenize("a b", r"\w+") == ["a", " ", "b"]
+
+
+def test_the_tokenizer_api_refuses_what_it_cannot_honour(bpe_lm):
+    bpe = bpe_lm[1].vocab
+    n = len(bpe)
+    cases = [  # probe id, call, error, what the one line says
+        ("C16", lambda: train_bpe(SMALL, 300, special_tokens="<sep>"), TypeError,
+         r"special_tokens must be a sequence of strings, got the string '<sep>' \(for one "
+         r"token: \['<sep>'\]\)"),
+        ("C16 in a file", lambda: BPE.from_dict({**bpe.to_dict(), "special_tokens": "<sep>"}),
+         ValueError, "is damaged"),
+        ("C16 BPE()", lambda: BPE([], special_tokens="<sep>"), TypeError,
+         "special_tokens must be a sequence of strings, got the string '<sep>'"),
+        ("C12", lambda: train_bpe(SMALL, 300, special_tokens=[""]), ValueError,
+         "special_tokens must be distinct, non-empty"),
+        ("C17", lambda: train_bpe(SMALL, 300, special_tokens=[5]), TypeError,
+         r"special_tokens must be a sequence of strings, got 5 \(int\) in \[5\]"),
+        ("C19", lambda: train_bpe(b"bytes text", 300), TypeError,
+         r"text must be a str, got bytes \(decode it first"),
+        ("C19 encode bytes", lambda: bpe.encode(b"abc"), TypeError,
+         r"text must be a str, got bytes \(decode it first"),
+        ("C19 encode None", lambda: bpe.encode(None), TypeError, "text must be a str, got NoneType"),
+        ("C19 several", lambda: train_bpe(["abc", None], 300), TypeError,
+         r"text\[1\] must be a str, got NoneType"),
+        ("C20", lambda: train_bpe("x\ud800y", 300), ValueError,
+         "text holds a lone surrogate '\\\\ud800' at position 1"),
+        ("C20 encode", lambda: bpe.encode("a\ud800b"), ValueError,
+         "text holds a lone surrogate '\\\\ud800' at position 1"),
+        ("C22", lambda: train_bpe("abc", 300, pattern="("), ValueError,
+         r"pattern must be a regular expression, got '\(' \(missing \) at position 1\)"),
+        ("C22 not a str", lambda: train_bpe("abc", 300, pattern=None), TypeError,
+         r"pattern must be a regular expression \(a str\), got NoneType"),
+        ("D05", lambda: bpe.decode([n]), ValueError, rf"ids must be ids in \[0, {n}\), got {n}"),
+        ("D05 far below", lambda: bpe.decode([-2000]), ValueError, "got -2000"),
+        ("D05 token", lambda: bpe.token(n), ValueError, rf"i must be ids in \[0, {n}\), got {n}"),
+        ("D06", lambda: bpe.decode([-1]), ValueError, rf"ids must be ids in \[0, {n}\), got -1"),
+        ("D06 token", lambda: bpe.token(-1), ValueError, "got -1"),
+        ("D08", lambda: bpe.decode([104.0]), TypeError,
+         r"ids must be an integer id, got 104.0 \(float\)"),
+        ("D08 tensor", lambda: bpe.decode(torch.tensor([104.5])), TypeError,
+         "ids must be a 1-D integer tensor or a sequence of ints, got a 1-D torch.float32"),
+        ("D10", lambda: bpe.decode(torch.tensor([[104, 105]])), TypeError,
+         r"got a 2-D torch.int64 tensor of shape \(1, 2\)"),
+        ("D10 nested", lambda: bpe.decode([[104, 105]]), TypeError,
+         r"ids must be an integer id, got \[104, 105\] \(list\)"),
+        ("D10 str", lambda: bpe.decode("abc"), TypeError, "ids must be a sequence of ints, got str"),
+    ]
+    for probe, call, error, message in cases:
+        with pytest.raises(error, match=message) as raised:
+            call()
+            pytest.fail(f"{probe}: no error")
+        assert "\n" not in str(raised.value), probe
+
+
+def test_ids_of_every_integer_kind_still_decode(bpe_lm):
+    import numpy as np
+
+    bpe = bpe_lm[1].vocab
+    ids = bpe.encode("def f(x):")
+    for form in (ids, tuple(ids), torch.tensor(ids), torch.tensor(ids, dtype=torch.int32),
+                 np.array(ids), [np.int64(i) for i in ids]):
+        assert bpe.decode(form) == "def f(x):"
+    assert bpe.decode([]) == "" and bpe.encode("") == []

@@ -41,6 +41,7 @@ import hashlib
 import heapq
 import json
 import math
+import numbers
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 
@@ -59,8 +60,68 @@ BYTE_ORDER = _PRINTABLE + [b for b in range(256) if b not in _PRINTABLE]
 
 
 def pre_tokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
-    """The pre-tokens of ``text``: the matches of ``pattern``, which cover the text."""
-    return regex.findall(pattern, text)
+    """The pre-tokens of ``text``: the matches of ``pattern`` (GPT-2's cover every text) and,
+    for a pattern that leaves some text uncovered (``\\w+`` skips spaces), each stretch of
+    it too, so that the pre-tokens always join to the text: nothing is dropped."""
+    compiled = regex.compile(pattern)
+    if not compiled.groups:  # findall gives the whole matches: they cover the text if their
+        pieces = compiled.findall(text)  # lengths add up (they are disjoint and in order)
+        if sum(map(len, pieces)) == len(text):
+            return pieces
+    pieces, end = [], 0
+    for match in compiled.finditer(text):
+        if match.start() > end:
+            pieces.append(text[end:match.start()])
+        if match.end() > match.start():
+            pieces.append(match.group())
+        end = match.end()
+    return pieces + [text[end:]] if end < len(text) else pieces
+
+
+def check_pattern(pattern: str) -> str:
+    """``pattern`` if it is a regular expression, else ValueError (TypeError) in one line."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a regular expression (a str), got {type(pattern).__name__}")
+    try:
+        regex.compile(pattern)
+    except regex.error as error:
+        raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
+    return pattern
+
+
+def check_specials(special_tokens: Iterable[str]) -> list[str]:
+    """``special_tokens`` as a list: distinct non-empty strings, not vocab.py's four, given as
+    a sequence (one string would be one token per character); else TypeError / ValueError."""
+    if isinstance(special_tokens, (str, bytes)):
+        raise TypeError(f"special_tokens must be a sequence of strings, got the string "
+                        f"{special_tokens!r} (for one token: [{special_tokens!r}])")
+    try:
+        extra = list(special_tokens)
+    except TypeError:
+        raise TypeError(f"special_tokens must be a sequence of strings, got "
+                        f"{type(special_tokens).__name__}") from None
+    odd = [t for t in extra if not isinstance(t, str)]
+    if odd:
+        raise TypeError(f"special_tokens must be a sequence of strings, got {odd[0]!r} "
+                        f"({type(odd[0]).__name__}) in {extra!r}")
+    if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
+        raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
+                         f"got {extra}")
+    return extra
+
+
+def check_text(text: str, name: str = "text") -> str:
+    """``text`` if it is a str that UTF-8 can encode, else TypeError / ValueError in one line
+    naming ``name`` (bytes: decode them first; a lone surrogate: its position)."""
+    if not isinstance(text, str):
+        hint = " (decode it first, e.g. data.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}{hint}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} holds a lone surrogate {text[error.start]!r} at position "
+                         f"{error.start}, which is no character: UTF-8 cannot encode it") from None
+    return text
 
 
 def canonical(data: dict) -> dict:
@@ -192,14 +253,8 @@ class BPE:
 
     def __init__(self, merges: Iterable[tuple[int, int]], pattern: str = GPT2_PATTERN,
                  special_tokens: Iterable[str] = ()):
-        extra = list(special_tokens)
-        if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
-            raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
-                             f"got {extra}")
-        try:
-            regex.compile(pattern)
-        except (regex.error, TypeError) as error:
-            raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
+        extra = check_specials(special_tokens)
+        check_pattern(pattern)
         self.specials = [*SPECIALS, *extra]
         self.pattern = pattern
         self.offset = len(self.specials)  # the id of rank 0
@@ -235,7 +290,29 @@ class BPE:
 
     def token(self, i: int) -> bytes:
         """The bytes of id ``i`` (a special token's text in UTF-8)."""
+        self._check_id(i, "i")
         return self.specials[i].encode() if i < self.offset else self.token_bytes[i - self.offset]
+
+    def _check_id(self, i, name: str) -> None:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"{name} must be an integer id, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < len(self):
+            raise ValueError(f"{name} must be ids in [0, {len(self)}), got {i}")
+
+    def _ids(self, ids) -> list[int]:
+        """``ids`` as a list of ints: a 1-D integer tensor or a sequence of integers, each an
+        id of this tokenizer; else TypeError / ValueError naming ids."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"ids must be a 1-D integer tensor or a sequence of ints, got a "
+                                f"{ids.dim()}-D {ids.dtype} tensor of shape {tuple(ids.shape)}")
+            ids = ids.tolist()
+        elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
+        ids = list(ids)
+        for i in ids:
+            self._check_id(i, "ids")
+        return ids
 
     def encode(self, text: str, allowed_special: Collection[str] | str = ()) -> list[int]:
         """Text -> ids, by rank. A special token's spelling in ``text`` (``<eos>`` typed in a
@@ -243,6 +320,7 @@ class BPE:
         ``allowed_special`` (a set of special tokens, or "all") opts in, as tiktoken's
         allowed_special: those spellings become their one id (training data that marks its
         documents' ends, say)."""
+        check_text(text)
         found = self._allowed(allowed_special)
         if found is None:
             return self._encode_ordinary(text)
@@ -285,12 +363,13 @@ class BPE:
         control ids come from allowed_special or a model, never from encode's text alone, so
         decode(encode(text)) == text."""
         kept = []
-        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+        for i in self._ids(ids):
             if i == EOS:
                 break
             if i not in (PAD, BOS):
                 kept.append(i)
-        return b"".join(map(self.token, kept)).decode("utf-8", errors="replace")
+        return b"".join(self.specials[i].encode() if i < self.offset else
+                        self.token_bytes[i - self.offset] for i in kept).decode("utf-8", "replace")
 
     # -- a plain, readable file ----------------------------------------------------------
 
@@ -367,10 +446,14 @@ def train_bpe(text: str | Iterable[str], vocab_size: int, pattern: str = GPT2_PA
     """A tokenizer of ``vocab_size`` ids (fewer if no pair is left): the specials (vocab.py's
     four, then ``special_tokens``), the 256 bytes and the merges learned from ``text``,
     ties broken as Hugging Face tokenizers does (BYTE_ORDER)."""
-    special_tokens = list(special_tokens)
+    special_tokens, pattern = check_specials(special_tokens), check_pattern(pattern)
+    one = isinstance(text, (str, bytes, bytearray)) or not isinstance(text, Iterable)
+    texts = [text] if one else list(text)
+    for k, t in enumerate(texts):
+        check_text(t, "text" if one else f"text[{k}]")
     smallest = len(SPECIALS) + len(special_tokens) + 256
     if not isinstance(vocab_size, int) or vocab_size < smallest:
         raise ValueError(f"vocab_size must be an int of at least {smallest} (the specials and "
                          f"256 bytes), got {vocab_size!r}")
-    merges = learn_merges(text, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
+    merges = learn_merges(texts, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
     return BPE(merges, pattern, special_tokens)

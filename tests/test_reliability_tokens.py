@@ -317,3 +317,52 @@ def test_ids_of_every_integer_kind_still_decode(bpe_lm):
                  np.array(ids), [np.int64(i) for i in ids]):
         assert bpe.decode(form) == "def f(x):"
     assert bpe.decode([]) == "" and bpe.encode("") == []
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_train_lm_bpe_prints_bits_per_byte_beside_nats_per_token(tmp_path, capsys):  # A41
+    import math
+    import re
+
+    out = tmp_path / "lm-bpe.pt"
+    assert cli.main(["train", "--task", "lm-bpe", "--steps", "2", "--eval-every", "2", "--d-model",
+                     "32", "--n-layers", "1", "--d-ff", "64", "--n-heads", "2", "--out", str(out),
+                     "--no-progress", "--threads", "1", "--examples", "0"]) == 0
+    line = capsys.readouterr().out.splitlines()[-1]
+    found = re.search(r"test loss \(nats/token\) ([\d.]+) = ([\d.]+) bits per byte", line)
+    assert found, line
+    nats, bits = map(float, found.groups())
+    _, vocab, _ = load_checkpoint(str(out))
+    task = lm_task(block_size=64, corpus=None, bpe_vocab=1024)
+    targets = torch.cat([w[1:] for w in task.test])
+    targets = targets[targets != vocab.pad_id].tolist()
+    n_bytes = sum(len(vocab.token(i)) for i in targets)
+    assert bits == pytest.approx(nats * len(targets) / math.log(2) / n_bytes, abs=2e-4)
+
+
+@pytest.mark.parametrize("task, option, message", [  # A20
+    ("lm-llama", ["--positional", "learned"], "--positional is not a setting of the lm-llama model "
+     "(LlamaConfig), but of --task classify, mlm, lm, lm-bpe; lm-llama takes --positions"),
+    ("lm", ["--positions", "rotary"], "but of --task lm-llama; lm takes --positional"),
+    ("lm-bpe", ["--n-kv-heads", "2"], "--n-kv-heads is not a setting of the lm-bpe model "
+     "(DecoderLMConfig), but of --task lm-llama"),
+])
+def test_a_model_setting_of_another_task_names_the_tasks_that_take_it(task, option, message,
+                                                                      tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained anyway"))
+    assert cli.main(["train", "--task", task, *option, "--out", str(tmp_path / "x.pt")]) == 1
+    assert message in one_line_error(capsys)
+
+
+def test_train_help_says_which_task_takes_which_model_setting(capsys):  # A20
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # unwrapped
+    for option, tasks in [("--positional", "classify, mlm, lm, lm-bpe"), ("--positions", "lm-llama"),
+                          ("--n-kv-heads", "lm-llama"), ("--rope-base", "lm-llama"),
+                          ("--norm-eps", "lm-llama"), ("--pooling", "classify, mlm")]:
+        after = text[text.index(f"{option} ", text.index("model (defaults")):]
+        assert f"[--task {tasks} only]" in after[:400].replace("lm- llama", "lm-llama"), option
+    assert "--d-model D_MODEL width of the model (the residual stream) --n-heads" in text

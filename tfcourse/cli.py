@@ -75,11 +75,14 @@ def _as_options(settings):
             else f"{_option(k)} {v}" for k, v in settings.items()]
 
 
-def _setting_options(group, settings):
+def _setting_options(group, settings, by_task=False):
     """One option per config field, with the field's help, its choices or the interval its
-    number must lie in."""
+    number must lie in; ``by_task``: the tasks that take a model setting, where not all do."""
     for name, f in settings.items():
         options = dict(help=f.metadata.get("help"))
+        tasks = [t for t, r in RECIPES.items() if name in {g.name for g in fields(r.model_class.config_class)}]
+        if by_task and len(tasks) < len(RECIPES):
+            options["help"] = f"{options['help'] or ''} [--task {', '.join(tasks)} only]".lstrip()
         if typing.get_origin(f.type) is typing.Literal:
             options.update(choices=typing.get_args(f.type))
         elif f.type is bool:
@@ -171,7 +174,8 @@ def build_parser():
     _setting_options(tr.add_argument_group("training (defaults: the task's recipe)"),
                      TRAIN_SETTINGS)
     _setting_options(tr.add_argument_group(
-        "model (defaults: the task's recipe, e.g. TransformerConfig.tiny)"), model_settings())
+        "model (defaults: the task's recipe, e.g. TransformerConfig.tiny)"), model_settings(),
+        by_task=True)
     group = tr.add_argument_group("running (may differ when resuming)")
     _running_options(group)
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -279,8 +283,14 @@ def _train(args):
     config_class = r.model_class.config_class
     for name in given_model:
         if name not in {f.name for f in fields(config_class)}:
+            tasks = [t for t, q in RECIPES.items()
+                     if name in {f.name for f in fields(q.model_class.config_class)}]
+            twin = {"positional": "positions", "positions": "positional"}.get(name)
             raise ValueError(f"{_option(name)} is not a setting of the {args.task} model "
-                             f"({config_class.__name__})")
+                             f"({config_class.__name__}), but of --task "
+                             f"{', '.join(tasks)}"
+                             + (f"; {args.task} takes {_option(twin)}" if twin in {
+                                 f.name for f in fields(config_class)} else ""))
     _check_out(args)
     device = resolve_device(args.device)
     threads = set_threads(args.threads)
@@ -327,8 +337,10 @@ def _run(args, r, given_train, given_model, device, threads, rank):
         return 0
     step = history["step"][-1] if history["step"] else 0
     try:
-        print(f"step {step}: test {task.metric} {task.evaluate(model, task.test):.4f} "
-              f"({len(task.test)} examples); checkpoint {args.out}")
+        result = f"test {task.metric} {task.evaluate(model, task.test):.4f}"
+        if hasattr(task, "bits_per_byte"):  # one unit for characters and BPE tokens (ch. 11)
+            result += f" = {task.bits_per_byte(model, task.test):.4f} bits per byte"
+        print(f"step {step}: {result} ({len(task.test)} examples); checkpoint {args.out}")
         examples = random.Random(0).sample(task.test, min(args.examples, len(task.test)))
         for line in task.show(model, examples) if examples else []:
             print(f"  {line}")

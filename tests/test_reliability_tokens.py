@@ -12,6 +12,7 @@ import torch
 
 import tfcourse.cli as cli
 from tfcourse.checkpoint import (
+    PARTS,
     checkpoint_digest,
     load_checkpoint,
     read_checkpoint,
@@ -115,8 +116,8 @@ TOKENIZER_EDITS = {  # K04: the tokenizer stored in a lm-bpe checkpoint, edited
 @pytest.mark.parametrize("edit", TOKENIZER_EDITS)
 def test_a_checkpoint_whose_tokenizer_was_edited_is_damaged(bpe_lm, edit, tmp_path):  # K04
     path = _edited(bpe_lm[0], tmp_path / "t.pt", lambda s: TOKENIZER_EDITS[edit](s["tokenizer"]))
-    with pytest.raises(ValueError, match="is damaged: its model settings, vocabulary or tokenizer "
-                                         "are not those it was saved with") as error:
+    with pytest.raises(ValueError, match="is damaged: its tokenizer is not what it was saved "
+                                         "with") as error:
         load_checkpoint(path)
     assert path in str(error.value)
 
@@ -159,7 +160,8 @@ def test_sample_refuses_a_checkpoint_whose_tokenizer_has_one_bit_changed(bpe_lm,
 def test_a_checkpoint_whose_model_settings_were_edited_is_damaged(llama_ckpt, field, value,
                                                                   tmp_path):  # K14
     path = _edited(llama_ckpt, tmp_path / "s.pt", lambda s: s["model_config"].__setitem__(field, value))
-    with pytest.raises(ValueError, match=f"{path} is damaged: its model settings"):
+    with pytest.raises(ValueError, match=f"{path} is damaged: its model settings are not what it "
+                                         "was saved with"):
         load_checkpoint(path)
     load_checkpoint(llama_ckpt)  # the intact file loads
 
@@ -170,7 +172,8 @@ def test_a_character_vocabulary_with_two_symbols_swapped_is_damaged(tmp_path, ca
         state["vocab"][e], state["vocab"][t] = "t", "e"
 
     path = _edited(LM_CHECKPOINT, tmp_path / "et.pt", swap)
-    with pytest.raises(ValueError, match=f"{path} is damaged: its model settings, vocabulary"):
+    with pytest.raises(ValueError, match=f"{path} is damaged: its vocabulary is not what it was "
+                                         "saved with"):
         load_checkpoint(path)
     assert cli.main(["sample", "--checkpoint", path, "--threads", "1"]) == 1
     assert "is damaged" in one_line_error(capsys)
@@ -179,13 +182,14 @@ def test_a_character_vocabulary_with_two_symbols_swapped_is_damaged(tmp_path, ca
 def test_every_kind_is_sealed_and_the_shipped_ones_check_whole():
     for path in (DATES_CHECKPOINT, CLASSIFY_CHECKPOINT, MLM_CHECKPOINT, LM_CHECKPOINT):
         state = read_checkpoint(path)  # no warning: they carry both digests
-        assert state["sha256"] == checkpoint_digest(state) and len(state["sha256"]) == 64, path
+        assert state["sha256"] == checkpoint_digest(state), path
+        assert sorted(state["sha256"]) == sorted(PARTS) and len(state["sha256"]["tokenizer"]) == 64
 
 
 @pytest.mark.parametrize("path", [DATES_CHECKPOINT, CLASSIFY_CHECKPOINT])
 def test_an_edited_setting_of_every_kind_is_damaged(path, tmp_path):
     edited = _edited(path, tmp_path / "k.pt", lambda s: s["model_config"].__setitem__("max_len", 7))
-    with pytest.raises(ValueError, match="is damaged: its model settings"):
+    with pytest.raises(ValueError, match="is damaged: its model settings are not what"):
         load_checkpoint(edited)
 
 
@@ -366,3 +370,20 @@ def test_train_help_says_which_task_takes_which_model_setting(capsys):  # A20
         after = text[text.index(f"{option} ", text.index("model (defaults")):]
         assert f"[--task {tasks} only]" in after[:400].replace("lm- llama", "lm-llama"), option
     assert "--d-model D_MODEL width of the model (the residual stream) --n-heads" in text
+
+
+def test_a_checkpoint_without_its_tokenizer_says_so(bpe_lm, tmp_path, capsys):  # K03
+    path = _edited(bpe_lm[0], tmp_path / "notok.pt", lambda s: s.pop("tokenizer"))
+    assert cli.main(["sample", "--checkpoint", path, "--threads", "1"]) == 1
+    assert f"{path} is damaged: its tokenizer is missing" in one_line_error(capsys)
+    both = _edited(bpe_lm[0], tmp_path / "two.pt", lambda s: (s.pop("tokenizer"), s.pop("vocab")))
+    with pytest.raises(ValueError, match="its vocabulary and tokenizer are missing"):
+        load_checkpoint(both)
+    weights = _edited(bpe_lm[0], tmp_path / "w.pt", lambda s: (
+        s["model"]["embed.embedding.weight"].mul_(2), s.pop("weights_sha256")))
+    with pytest.raises(ValueError, match="its weights are not what it was saved with"):
+        load_checkpoint(weights)
+    given = _edited(LM_CHECKPOINT, tmp_path / "k08.pt",  # K08: a character model given a tokenizer
+                    lambda s: s.__setitem__("tokenizer", bpe_lm[1].vocab.to_dict()))
+    with pytest.raises(ValueError, match="its tokenizer is not what it was saved with"):
+        load_checkpoint(given)

@@ -7,10 +7,10 @@ registry: the course's four are known by name, and register() adds one of your o
 
 A checkpoint proves it is whole, for every kind alike: save_checkpoint records
 "weights_sha256", the SHA-256 of the model's tensors (weights_digest: each tensor's name,
-dtype, shape and bytes, in name order), and "sha256", that of everything a load rebuilds the
-model and its tokenizer from (checkpoint_digest: the kind, the model's settings, the
-vocabulary, the class names, the tokenizer's merges, pattern and special tokens, and the
-weights' digest, in a canonical form); read_checkpoint recomputes both, so that a file whose
+dtype, shape and bytes, in name order), and "sha256", those of everything a load rebuilds
+the model and its tokenizer from (checkpoint_digest, one per part: the kind, the model's
+settings, the vocabulary, the class names, the tokenizer's merges, pattern and special
+tokens, and the weights, in a canonical form); read_checkpoint recomputes them, so that a file whose
 weights, settings (rope_base, max_len), vocabulary or tokenizer were damaged (flipped bytes,
 an edit) is refused, naming the file. A file without the records was written before tfcourse
 made them: it is read as it is, with a warning, once, when its settings go unchecked (the
@@ -205,18 +205,24 @@ def weights_digest(weights: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def checkpoint_digest(state: dict) -> str:
-    """The SHA-256 of all that load_checkpoint rebuilds a model and its tokenizer from: the
-    JSON (keys sorted, no spaces, ASCII) of the kind, model_config, vocab, classes, the
-    tokenizer's canonical form (tokens.canonical: its `tokens` list, which is read from the
-    merges, left out) and the weights' digest (weights_digest)."""
+# What a load rebuilds a model and its tokenizer from: each part's name in a message.
+PARTS = {"kind": "model kind", "model_config": "model settings", "vocab": "vocabulary",
+         "classes": "class names", "tokenizer": "tokenizer", "weights": "weights"}
+
+
+def checkpoint_digest(state: dict) -> dict[str, str]:
+    """Part (PARTS) -> the SHA-256 of its canonical form, the JSON (keys sorted, no spaces,
+    ASCII) of: the kind, model_config, vocab, classes, the tokenizer (tokens.canonical: its
+    `tokens` list, read from the merges, left out; null for a character model) and the
+    weights' digest (weights_digest). A part per digest, so that a damaged file is told
+    which part changed."""
     tokenizer = state.get("tokenizer")
-    whole = {"kind": state.get("kind", "seq2seq"), "model_config": state.get("model_config"),
+    parts = {"kind": state.get("kind", "seq2seq"), "model_config": state.get("model_config"),
              "vocab": state.get("vocab"), "classes": state.get("classes") or [],
              "tokenizer": canonical(tokenizer) if isinstance(tokenizer, dict) else tokenizer,
              "weights": weights_digest(state["model"])}
-    return hashlib.sha256(json.dumps(whole, sort_keys=True, separators=(",", ":")).encode()
-                          ).hexdigest()
+    return {part: hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"))
+                                 .encode()).hexdigest() for part, value in parts.items()}
 
 
 def seal(state: dict) -> dict:
@@ -231,8 +237,8 @@ _UNCHECKED: set[str] = set()  # the files already said to be unsealed (one warni
 
 
 def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
-    """A checkpoint's dict, its weights checked: the digest recorded at save (when there is
-    one) and finite values. Raises FileNotFoundError, ValueError for a file that is not a
+    """A checkpoint's dict, checked whole: the digests recorded at save (when there are,
+    naming the part that changed or is missing) and finite weights. Raises FileNotFoundError, ValueError for a file that is not a
     tfcourse checkpoint or is damaged, or ValueError naming a device this machine lacks."""
     device = resolve_device(str(device))
     if not os.path.isfile(path):
@@ -258,10 +264,19 @@ def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
         except (TypeError, ValueError) as error:  # settings that are no JSON: an edit
             raise ValueError(f"{path} is damaged: its settings are not those of a tfcourse "
                              f"checkpoint ({first_line(error)}): use another copy") from None
-        if "sha256" in state and state["sha256"] != whole:
-            raise ValueError(f"{path} is damaged: its model settings, vocabulary or tokenizer "
-                             "are not those it was saved with (their SHA-256 differs from the "
-                             "one recorded): use another copy")
+        recorded = state.get("sha256", whole)
+        if not isinstance(recorded, dict) or recorded.keys() != whole.keys():
+            raise ValueError(f"{path} is damaged: its record of SHA-256s is not one tfcourse "
+                             "writes: use another copy")
+        changed = [part for part in PARTS if recorded[part] != whole[part]]
+        missing = [PARTS[p] for p in changed if p not in state and p != "weights"]
+        if changed:
+            names = ", ".join(PARTS[p] for p in changed)
+            plural = len(missing or changed) > 1 or (missing or [names])[0].endswith("s")
+            what = (f"its {' and '.join(missing)} {'are' if plural else 'is'} missing" if missing
+                    else f"its {names} {'are' if plural else 'is'} not what it was saved with")
+            raise ValueError(f"{path} is damaged: {what} (SHA-256 differs from the one "
+                             "recorded): use another copy")
         if "sha256" not in state and "model_config" in state and path not in _UNCHECKED:
             _UNCHECKED.add(path)
             warnings.warn(f"{path} was saved before tfcourse checked a checkpoint whole: its "

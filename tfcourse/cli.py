@@ -80,7 +80,8 @@ def _setting_options(group, settings, by_task=False):
     number must lie in; ``by_task``: the tasks that take a model setting, where not all do."""
     for name, f in settings.items():
         options = dict(help=f.metadata.get("help"))
-        tasks = [t for t, r in RECIPES.items() if name in {g.name for g in fields(r.model_class.config_class)}]
+        tasks = [t for t, r in RECIPES.items()
+                 if name in {g.name for g in fields(r.model_class.config_class)}]
         if by_task and len(tasks) < len(RECIPES):
             options["help"] = f"{options['help'] or ''} [--task {', '.join(tasks)} only]".lstrip()
         if typing.get_origin(f.type) is typing.Literal:

@@ -387,3 +387,38 @@ def test_a_checkpoint_without_its_tokenizer_says_so(bpe_lm, tmp_path, capsys):  
                     lambda s: s.__setitem__("tokenizer", bpe_lm[1].vocab.to_dict()))
     with pytest.raises(ValueError, match="its tokenizer is not what it was saved with"):
         load_checkpoint(given)
+
+
+def test_a_prompt_that_is_not_utf8_is_blamed_on_the_prompt(capsys):  # B31, B32
+    import os
+
+    prompt = os.fsdecode(b"def \xff\xfe")  # as Python hands over such an argument
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sample", "--prompt", prompt])
+    err = one_line_error(capsys)
+    assert exit_.value.code == 2 and "argument --prompt: is not UTF-8 text (it has the byte 0xff)" in err
+    assert "standard output" not in err
+
+
+def test_init_with_another_bpe_tokenizer_says_how_they_differ(bpe_lm, tmp_path, capsys,
+                                                               monkeypatch):  # A09
+    from dataclasses import replace
+
+    from tfcourse.recipes import RECIPES
+
+    task = bpe_lm[1]  # 300 ids, not the recipe's 1,024: quicker
+    monkeypatch.setitem(RECIPES, "lm-bpe", replace(RECIPES["lm-bpe"], make_task=lambda seed=0: task))
+    monkeypatch.setattr(cli, "train", lambda *a, **k: pytest.fail("trained anyway"))
+    tiny = ["--d-model", "32", "--n-heads", "2", "--n-layers", "1", "--d-ff", "64",
+            "--max-len", "16", "--out", str(tmp_path / "x.pt")]
+    merges = [list(m) for m in task.vocab.merges]
+    merges[0][0] ^= 1
+    flipped = _edited(bpe_lm[0], tmp_path / "f.pt", lambda s: s.__setitem__(
+        "tokenizer", BPE(merges).to_dict()), reseal=True)  # saved so: another tokenizer
+    assert cli.main(["train", "--task", "lm-bpe", "--init", flipped, *tiny]) == 1
+    merge0 = task.vocab.token_bytes[256]
+    other = bytes([merge0[0] ^ 1]) + merge0[1:]
+    assert (f"has another vocabulary than --task lm-bpe's (a BPE tokenizer of 300 ids vs a BPE "
+            f"tokenizer of 300 ids; from merge 0 on: {other!r} vs {merge0!r})") in one_line_error(capsys)
+    assert cli.main(["train", "--task", "lm-bpe", "--init", LM_CHECKPOINT, *tiny]) == 1
+    assert "(102 characters vs a BPE tokenizer of 300 ids)" in one_line_error(capsys)

@@ -238,8 +238,9 @@ _UNCHECKED: set[str] = set()  # the files already said to be unsealed (one warni
 
 def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
     """A checkpoint's dict, checked whole: the digests recorded at save (when there are,
-    naming the part that changed or is missing) and finite weights. Raises FileNotFoundError, ValueError for a file that is not a
-    tfcourse checkpoint or is damaged, or ValueError naming a device this machine lacks."""
+    naming the part that changed or is missing) and finite weights. Raises
+    FileNotFoundError, ValueError for a file that is not a tfcourse checkpoint or is
+    damaged, or ValueError naming a device this machine lacks."""
     device = resolve_device(str(device))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}")

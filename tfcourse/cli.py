@@ -38,8 +38,10 @@ from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E40
 from tfcourse.inference import NOT_SURE, classify, complete, output_confidence, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
 from tfcourse.recipes import RECIPES, recipe  # noqa: E402
+from tfcourse.tokens import BPE  # noqa: E402
 from tfcourse.training import Interrupted, TrainConfig, train  # noqa: E402
 from tfcourse.variants import DecoderLM, EncoderClassifier  # noqa: E402
+from tfcourse.vocab import Vocab  # noqa: E402
 
 CHECKPOINTS = os.path.join(os.path.dirname(__file__), "checkpoints")
 DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
@@ -214,7 +216,8 @@ def build_parser():
     )
     sa.add_argument("--checkpoint", default=LM_CHECKPOINT,
                     help="a checkpoint of `tfcourse train --task lm` (default: the shipped one)")
-    sa.add_argument("--prompt", default="def ", help="the text to continue (default 'def ')")
+    sa.add_argument("--prompt", default="def ", type=_utf8,
+                    help="the text to continue (default 'def ')")
     sa.add_argument("--max-new", type=_POSITIVE_INT, default=200,
                     help="characters to add (default 200), printed as they come (with "
                     f"--samples above 1, at the end: at most {MAX_NEW_BATCHED:,} then)")
@@ -248,6 +251,17 @@ def build_parser():
                     "shipped one)")
     _running_options(cl)
     return parser
+
+
+def _utf8(text):
+    """An argument as typed, refused when its bytes are not UTF-8 (Python keeps such bytes
+    as the surrogates U+DC80..U+DCFF)."""
+    bad = next((c for c in text if "\udc80" <= c <= "\udcff"), None)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(
+            f"is not UTF-8 text (it has the byte 0x{ord(bad) - 0xDC00:02x}): give it in UTF-8, "
+            "e.g. converted with iconv -f latin1 -t utf-8")
+    return text
 
 
 def _running_options(parser):
@@ -384,10 +398,8 @@ def _load_init(path, model, task):
         raise ValueError(f"--init {path} holds a {start.kind} model; --task {task.name} "
                          f"trains a {model.kind} model")
     if vocab != task.vocab:
-        differ = "".join(sorted(set(vocab.symbols) ^ set(task.vocab.symbols))[:20])
         raise ValueError(f"--init {path} has another vocabulary than --task {task.name}'s "
-                         f"({len(vocab)} vs {len(task.vocab)} symbols; "
-                         + (f"in one only: {differ!r})" if differ else "in another order)"))
+                         f"({_difference(vocab, task.vocab)})")
     ours, theirs = asdict(model.config), state["model_config"]
     differ = [f"{_option(k)} {theirs.get(k)} (this run: {v})" for k, v in ours.items()
               if theirs.get(k) != v]
@@ -397,6 +409,31 @@ def _load_init(path, model, task):
     with open(path, "rb") as file:
         digest = hashlib.sha256(file.read()).hexdigest()
     return dict(path=path, task=state["task"], step=state["step"], sha256=digest)
+
+
+def _difference(theirs, ours):
+    """How two vocabularies differ, in a few words: their kinds (characters, BPE), sizes,
+    and the first tokens in one only (as a list: a BPE token may be spaces or a newline) or
+    the first merge that differs."""
+    def kind(v):
+        return f"a BPE tokenizer of {len(v)} ids" if isinstance(v, BPE) else \
+            f"{len(v)} characters" if isinstance(v, Vocab) else f"{len(v)} tokens"
+
+    said = f"{kind(theirs)} vs {kind(ours)}"
+    if type(theirs) is not type(ours):
+        return said
+    if isinstance(ours, BPE):
+        for name in ("pattern", "specials"):
+            if getattr(theirs, name) != getattr(ours, name):
+                return f"{said}; another {name}: {getattr(theirs, name)!r} vs {getattr(ours, name)!r}"
+        merges = [list(v.merges) for v in (theirs, ours)]
+        i = next((i for i, (a, b) in enumerate(zip(*merges)) if a != b), min(map(len, merges)))
+        shown = [v.token_bytes[256 + i] if 256 + i < len(v.token_bytes) else None
+                 for v in (theirs, ours)]
+        return f"{said}; from merge {i} on: {shown[0]!r} vs {shown[1]!r}"
+    only = sorted(set(theirs.symbols) ^ set(ours.symbols))
+    return f"{said}; in one only: {only[:12]}{' ...' if len(only) > 12 else ''}" if only else \
+        f"{said}; the same symbols in another order"
 
 
 def _check_out(args):

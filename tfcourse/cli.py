@@ -216,8 +216,7 @@ def build_parser():
     )
     sa.add_argument("--checkpoint", default=LM_CHECKPOINT,
                     help="a checkpoint of `tfcourse train --task lm` (default: the shipped one)")
-    sa.add_argument("--prompt", default="def ", type=_utf8,
-                    help="the text to continue (default 'def ')")
+    sa.add_argument("--prompt", default="def ", help="the text to continue (default 'def ')")
     sa.add_argument("--max-new", type=_POSITIVE_INT, default=200,
                     help="characters to add (default 200), printed as they come (with "
                     f"--samples above 1, at the end: at most {MAX_NEW_BATCHED:,} then)")
@@ -251,17 +250,6 @@ def build_parser():
                     "shipped one)")
     _running_options(cl)
     return parser
-
-
-def _utf8(text):
-    """An argument as typed, refused when its bytes are not UTF-8 (Python keeps such bytes
-    as the surrogates U+DC80..U+DCFF)."""
-    bad = next((c for c in text if "\udc80" <= c <= "\udcff"), None)
-    if bad is not None:
-        raise argparse.ArgumentTypeError(
-            f"is not UTF-8 text (it has the byte 0x{ord(bad) - 0xDC00:02x}): give it in UTF-8, "
-            "e.g. converted with iconv -f latin1 -t utf-8")
-    return text
 
 
 def _running_options(parser):

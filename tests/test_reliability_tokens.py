@@ -2,7 +2,8 @@
 ../shared/reviews/newcomer_probes_ch11_12.md marked SILENT-WRONG or UNCLEAR, named here by its
 id, gives the right result or one clear line: special tokens never come from a user's text
 unless asked, a checkpoint's digest covers all that a load uses, and the tokenizer API
-refuses what it cannot honour."""
+refuses what it cannot honour. (B01, --max-new in characters, and B31, a prompt that is not
+UTF-8, are generation's: tests/test_generation.py.)"""
 
 import json
 import warnings

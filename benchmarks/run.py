@@ -531,6 +531,13 @@ BENCHMARKS += [
     Benchmark("bpe_encode", "BPE encoding of the Python test files, bytes per CPU second",
               ("tfcourse", "tiktoken"), tokens.encode_pair, lambda t: f"{t:,.0f}",
               lambda a, b: a / b, "slower: Python", seeds=3),
+    *(Benchmark(f"bpe_word_{n:.0e}".replace("+0", ""), f"BPE encoding of one word of {n:,} random "
+                f"letters (no space), CPU seconds", ("tfcourse", "tiktoken"),
+                functools.partial(tokens.letters_pair, n=n), lambda s: f"{s:.3f} s",
+                lambda a, b: a / b, "< 20: Python", seeds=3) for n in (10_000, 100_000, 1_000_000)),
+    Benchmark("bpe_words_1e6", "BPE encoding of 1,000,000 random letters in words of 6, CPU seconds",
+              ("tfcourse", "tiktoken"), functools.partial(tokens.letters_pair, n=1_000_000, word=6),
+              lambda s: f"{s:.3f} s", lambda a, b: a / b, "< 20: Python", seeds=3),
     Benchmark("bpe_lm", "LM: held-out bits/byte after 45 CPU-seconds of training, BPE (1,024) vs characters",
               ("BPE", "characters"), tokens.lm_pair, lambda r: f"{r[0]:.3f} ({r[1]:.0f} steps)",
               lambda a, b: a[0] / b[0], "< 1.0", seeds=3, quick=1),

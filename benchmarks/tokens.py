@@ -8,6 +8,8 @@ the first of a window predicted from those before it in the window).
 """
 
 import functools
+import random
+import string
 import time
 
 import tiktoken
@@ -75,6 +77,25 @@ def encode_pair(seed):
     assert ours == theirs
     size = len(text.encode())
     return size / mine, size / tik
+
+
+def letters_pair(seed, n, word=None):
+    """CPU seconds to encode ``n`` random lowercase letters, one word without a space
+    (``word`` None: one pre-token of n bytes) or words of ``word`` letters: tfcourse (its
+    cache of pre-tokens empty), then tiktoken built from its ranks (the same ids). Time that
+    grows linearly with n, for both shapes, is the goal (merging a pre-token pass after pass
+    took 86 s for one word of 1,000,000 letters)."""
+    rng = random.Random(seed)
+    text = "".join(rng.choice(string.ascii_lowercase) for _ in range(n))
+    if word is not None:
+        text = " ".join(text[i:i + word] for i in range(0, n, word))
+    bpe = _python_bpe()
+    fresh = BPE.from_dict(bpe.to_dict())
+    encoding = tiktoken.Encoding("tfcourse", **bpe.tiktoken_parts())
+    mine, ours = _cpu_seconds(fresh.encode, text)
+    tik, theirs = _cpu_seconds(encoding.encode_ordinary, text)
+    assert ours == theirs
+    return mine, tik
 
 
 # ------------------------------------------------------------------ the language model

@@ -10,6 +10,7 @@ import torch
 
 import tfcourse.cli as cli
 import tfcourse.device as device
+from tfcourse.checkpoint import seal
 from tfcourse.cli import DATES_CHECKPOINT, build_parser, main
 from tfcourse.data import Task
 from tfcourse.model import Transformer, TransformerConfig
@@ -492,7 +493,7 @@ def test_a_killed_save_leaves_no_lasting_temporary_file(tmp_path):
 def test_a_checkpoint_with_too_few_class_names_is_refused(tiny_checkpoints, tmp_path, capsys):
     state = torch.load(tiny_checkpoints / "classify.pt", weights_only=True)
     state["classes"] = state["classes"][:1]
-    torch.save(state, tmp_path / "edited.pt")
+    torch.save(seal(state), tmp_path / "edited.pt")  # written so: the file's digest is its own
     assert main(["classify", "--checkpoint", str(tmp_path / "edited.pt"), "Montag"]) == 1
     assert "names 1 classes for a model of 10 outputs" in one_line_error(capsys)
 

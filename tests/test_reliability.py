@@ -17,7 +17,7 @@ import torch
 
 import tfcourse.cli as cli
 import tfcourse.device as device
-from tfcourse.checkpoint import load_checkpoint, weights_digest
+from tfcourse.checkpoint import load_checkpoint, seal
 from tfcourse.cli import CHECKPOINTS, CLASSIFY_CHECKPOINT, LM_CHECKPOINT, MLM_CHECKPOINT, main
 from tfcourse.decoding import sample_decode
 from tfcourse.inference import classify, complete, predict
@@ -60,14 +60,15 @@ def _damaged(tmp_path, name, edit):
 
 def _nan(state):  # saved so: its digest is that of the NaN weights
     state["model"]["classifier.weight"][0, 0] = float("nan")
-    state["weights_sha256"] = weights_digest(state["model"])
+    seal(state)
 
 
 def _vocab(n):
     def edit(state):
         state["vocab"] = state["vocab"][:n] if n < len(state["vocab"]) else [
             *state["vocab"], *(chr(0x4E00 + i) for i in range(n - len(state["vocab"])))]
-        state.pop("weights_sha256")  # as a file written before the digest: the size still counts
+        state.pop("weights_sha256")  # as a file written before the digests: the size still counts
+        state.pop("sha256")
     return edit
 
 

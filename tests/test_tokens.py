@@ -14,6 +14,7 @@ from tfcourse.tokens import (
     BPE,
     BYTE_ORDER,
     GPT2_PATTERN,
+    _encode_piece,
     count_pairs,
     decode,
     encode,
@@ -254,11 +255,12 @@ def test_a_checkpoint_with_a_corrupt_tokenizer_gets_one_line(bpe_checkpoint, tmp
     import torch
 
     from tfcourse import cli
+    from tfcourse.checkpoint import seal
 
     path, _ = bpe_checkpoint
     state = torch.load(path, weights_only=True)
     state["tokenizer"]["version"] = 7
-    torch.save(state, tmp_path / "bad.pt")
+    torch.save(seal(state), tmp_path / "bad.pt")  # written so: the file's digest is its own
     assert cli.main(["sample", "--checkpoint", str(tmp_path / "bad.pt"), "--threads", "1"]) != 0
     err = capsys.readouterr().err.strip()
     assert err.endswith("is not a readable tfcourse checkpoint (ValueError: its tokenizer is a BPE "
@@ -305,3 +307,38 @@ def test_hugging_face_cuts_held_out_text_into_the_same_tokens(python_bpe, hf_pyt
               for t in hf_python.encode(HELD_OUT[name]).tokens]
     ours = python_bpe.encode(HELD_OUT[name], allowed_special="all")  # tokenizers: always specials
     assert theirs == [python_bpe.token(i) for i in ours]
+
+
+def _merge_pass_by_pass(word, merges):
+    """The plain rule: the pair of the lowest rank, merged everywhere, pass after pass."""
+    while len(word) > 1:
+        pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, float("inf")))
+        if pair not in merges:
+            break
+        word = merge(word, pair, merges[pair])
+    return list(word)
+
+
+def test_the_heap_merges_what_the_passes_merge(python_bpe):
+    """_encode_piece (a heap over a linked list) against the rule, pass after pass, on
+    pieces that repeat and overlap (ties: left to right) and on pieces of the test files."""
+    import random
+
+    rng = random.Random(0)
+    pieces = ["a" * n for n in range(1, 40)] + [" " * n for n in range(1, 70)]
+    pieces += ["".join(rng.choice("ab ") for _ in range(rng.randrange(1, 200))) for _ in range(300)]
+    pieces += [CORPUS.test[i:i + rng.randrange(1, 300)] for i in range(0, 40_000, 97)]
+    for merges in (python_bpe.merges, {(97, 97): 256, (256, 97): 257, (256, 256): 258, (97, 256): 259}):
+        for piece in pieces:
+            assert _encode_piece(piece, merges) == _merge_pass_by_pass(tuple(piece.encode()), merges), piece
+
+
+def test_a_long_word_encodes_as_tiktoken_does(python_bpe):  # issue 35, E4: in O(n log n)
+    import random
+
+    rng = random.Random(1)
+    encoding = tiktoken.Encoding("tfcourse", **python_bpe.tiktoken_parts())
+    for text in ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(20_000)),
+                 "self" * 5_000, "def" + "_" * 3_000 + "x" * 3_000, "1234567890" * 1_000]:
+        ids = python_bpe.encode(text)
+        assert ids == encoding.encode(text) and python_bpe.decode(ids) == text

@@ -9,7 +9,7 @@ import tfcourse.device as device
 import tfcourse.inference as inference
 import tfcourse.training as training
 from tfcourse.batches import make_batch
-from tfcourse.checkpoint import load_checkpoint, save_checkpoint
+from tfcourse.checkpoint import load_checkpoint, save_checkpoint, seal
 from tfcourse.data import copy_task
 from tfcourse.inference import exact_match
 from tfcourse.losses import label_smoothing_loss, smoothed_targets
@@ -368,7 +368,7 @@ def test_checkpoints_record_the_kind_and_old_ones_load(task, tmp_path):
     del state["kind"]  # a checkpoint from before kinds: an encoder-decoder
     torch.save(state, path)
     assert isinstance(load_checkpoint(path)[0], Transformer)
-    torch.save({**state, "kind": "xyz"}, path)
+    torch.save(seal({**state, "kind": "xyz"}), path)  # a kind registered where it was saved
     with pytest.raises(ValueError, match="kind 'xyz', which this version of tfcourse does not know"):
         load_checkpoint(path)
 

@@ -7,10 +7,14 @@ registry: the course's four are known by name, and register() adds one of your o
 
 A checkpoint proves it is whole, for every kind alike: save_checkpoint records
 "weights_sha256", the SHA-256 of the model's tensors (weights_digest: each tensor's name,
-dtype, shape and bytes, in name order), and read_checkpoint recomputes it, so that a file
-whose weights were damaged (flipped bytes, an edit) is refused, naming the file. A file
-without the record was written before tfcourse recorded it: it is read as it is (the shipped
-checkpoints have it). Every file is refused when a weight is not finite (NaN, inf), and
+dtype, shape and bytes, in name order), and "sha256", those of everything a load rebuilds
+the model and its tokenizer from (checkpoint_digest, one per part: the kind, the model's
+settings, the vocabulary, the class names, the tokenizer's merges, pattern and special
+tokens, and the weights, in a canonical form); read_checkpoint recomputes them, so that a file whose
+weights, settings (rope_base, max_len), vocabulary or tokenizer were damaged (flipped bytes,
+an edit) is refused, naming the file. A file without the records was written before tfcourse
+made them: it is read as it is, with a warning, once, when its settings go unchecked (the
+shipped checkpoints have both). Every file is refused when a weight is not finite (NaN, inf), and
 load_checkpoint refuses a vocabulary whose size is not the model's (vocab.check_vocab_size).
 A device that is unknown or not on this machine is named as such (device.resolve_device),
 never blamed on the file. While a run writes a checkpoint it holds writing(path), a lock
@@ -22,7 +26,9 @@ import contextlib
 import glob
 import hashlib
 import importlib
+import json
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
@@ -32,7 +38,7 @@ from torch import nn
 
 from tfcourse.device import resolve_device
 from tfcourse.interface import ModelLike, TaskLike
-from tfcourse.tokens import BPE
+from tfcourse.tokens import BPE, canonical
 from tfcourse.vocab import Vocab, check_vocab_size
 
 # kind -> "module:class", imported when a checkpoint of that kind is loaded (so that loading
@@ -81,13 +87,11 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
     (a temporary file left by a killed process is removed by the next save). Plain types
     and tensors only, so that torch.load(weights_only=True) reads it. Raises OSError when
     the file cannot be written. ``init`` records the checkpoint a run started from (its
-    path, task, step and SHA-256; empty for a run from random weights). The model's weights
-    are recorded with their digest (weights_digest), which read_checkpoint checks."""
-    weights = model.state_dict()
+    path, task, step and SHA-256; empty for a run from random weights). The file is sealed
+    (seal: the digests of its weights and of all a load uses), which read_checkpoint checks."""
     state = {
         "kind": model.kind,
-        "model": weights,
-        "weights_sha256": weights_digest(weights),
+        "model": model.state_dict(),
         "model_config": asdict(model.config),
         "train_config": asdict(config),
         "task": task.name,
@@ -99,6 +103,7 @@ def save_checkpoint(path: str, model: ModelLike, task: TaskLike, config: Any, st
     }
     if isinstance(task.vocab, BPE):  # chapter 11: the tokenizer travels with the model
         state["tokenizer"] = task.vocab.to_dict()
+    seal(state)
     for name, obj in (("optimizer", optimizer), ("scheduler", scheduler)):
         if obj is not None:
             state[name] = obj.state_dict()
@@ -200,10 +205,42 @@ def weights_digest(weights: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
+# What a load rebuilds a model and its tokenizer from: each part's name in a message.
+PARTS = {"kind": "model kind", "model_config": "model settings", "vocab": "vocabulary",
+         "classes": "class names", "tokenizer": "tokenizer", "weights": "weights"}
+
+
+def checkpoint_digest(state: dict) -> dict[str, str]:
+    """Part (PARTS) -> the SHA-256 of its canonical form, the JSON (keys sorted, no spaces,
+    ASCII) of: the kind, model_config, vocab, classes, the tokenizer (tokens.canonical: its
+    `tokens` list, read from the merges, left out; null for a character model) and the
+    weights' digest (weights_digest). A part per digest, so that a damaged file is told
+    which part changed."""
+    tokenizer = state.get("tokenizer")
+    parts = {"kind": state.get("kind", "seq2seq"), "model_config": state.get("model_config"),
+             "vocab": state.get("vocab"), "classes": state.get("classes") or [],
+             "tokenizer": canonical(tokenizer) if isinstance(tokenizer, dict) else tokenizer,
+             "weights": weights_digest(state["model"])}
+    return {part: hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"))
+                                 .encode()).hexdigest() for part, value in parts.items()}
+
+
+def seal(state: dict) -> dict:
+    """Record in ``state`` (a checkpoint's dict) the digests that read_checkpoint checks:
+    "weights_sha256" (weights_digest) and "sha256" (checkpoint_digest). Returns state."""
+    state["weights_sha256"] = weights_digest(state["model"])
+    state["sha256"] = checkpoint_digest(state)
+    return state
+
+
+_UNCHECKED: set[str] = set()  # the files already said to be unsealed (one warning each)
+
+
 def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
-    """A checkpoint's dict, its weights checked: the digest recorded at save (when there is
-    one) and finite values. Raises FileNotFoundError, ValueError for a file that is not a
-    tfcourse checkpoint or is damaged, or ValueError naming a device this machine lacks."""
+    """A checkpoint's dict, checked whole: the digests recorded at save (when there are,
+    naming the part that changed or is missing) and finite weights. Raises
+    FileNotFoundError, ValueError for a file that is not a tfcourse checkpoint or is
+    damaged, or ValueError naming a device this machine lacks."""
     device = resolve_device(str(device))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
@@ -223,6 +260,28 @@ def read_checkpoint(path: str, device: torch.device | str = "cpu") -> dict:
         if recorded is not None and recorded != weights_digest(weights):
             raise ValueError(f"{path} is damaged: its weights are not those it was saved with "
                              "(their SHA-256 differs from the one recorded): use another copy")
+        try:
+            whole = checkpoint_digest(state)
+        except (TypeError, ValueError) as error:  # settings that are no JSON: an edit
+            raise ValueError(f"{path} is damaged: its settings are not those of a tfcourse "
+                             f"checkpoint ({first_line(error)}): use another copy") from None
+        recorded = state.get("sha256", whole)
+        if not isinstance(recorded, dict) or recorded.keys() != whole.keys():
+            raise ValueError(f"{path} is damaged: its record of SHA-256s is not one tfcourse "
+                             "writes: use another copy")
+        changed = [part for part in PARTS if recorded[part] != whole[part]]
+        missing = [PARTS[p] for p in changed if p not in state and p != "weights"]
+        if changed:
+            names = ", ".join(PARTS[p] for p in changed)
+            plural = len(missing or changed) > 1 or (missing or [names])[0].endswith("s")
+            what = (f"its {' and '.join(missing)} {'are' if plural else 'is'} missing" if missing
+                    else f"its {names} {'are' if plural else 'is'} not what it was saved with")
+            raise ValueError(f"{path} is damaged: {what} (SHA-256 differs from the one "
+                             "recorded): use another copy")
+        if "sha256" not in state and "model_config" in state and path not in _UNCHECKED:
+            _UNCHECKED.add(path)
+            warnings.warn(f"{path} was saved before tfcourse checked a checkpoint whole: its "
+                          "model settings, vocabulary and tokenizer are unchecked", stacklevel=2)
         for name, tensor in weights.items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise ValueError(f"{path} is damaged: its weight {name} is not finite (NaN or "

@@ -26,6 +26,7 @@ import math  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import typing  # noqa: E402
+import warnings  # noqa: E402
 from dataclasses import asdict, fields  # noqa: E402
 
 import torch  # noqa: E402
@@ -37,8 +38,10 @@ from tfcourse.device import check_fits, resolve_device, set_threads  # noqa: E40
 from tfcourse.inference import NOT_SURE, classify, complete, output_confidence, predict  # noqa: E402
 from tfcourse.model import Transformer  # noqa: E402
 from tfcourse.recipes import RECIPES, recipe  # noqa: E402
+from tfcourse.tokens import BPE  # noqa: E402
 from tfcourse.training import Interrupted, TrainConfig, train  # noqa: E402
 from tfcourse.variants import DecoderLM, EncoderClassifier  # noqa: E402
+from tfcourse.vocab import Vocab  # noqa: E402
 
 CHECKPOINTS = os.path.join(os.path.dirname(__file__), "checkpoints")
 DATES_CHECKPOINT = os.path.join(CHECKPOINTS, "dates.pt")
@@ -74,11 +77,15 @@ def _as_options(settings):
             else f"{_option(k)} {v}" for k, v in settings.items()]
 
 
-def _setting_options(group, settings):
+def _setting_options(group, settings, by_task=False):
     """One option per config field, with the field's help, its choices or the interval its
-    number must lie in."""
+    number must lie in; ``by_task``: the tasks that take a model setting, where not all do."""
     for name, f in settings.items():
         options = dict(help=f.metadata.get("help"))
+        tasks = [t for t, r in RECIPES.items()
+                 if name in {g.name for g in fields(r.model_class.config_class)}]
+        if by_task and len(tasks) < len(RECIPES):
+            options["help"] = f"{options['help'] or ''} [--task {', '.join(tasks)} only]".lstrip()
         if typing.get_origin(f.type) is typing.Literal:
             options.update(choices=typing.get_args(f.type))
         elif f.type is bool:
@@ -170,7 +177,8 @@ def build_parser():
     _setting_options(tr.add_argument_group("training (defaults: the task's recipe)"),
                      TRAIN_SETTINGS)
     _setting_options(tr.add_argument_group(
-        "model (defaults: the task's recipe, e.g. TransformerConfig.tiny)"), model_settings())
+        "model (defaults: the task's recipe, e.g. TransformerConfig.tiny)"), model_settings(),
+        by_task=True)
     group = tr.add_argument_group("running (may differ when resuming)")
     _running_options(group)
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -287,8 +295,14 @@ def _train(args):
     config_class = r.model_class.config_class
     for name in given_model:
         if name not in {f.name for f in fields(config_class)}:
+            tasks = [t for t, q in RECIPES.items()
+                     if name in {f.name for f in fields(q.model_class.config_class)}]
+            twin = {"positional": "positions", "positions": "positional"}.get(name)
             raise ValueError(f"{_option(name)} is not a setting of the {args.task} model "
-                             f"({config_class.__name__})")
+                             f"({config_class.__name__}), but of --task "
+                             f"{', '.join(tasks)}"
+                             + (f"; {args.task} takes {_option(twin)}" if twin in {
+                                 f.name for f in fields(config_class)} else ""))
     _check_out(args)
     device = resolve_device(args.device)
     threads = set_threads(args.threads)
@@ -335,8 +349,10 @@ def _run(args, r, given_train, given_model, device, threads, rank):
         return 0
     step = history["step"][-1] if history["step"] else 0
     try:
-        print(f"step {step}: test {task.metric} {task.evaluate(model, task.test):.4f} "
-              f"({len(task.test)} examples); checkpoint {args.out}")
+        result = f"test {task.metric} {task.evaluate(model, task.test):.4f}"
+        if hasattr(task, "bits_per_byte"):  # one unit for characters and BPE tokens (ch. 11)
+            result += f" = {task.bits_per_byte(model, task.test):.4f} bits per byte"
+        print(f"step {step}: {result} ({len(task.test)} examples); checkpoint {args.out}")
         examples = random.Random(0).sample(task.test, min(args.examples, len(task.test)))
         for line in task.show(model, examples) if examples else []:
             print(f"  {line}")
@@ -379,10 +395,8 @@ def _load_init(path, model, task):
         raise ValueError(f"--init {path} holds a {start.kind} model; --task {task.name} "
                          f"trains a {model.kind} model")
     if vocab != task.vocab:
-        differ = "".join(sorted(set(vocab.symbols) ^ set(task.vocab.symbols))[:20])
         raise ValueError(f"--init {path} has another vocabulary than --task {task.name}'s "
-                         f"({len(vocab)} vs {len(task.vocab)} symbols; "
-                         + (f"in one only: {differ!r})" if differ else "in another order)"))
+                         f"({_difference(vocab, task.vocab)})")
     ours, theirs = asdict(model.config), state["model_config"]
     differ = [f"{_option(k)} {theirs.get(k)} (this run: {v})" for k, v in ours.items()
               if theirs.get(k) != v]
@@ -392,6 +406,31 @@ def _load_init(path, model, task):
     with open(path, "rb") as file:
         digest = hashlib.sha256(file.read()).hexdigest()
     return dict(path=path, task=state["task"], step=state["step"], sha256=digest)
+
+
+def _difference(theirs, ours):
+    """How two vocabularies differ, in a few words: their kinds (characters, BPE), sizes,
+    and the first tokens in one only (as a list: a BPE token may be spaces or a newline) or
+    the first merge that differs."""
+    def kind(v):
+        return f"a BPE tokenizer of {len(v)} ids" if isinstance(v, BPE) else \
+            f"{len(v)} characters" if isinstance(v, Vocab) else f"{len(v)} tokens"
+
+    said = f"{kind(theirs)} vs {kind(ours)}"
+    if type(theirs) is not type(ours):
+        return said
+    if isinstance(ours, BPE):
+        for name in ("pattern", "specials"):
+            if getattr(theirs, name) != getattr(ours, name):
+                return f"{said}; another {name}: {getattr(theirs, name)!r} vs {getattr(ours, name)!r}"
+        merges = [list(v.merges) for v in (theirs, ours)]
+        i = next((i for i, (a, b) in enumerate(zip(*merges)) if a != b), min(map(len, merges)))
+        shown = [v.token_bytes[256 + i] if 256 + i < len(v.token_bytes) else None
+                 for v in (theirs, ours)]
+        return f"{said}; from merge {i} on: {shown[0]!r} vs {shown[1]!r}"
+    only = sorted(set(theirs.symbols) ^ set(ours.symbols))
+    return f"{said}; in one only: {only[:12]}{' ...' if len(only) > 12 else ''}" if only else \
+        f"{said}; the same symbols in another order"
 
 
 def _check_out(args):
@@ -572,7 +611,13 @@ def _classify(args):
 COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _classify}
 
 
+def _note(message, *_):
+    """A warning (e.g. a checkpoint saved before its settings were checked) in one line."""
+    print(f"tfcourse: note: {message}", file=sys.stderr)
+
+
 def main(argv=None):
+    warnings.showwarning = _note
     try:
         args = build_parser().parse_args(argv)
         if sys.stdout is None:  # started with standard output closed (>&-)

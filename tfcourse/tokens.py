@@ -28,7 +28,9 @@ stand-ins (GPT-2's byte-to-unicode table: the printable bytes 33-126, 161-172, 1
 then the others), so that its merges are those of tokenizers' BpeTrainer.
 
 Encoding merges by rank, as GPT-2 and tiktoken do: within a pre-token, repeatedly merge
-the adjacent pair learned earliest, until no adjacent pair is a merge. Decoding joins the
+the adjacent pair learned earliest, until no adjacent pair is a merge: with a min-heap of
+pairs by rank over a linked list of tokens (O(n log n) in a pre-token's length), so that
+encoding time grows with the text, not with its length times the merges that apply. Decoding joins the
 bytes and decodes them as UTF-8, a character cut between tokens shown as U+FFFD.
 Special tokens are cut out of the training text before anything else: never merged, never
 split. Encoding reads their spellings as ordinary text unless told otherwise (allowed_special,
@@ -38,9 +40,10 @@ as tiktoken): a user who types ``<eos>`` means the five characters, not the end 
 from __future__ import annotations
 
 import codecs
+import hashlib
 import heapq
 import json
-import math
+import numbers
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 
@@ -59,8 +62,81 @@ BYTE_ORDER = _PRINTABLE + [b for b in range(256) if b not in _PRINTABLE]
 
 
 def pre_tokenize(text: str, pattern: str = GPT2_PATTERN) -> list[str]:
-    """The pre-tokens of ``text``: the matches of ``pattern``, which cover the text."""
-    return regex.findall(pattern, text)
+    """The pre-tokens of ``text``: the matches of ``pattern`` (GPT-2's cover every text) and,
+    for a pattern that leaves some text uncovered (``\\w+`` skips spaces), each stretch of
+    it too, so that the pre-tokens always join to the text: nothing is dropped."""
+    compiled = regex.compile(pattern)
+    if not compiled.groups:  # findall gives the whole matches: they cover the text if their
+        pieces = compiled.findall(text)  # lengths add up (they are disjoint and in order)
+        if sum(map(len, pieces)) == len(text):
+            return pieces
+    pieces, end = [], 0
+    for match in compiled.finditer(text):
+        if match.start() > end:
+            pieces.append(text[end:match.start()])
+        if match.end() > match.start():
+            pieces.append(match.group())
+        end = match.end()
+    return pieces + [text[end:]] if end < len(text) else pieces
+
+
+def check_pattern(pattern: str) -> str:
+    """``pattern`` if it is a regular expression, else ValueError (TypeError) in one line."""
+    if not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a regular expression (a str), got {type(pattern).__name__}")
+    try:
+        regex.compile(pattern)
+    except regex.error as error:
+        raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
+    return pattern
+
+
+def check_specials(special_tokens: Iterable[str]) -> list[str]:
+    """``special_tokens`` as a list: distinct non-empty strings, not vocab.py's four, given as
+    a sequence (one string would be one token per character); else TypeError / ValueError."""
+    if isinstance(special_tokens, (str, bytes)):
+        raise TypeError(f"special_tokens must be a sequence of strings, got the string "
+                        f"{special_tokens!r} (for one token: [{special_tokens!r}])")
+    try:
+        extra = list(special_tokens)
+    except TypeError:
+        raise TypeError(f"special_tokens must be a sequence of strings, got "
+                        f"{type(special_tokens).__name__}") from None
+    odd = [t for t in extra if not isinstance(t, str)]
+    if odd:
+        raise TypeError(f"special_tokens must be a sequence of strings, got {odd[0]!r} "
+                        f"({type(odd[0]).__name__}) in {extra!r}")
+    if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
+        raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
+                         f"got {extra}")
+    return extra
+
+
+def check_text(text: str, name: str = "text") -> str:
+    """``text`` if it is a str that UTF-8 can encode, else TypeError / ValueError in one line
+    naming ``name`` (bytes: decode them first; a lone surrogate: its position)."""
+    if not isinstance(text, str):
+        hint = " (decode it first, e.g. data.decode('utf-8'))" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}{hint}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} holds a lone surrogate {text[error.start]!r} at position "
+                         f"{error.start}, which is no character: UTF-8 cannot encode it") from None
+    return text
+
+
+def canonical(data: dict) -> dict:
+    """What a tokenizer file's digest covers: its format, version, pattern, special tokens
+    and merges (not its `tokens`, which are read from the merges, nor the digest itself)."""
+    return {key: data.get(key) for key in ("format", "version", "pattern", "special_tokens",
+                                           "merges")}
+
+
+def digest(data: dict) -> str:
+    """The SHA-256 of canonical(data) as JSON (keys sorted, no spaces, ASCII)."""
+    text = json.dumps(canonical(data), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _specials_re(special_tokens: Iterable[str]):
@@ -158,13 +234,36 @@ def encode(text: str, merges: dict[tuple[int, int], int], pattern: str = GPT2_PA
 
 
 def _encode_piece(piece: str, merges: dict[tuple[int, int], int]) -> list[int]:
-    word = tuple(piece.encode("utf-8"))
-    while len(word) > 1:
-        pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, math.inf))
-        if pair not in merges:
-            break
-        word = merge(word, pair, merges[pair])
-    return list(word)
+    """One pre-token's ranks, the same as merging the pair of the lowest rank everywhere,
+    pass after pass, but in O(n log n) whatever the number of merges that apply (a word
+    without spaces, a blob): the tokens in a doubly linked list, the adjacent pairs that are
+    merges in a min-heap of (rank, position). Pop the lowest; if its two tokens still form
+    that pair (else a merge nearby made it stale), merge them into the left one and push
+    the new token's pairs with its neighbours. Equal ranks pop left first (left to right,
+    "aaa" -> "Aa"); a new token's pairs rank above the one just merged (it was learned after
+    its parts), so no pair of a lower rank appears later: the order is the passes'. (Faster
+    than the passes on short words too: measured from 4 bytes up.)"""
+    word = piece.encode("utf-8")
+    n = len(word)
+    tokens = list(word)  # None: merged into its left neighbour
+    after, before = list(range(1, n + 1)), list(range(-1, n - 1))  # n: the end; -1: the start
+    heap = [(merges[pair], i) for i, pair in enumerate(zip(word, word[1:])) if pair in merges]
+    heapq.heapify(heap)
+    while heap:
+        rank, i = heapq.heappop(heap)
+        j = after[i]
+        if j == n or tokens[i] is None or merges.get((tokens[i], tokens[j])) != rank:
+            continue  # stale
+        tokens[i], tokens[j] = rank, None
+        k = after[i] = after[j]
+        if k < n:
+            before[k] = i
+            if (rank, tokens[k]) in merges:
+                heapq.heappush(heap, (merges[rank, tokens[k]], i))
+        h = before[i]
+        if h >= 0 and (tokens[h], rank) in merges:
+            heapq.heappush(heap, (merges[tokens[h], rank], h))
+    return [t for t in tokens if t is not None]
 
 
 def decode(ranks: Iterable[int], token_bytes: Sequence[bytes] | dict[int, bytes]) -> str:
@@ -179,14 +278,8 @@ class BPE:
 
     def __init__(self, merges: Iterable[tuple[int, int]], pattern: str = GPT2_PATTERN,
                  special_tokens: Iterable[str] = ()):
-        extra = list(special_tokens)
-        if len(set(extra)) != len(extra) or set(extra) & set(SPECIALS) or "" in extra:
-            raise ValueError(f"special_tokens must be distinct, non-empty and not {SPECIALS}, "
-                             f"got {extra}")
-        try:
-            regex.compile(pattern)
-        except (regex.error, TypeError) as error:
-            raise ValueError(f"pattern must be a regular expression, got {pattern!r} ({error})") from None
+        extra = check_specials(special_tokens)
+        check_pattern(pattern)
         self.specials = [*SPECIALS, *extra]
         self.pattern = pattern
         self.offset = len(self.specials)  # the id of rank 0
@@ -196,6 +289,9 @@ class BPE:
             if not (0 <= a < len(self.token_bytes) and 0 <= b < len(self.token_bytes)):
                 raise ValueError(f"merge {len(self.merges)} ({a}, {b}) names a rank that is no "
                                  f"byte or earlier merge (0..{len(self.token_bytes) - 1})")
+            if (a, b) in self.merges:
+                raise ValueError(f"merge {len(self.merges)} ({a}, {b}) repeats merge "
+                                 f"{self.merges[(a, b)] - 256}")
             self.merges[(a, b)] = len(self.token_bytes)
             self.token_bytes.append(self.token_bytes[a] + self.token_bytes[b])
         self._specials = _specials_re(self.specials)
@@ -219,7 +315,29 @@ class BPE:
 
     def token(self, i: int) -> bytes:
         """The bytes of id ``i`` (a special token's text in UTF-8)."""
+        self._check_id(i, "i")
         return self.specials[i].encode() if i < self.offset else self.token_bytes[i - self.offset]
+
+    def _check_id(self, i, name: str) -> None:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"{name} must be an integer id, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < len(self):
+            raise ValueError(f"{name} must be ids in [0, {len(self)}), got {i}")
+
+    def _ids(self, ids) -> list[int]:
+        """``ids`` as a list of ints: a 1-D integer tensor or a sequence of integers, each an
+        id of this tokenizer; else TypeError / ValueError naming ids."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1 or ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"ids must be a 1-D integer tensor or a sequence of ints, got a "
+                                f"{ids.dim()}-D {ids.dtype} tensor of shape {tuple(ids.shape)}")
+            ids = ids.tolist()
+        elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
+        ids = list(ids)
+        for i in ids:
+            self._check_id(i, "ids")
+        return ids
 
     def encode(self, text: str, allowed_special: Collection[str] | str = ()) -> list[int]:
         """Text -> ids, by rank. A special token's spelling in ``text`` (``<eos>`` typed in a
@@ -227,6 +345,7 @@ class BPE:
         ``allowed_special`` (a set of special tokens, or "all") opts in, as tiktoken's
         allowed_special: those spellings become their one id (training data that marks its
         documents' ends, say)."""
+        check_text(text)
         found = self._allowed(allowed_special)
         if found is None:
             return self._encode_ordinary(text)
@@ -258,9 +377,13 @@ class BPE:
     def _encode_ordinary(self, text: str) -> list[int]:
         ids = []
         for piece in pre_tokenize(text, self.pattern):
-            if piece not in self._cache:
-                self._cache[piece] = [self.offset + r for r in _encode_piece(piece, self.merges)]
-            ids += self._cache[piece]
+            if piece in self._cache:
+                ids += self._cache[piece]
+                continue
+            piece_ids = [self.offset + r for r in _encode_piece(piece, self.merges)]
+            if len(piece) <= 64:  # words repeat; a long blob seldom does: not kept
+                self._cache[piece] = piece_ids
+            ids += piece_ids
         return ids
 
     def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
@@ -269,36 +392,62 @@ class BPE:
         control ids come from allowed_special or a model, never from encode's text alone, so
         decode(encode(text)) == text."""
         kept = []
-        for i in ids.tolist() if isinstance(ids, torch.Tensor) else ids:
+        for i in self._ids(ids):
             if i == EOS:
                 break
             if i not in (PAD, BOS):
                 kept.append(i)
-        return b"".join(map(self.token, kept)).decode("utf-8", errors="replace")
+        return b"".join(self.specials[i].encode() if i < self.offset else
+                        self.token_bytes[i - self.offset] for i in kept).decode("utf-8", "replace")
 
     # -- a plain, readable file ----------------------------------------------------------
 
     def to_dict(self) -> dict:
-        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text
-        (to read, not read back)."""
-        return {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
+        """The file's content: the merges as pairs of ranks; `tokens`, each merge's text (to
+        read; from_dict refuses a file whose tokens are not its merges'); "sha256", the
+        digest of its canonical form (canonical), which from_dict checks."""
+        data = {"format": FORMAT, "version": VERSION, "pattern": self.pattern,
                 "special_tokens": self.specials[len(SPECIALS):],
-                "merges": [[a, b] for a, b in self.merges],
-                "tokens": [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]}
+                "merges": [[a, b] for a, b in self.merges]}
+        return {**data, "sha256": digest(data), "tokens": self._tokens()}
+
+    def _tokens(self) -> list[str]:
+        return [b.decode("utf-8", "backslashreplace") for b in self.token_bytes[256:]]
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "tokenizer") -> BPE:
-        """The tokenizer of to_dict(); ValueError in one line for anything else."""
+        """The tokenizer of to_dict(); ValueError in one line for anything else: another
+        format or version, a digest that is not its content's (a damaged file), merges that
+        are no pairs of integers or not those its `tokens` show. (A file without the digest,
+        written before it, is checked against its tokens.)"""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{where} is not a tfcourse BPE tokenizer (no format {FORMAT!r})")
         if data.get("version") != VERSION:
             raise ValueError(f"{where} is a BPE tokenizer of version {data.get('version')!r}; "
                              f"this tfcourse reads version {VERSION}")
+        if "sha256" in data and data["sha256"] != digest(data):
+            raise ValueError(f"{where} is damaged: its merges, pattern or special tokens are not "
+                             "those it was saved with (their SHA-256 differs from the one "
+                             "recorded): use another copy")
         try:
-            merges = [(int(a), int(b)) for a, b in data["merges"]]
-            return cls(merges, str(data["pattern"]), data["special_tokens"])
+            merges = [(a, b) for a, b in data["merges"]]
+            bad = next((i for i, m in enumerate(merges) for r in m
+                        if isinstance(r, bool) or not isinstance(r, int)), None)
+            if bad is not None:
+                raise ValueError(f"merge {bad} {list(merges[bad])} is not a pair of integers")
+            bpe = cls(merges, data["pattern"], data["special_tokens"])
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{where} is a corrupt BPE tokenizer ({error})") from None
+        shown, said = bpe._tokens(), data.get("tokens", bpe._tokens())
+        if said != shown:
+            said = said if isinstance(said, list) else [said]
+            first = next((i for i, (a, b) in enumerate(zip(said, shown)) if a != b),
+                         min(len(said), len(shown)))
+            makes = shown[first] if first < len(shown) else None
+            says = said[first] if first < len(said) else None
+            raise ValueError(f"{where} is damaged: its merges and its tokens disagree (merge "
+                             f"{first} makes {makes!r}, its tokens say {says!r})")
+        return bpe
 
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -328,12 +477,16 @@ def train_bpe(text: str | Iterable[str], vocab_size: int, pattern: str = GPT2_PA
     """A tokenizer of ``vocab_size`` ids (fewer if no pair is left): the specials (vocab.py's
     four, then ``special_tokens``), the 256 bytes and the merges learned from ``text``,
     ties broken as Hugging Face tokenizers does (BYTE_ORDER)."""
-    special_tokens = list(special_tokens)
+    special_tokens, pattern = check_specials(special_tokens), check_pattern(pattern)
+    one = isinstance(text, (str, bytes, bytearray)) or not isinstance(text, Iterable)
+    texts = [text] if one else list(text)
+    for k, t in enumerate(texts):
+        check_text(t, "text" if one else f"text[{k}]")
     smallest = len(SPECIALS) + len(special_tokens) + 256
     if not isinstance(vocab_size, int) or vocab_size < smallest:
         raise ValueError(f"vocab_size must be an int of at least {smallest} (the specials and "
                          f"256 bytes), got {vocab_size!r}")
-    merges = learn_merges(text, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
+    merges = learn_merges(texts, vocab_size - smallest, pattern, special_tokens, BYTE_ORDER)
     return BPE(merges, pattern, special_tokens)
 
 

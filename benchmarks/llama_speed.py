@@ -14,7 +14,8 @@ Sizes (vocabulary 1,024, as a BPE model's): "tiny" LlamaConfig.tiny (d_model 64,
 0.2M parameters), "1M" the lm-llama recipe's block (d_model 128, 4 layers), "10M" d_model 384,
 6 layers, 6 query and 2 key/value heads, SwiGLU 1,024 wide (10.2M). Each side runs with
 `threads` torch threads; CPU time is process time, all threads summed, so that another
-program on the machine slows the wall clock but not the count.
+program on the machine slows the wall clock more than the count; the two sides run in turn,
+three times, and each keeps its least time.
 """
 
 import time
@@ -50,14 +51,22 @@ def _pair(size, seed):
     return ours, theirs
 
 
-def _cpu_seconds(fn, threads):
+def _cpu_seconds(runs, threads, repeats=3):
+    """The CPU seconds of each of ``runs`` (functions): each run once to warm up, then all of
+    them in turn ``repeats`` times, the least time of each (on a shared machine the others'
+    programs only ever add time)."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        fn()  # warm-up
-        start = time.process_time()
-        fn()
-        return time.process_time() - start
+        best = [float("inf")] * len(runs)
+        for run in runs:
+            run()
+        for _ in range(repeats):
+            for i, run in enumerate(runs):
+                start = time.process_time()
+                run()
+                best[i] = min(best[i], time.process_time() - start)
+        return best
     finally:
         torch.set_num_threads(previous)
 
@@ -81,35 +90,37 @@ def _tokens(seed):
     return torch.randint(4, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(seed))
 
 
-def step_pair(seed, size, threads, steps=3):
+def step_pair(seed, size, threads, steps=2):
     """Training tokens per CPU second: the course's LlamaLM, then LlamaForCausalLM."""
     ours, theirs = _pair(size, seed)
     tokens = _tokens(seed)
-    results = []
-    for model, logits_of in ((ours, lambda m, x: m(x)), (theirs, lambda m, x: m(x).logits)):
-        seconds = _cpu_seconds(_steps(model, tokens, logits_of, steps), threads)
-        results.append(steps * BATCH * SEQ / seconds)
-    return results
+    runs = [_steps(ours, tokens, lambda m, x: m(x), steps),
+            _steps(theirs, tokens, lambda m, x: m(x).logits, steps)]
+    return [steps * BATCH * SEQ / t for t in _cpu_seconds(runs, threads)]
 
 
 def generate_pair(seed, size, threads):
     """New tokens per CPU second of greedy cached generation: LlamaLM (lm_generate), then
     LlamaForCausalLM (generate); the two must make the same tokens."""
     ours, theirs = _pair(size, seed)
+    ours.eval(), theirs.eval()
     prompt = _tokens(seed)[:1, :PROMPT]
-    made, results = [], []
-    runs = ((ours, lambda: made.append(lm_generate(ours, prompt, NEW, never=range(4)))),
-            (theirs, lambda: made.append(theirs.generate(prompt, max_new_tokens=NEW,
-                                                         do_sample=False))))
-    for model, run in runs:
-        model.eval()
-        with torch.no_grad():
-            results.append(NEW / _cpu_seconds(run, threads))
+    made = []
+
+    @torch.no_grad()
+    def run_ours():
+        made.append(lm_generate(ours, prompt, NEW, never=range(4)))
+
+    @torch.no_grad()
+    def run_theirs():
+        made.append(theirs.generate(prompt, max_new_tokens=NEW, do_sample=False))
+
+    results = [NEW / t for t in _cpu_seconds([run_ours, run_theirs], threads)]
     assert torch.equal(made[0], made[-1]), "the two models made different tokens"
     return results
 
 
-def llama_gpt_pair(seed, size, threads, steps=3):
+def llama_gpt_pair(seed, size, threads, steps=2):
     """Training tokens per CPU second: the course's LlamaLM, then its GPT block (DecoderLM,
     learned positions, GELU FFN 4 d_model wide, the same d_model, heads and layers)."""
     ours = llama(size, seed)
@@ -119,6 +130,5 @@ def llama_gpt_pair(seed, size, threads, steps=3):
                                          d_ff=4 * c.d_model, n_layers=c.n_layers, dropout=0.0,
                                          max_len=SEQ, attn_impl="sdpa"))
     tokens = _tokens(seed)
-    return [steps * BATCH * SEQ / _cpu_seconds(_steps(model, tokens, lambda m, x: m(x), steps),
-                                               threads)
-            for model in (ours, gpt)]
+    runs = [_steps(model, tokens, lambda m, x: m(x), steps) for model in (ours, gpt)]
+    return [steps * BATCH * SEQ / t for t in _cpu_seconds(runs, threads)]

@@ -136,6 +136,10 @@ def test_tfcourse_export_writes_the_folder_and_refuses_other_kinds(tmp_path, cap
     assert capsys.readouterr().out.strip().endswith(
         "config.json, generation_config.json, model.safetensors, tokenizer.json, "
         "tokenizer_config.json")
+    assert cli.main(["export", out, str(tmp_path / "hf")]) == 1  # never over other files
+    assert capsys.readouterr().err.strip() == (f"tfcourse export: error: {tmp_path / 'hf'} is "
+                                               "not empty: export writes a new folder (or an "
+                                               "empty one), never over other files")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert (config["model_type"], config["hidden_size"], config["num_key_value_heads"],
             config["tie_word_embeddings"]) == ("llama", 32, 2, True)

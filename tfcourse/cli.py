@@ -245,11 +245,11 @@ def build_parser():
 
     ex = commands.add_parser(
         "export", help="write a Llama-style checkpoint as the folder transformers reads",
-        description="Write DIR (made if missing) as transformers' save_pretrained would: "
-        "config.json, model.safetensors, generation_config.json, tokenizer.json and "
-        "tokenizer_config.json, so that AutoModelForCausalLM, AutoTokenizer and pipeline() "
-        "read it (tfcourse.hf). The checkpoint must be of kind 'llama' (e.g. `tfcourse "
-        "train --task lm-llama`).")
+        description="Write DIR (made if missing; an existing one must be empty) as "
+        "transformers' save_pretrained would: config.json, model.safetensors, "
+        "generation_config.json, tokenizer.json and tokenizer_config.json, so that "
+        "AutoModelForCausalLM, AutoTokenizer and pipeline() read it (tfcourse.hf). The "
+        "checkpoint must be of kind 'llama' (e.g. `tfcourse train --task lm-llama`).")
     ex.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint of kind 'llama'")
     ex.add_argument("directory", metavar="DIR", help="the folder to write")
     return parser

@@ -115,8 +115,8 @@ def tokenizer_json(vocab: BPE | Vocab) -> str:
 
 def export(checkpoint: str, directory: str) -> list[str]:
     """Write the folder transformers reads (module docstring) for a Llama-style checkpoint
-    (kind "llama", rotary positions) into ``directory`` (made if missing); returns the files
-    written. ValueError in one line for a checkpoint of another kind."""
+    (kind "llama", rotary positions) into ``directory`` (made if missing, else empty);
+    returns the files written. ValueError in one line for a checkpoint of another kind."""
     model, vocab, state = load_checkpoint(checkpoint)
     if not isinstance(model, LlamaLM):
         raise ValueError(f"{checkpoint} holds a {model.kind} model; export writes Llama-style "
@@ -125,9 +125,13 @@ def export(checkpoint: str, directory: str) -> list[str]:
 
 
 def export_model(model: LlamaLM, vocab: BPE | Vocab, directory: str) -> list[str]:
-    """export() for a model and its tokenizer in memory."""
+    """export() for a model and its tokenizer in memory. A folder that holds files already is
+    refused (ValueError): an export never replaces anything."""
     from transformers import PreTrainedTokenizerFast
 
+    if os.path.isdir(directory) and os.listdir(directory):
+        raise ValueError(f"{directory} is not empty: export writes a new folder (or an empty "
+                         "one), never over other files")
     theirs = to_transformers(model)
     os.makedirs(directory, exist_ok=True)
     theirs.save_pretrained(directory)

@@ -18,7 +18,7 @@ from tfcourse.decoding import lm_generate
 from tfcourse.hf import export, export_model, load_transformers, transformers_weights
 from tfcourse.inference import complete
 from tfcourse.modern import LlamaConfig, LlamaLM
-from tfcourse.tokens import BPE, train_bpe
+from tfcourse.tokens import BPE, pre_tokenize, train_bpe
 from tfcourse.training import TrainConfig, train
 from tfcourse.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
@@ -74,10 +74,12 @@ def test_the_exported_tokenizer_gives_the_course_ids_on_held_out_text(exported):
     if isinstance(vocab, BPE):  # every special token at its id, the extra one too
         assert tokenizer.convert_tokens_to_ids([*SPECIALS, "<|endoftext|>"]) == [0, 1, 2, 3, 4]
         assert tokenizer.eos_token_id == vocab.eos_id and tokenizer.pad_token_id == vocab.pad_id
-        # a special token's spelling is text, as encode() without allowed_special reads it;
-        # split_special_tokens=False reads each as its id (encode's allowed_special="all")
-        text = vocab._encode_ordinary
-        assert tokenizer(typed)["input_ids"] == text(typed)
+        # a special token's spelling is text, as encode() without allowed_special reads it
+        # (each pre-token alone: "<", "eos", ">"); split_special_tokens=False reads each as
+        # its id (encode's allowed_special="all")
+        text = vocab.encode
+        assert tokenizer(typed)["input_ids"] == [
+            i for piece in pre_tokenize(typed, vocab.pattern) for i in text(piece)]
         assert tokenizer(typed, split_special_tokens=False)["input_ids"] == [
             *text("end"), 4, *text("start "), EOS, *text(" and "), PAD, 4]
     else:  # no special token declared: "<eos>" typed in a text is five characters

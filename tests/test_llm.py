@@ -2,10 +2,17 @@
 recipe) as `tfcourse train --task llm` builds it, and the command line training it. The
 shipped checkpoint and its payoff are in test_shipped_checkpoint.py."""
 
+import importlib.util
+import math
+from pathlib import Path
+
 import pytest
 import torch
 
 from tfcourse import checkpoint, cli
+from tfcourse.baselines import NGramLM
+from tfcourse.corpora import TextCorpus, lm_task
+from tfcourse.vocab import Vocab
 from tfcourse.modern import LlamaLM
 from tfcourse.recipes import build
 from tfcourse.schedules import cosine_lr
@@ -37,3 +44,32 @@ def test_tfcourse_train_task_llm_saves_the_model_with_its_tokenizer(tmp_path):
     lr = state["train_config"]["lr"]
     assert state["history"]["lr"] == pytest.approx([lr, lr * (0.1 + 0.9 * 0.5), lr * 0.1])
     assert torch.isfinite(torch.tensor(state["history"]["loss"])).all()
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location(
+        "benchmarks_llm", Path(__file__).parents[1] / "benchmarks" / "llm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scaling_fit_recovers_a_power_law_and_predicts_from_it():
+    llm = _benchmark()
+    n = [1e4, 3e4, 1e5, 3e5]
+    a, alpha = llm.power_law(n, [7.0 * x**-0.12 for x in n])
+    assert (a, alpha) == (pytest.approx(7.0), pytest.approx(0.12))
+    a, alpha = llm.power_law(n, [7.0 * x**-0.12 * (1.01 if i % 2 else 0.99) for i, x in enumerate(n)])
+    assert 6.0 < a < 8.0 and 0.1 < alpha < 0.14
+
+
+def test_ngram_bits_per_byte_counts_each_predicted_tokens_bytes():
+    """Over ASCII characters (a byte each) an n-gram's bits per byte is its mean -log2 p over
+    every character after the first: here the order-1 n-gram (Kneser-Ney's lowest order)."""
+    llm = _benchmark()
+    corpus = TextCorpus("t", Vocab.from_texts(["abcab"]), "abcab" * 40, "abcabc", "abcabca" * 3, {})
+    task = lm_task(block_size=4, corpus=corpus)
+    model = NGramLM(task.train.ids.tolist(), len(task.vocab), 1)
+    ids = task.test.ids.tolist()
+    bits = -sum(math.log2(model.probability((), i)) for i in ids[1:])
+    assert llm.ngram_bpb(task, 1) == pytest.approx(bits / (len(ids) - 1))

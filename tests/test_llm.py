@@ -12,11 +12,11 @@ import torch
 from tfcourse import checkpoint, cli
 from tfcourse.baselines import NGramLM
 from tfcourse.corpora import TextCorpus, lm_task
-from tfcourse.vocab import Vocab
 from tfcourse.modern import LlamaLM
 from tfcourse.recipes import build
 from tfcourse.schedules import cosine_lr
 from tfcourse.tokens import BPE
+from tfcourse.vocab import Vocab
 
 
 def test_the_llm_recipe_assembles_chapters_11_and_12_with_todays_recipe():

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from tfcourse.checkpoint import load_checkpoint
-from tfcourse.cli import CHECKPOINTS, CLASSIFY_CHECKPOINT, DATES_CHECKPOINT, LM_CHECKPOINT, MLM_CHECKPOINT, main
+from tfcourse.cli import (
+    CHECKPOINTS,
+    CLASSIFY_CHECKPOINT,
+    DATES_CHECKPOINT,
+    LM_CHECKPOINT,
+    MLM_CHECKPOINT,
+    main,
+)
 from tfcourse.corpora import unfamiliar_texts
 from tfcourse.data import dates_task, unfamiliar_dates
 from tfcourse.inference import NOT_SURE, auroc, classify, complete, exact_match, output_confidence, predict

@@ -155,7 +155,7 @@ RECIPES["lm-llama"] = Recipe(
 # and Llama 2's recipe scaled down (section 2.2): AdamW with beta2 0.95 and weight decay 0.1
 # on the weight matrices (tfcourse.optim.param_groups), 100 steps of warm-up then a cosine to
 # 10% of the peak, clipping at 1.0. 1,000 steps of 32 windows of 64 tokens: 2M tokens, about
-# 5.5M bytes (six passes over the training text), about 3.5 minutes on one CPU thread.
+# 5.8M bytes (six passes over the training text), about 3.5 minutes on one CPU thread.
 # The peak rate, measured first with torch.optim.AdamW at 600 steps without dropout
 # (validation bits per byte, seed 0): 1e-3 2.27, 3e-3 1.99, 6e-3 1.95, 1e-2 1.96, 1.5e-2
 # 2.01; this recipe at 400 steps: 3e-3 2.23, 6e-3 2.11, 1e-2 2.12 (benchmarks/llm.py lr).

@@ -20,8 +20,9 @@ pre-token is a word, a sequence of ids, with its frequency. A pair's count is
 
 (every adjacent position: "aaa" holds the pair (a, a) twice, though one merge can take only
 one of them, as in Sennrich et al.'s subword-nmt, Hugging Face tokenizers, minbpe). Each
-step merges the pair of the largest count into a new id, in every word, left to right ("aaa" -> "Aa"), and updates
-the counts of the words that held it only (pair -> words index), instead of recounting.
+step merges the pair of the largest count into a new id, in every word, left to right
+("aaa" -> "Aa"), and updates the counts of the words that held it only (pair -> words
+index), instead of recounting.
 Ties: the pair whose first token comes first, then whose second does, in an order of the
 bytes (``byte_order``: by value for learn_merges) followed by the merged tokens by age.
 train_bpe takes Hugging Face tokenizers' order: the bytes in the order of their printable

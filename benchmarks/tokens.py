@@ -113,7 +113,8 @@ def _tasks():
 
 def lm_pair(seed, seconds=45.0):
     """Bits per byte on the validation files after `seconds` of training, the lm recipe's
-    model (the same settings) on BPE tokens, then on characters. The time is this process's
+    model (the same settings: its label smoothing, 0, and clipping) on BPE tokens, then on
+    characters. The time is this process's
     CPU time (one thread), which other programs' load cannot shorten."""
     recipe = RECIPES["lm"]
     results = {}
@@ -129,7 +130,8 @@ def lm_pair(seed, seconds=45.0):
         steps, start = 0, time.process_time()
         while time.process_time() - start < seconds:
             drawn = torch.randint(len(task.train), (config.batch_size,), generator=g).tolist()
-            train_step(model, [task.make_batch([task.train[i] for i in drawn])], optimizer)
+            train_step(model, [task.make_batch([task.train[i] for i in drawn])], optimizer,
+                       config.label_smoothing, config.clip)
             warm.step()
             steps += 1
         bpb = task.bits_per_byte(model, task.val)

@@ -26,9 +26,10 @@ class Embeddings(nn.Module):
     would give rows of norm ~d_model, drowning the positions.) The same table can be the
     output layer's weight (tied), where its scale keeps the first logits small.
 
-    scaled=False: the lookup alone, as Llama's (chapter 12): its table starts at the scale
-    the residual stream should have (Llama's std 0.02 is about 1/sqrt(d) at d = 4096), and
-    no position vector is added that it must match.
+    scaled=False: the lookup alone, as Llama's (chapter 12): no position vector is added
+    that it must match. (Meta did not publish the scale Llama's table starts at; PyTorch's
+    torchtitan starts it at std 1, what sqrt(d) times N(0, 1/d) gives, transformers at
+    0.02. Chapter 12, section 8, measures the scale here.)
     """
 
     def __init__(self, vocab_size: int, d_model: int, scaled: bool = True):

@@ -1,6 +1,6 @@
 """Chapter 12: Llama's block, chapter 09's decoder-only model with four parts changed.
 Its kin differ in details: Mistral 7B adds sliding-window attention (chapter 10); Qwen (1 to
-2.5) has biases on the q, k and v projections; Gemma uses GeGLU (tanh GELU) for SwiGLU,
+2.5) has biases on the q, k and v projections; Gemma (1) uses GeGLU (tanh GELU) for SwiGLU,
 multiplies the token vectors by sqrt(d), scales its RMSNorm by (1 + w), and has heads 256
 wide whatever d / heads.
 
@@ -122,9 +122,10 @@ class LlamaLM(DecoderLM):
     either, since only offsets count).
 
     Weights: the embedding N(0, 1/d_model) (a tied output starts with small logits; looked
-    up as it is with RoPE, as Llama's, whose std 0.02 is about 1/sqrt(d) at d = 4096;
-    scaled by sqrt(d_model) with added positions, which need the token vectors at their
-    scale), every linear map Xavier-uniform (tfcourse.model.init_weights), the RMSNorm
+    up as it is with RoPE, as Llama's, which multiplies nothing in: Meta did not publish
+    its table's starting scale, PyTorch's torchtitan starts it at std 1, transformers at
+    0.02; scaled by sqrt(d_model) with added positions, which need the token vectors at
+    their scale), every linear map Xavier-uniform (tfcourse.model.init_weights), the RMSNorm
     gains 1.
     """
 

@@ -6,9 +6,10 @@ batches, tasks, checkpoints and the CLI take either.
     ids = bpe.encode("def f(x):\\n    return x")
     bpe.decode(ids)                            # the text again
 
-The functions work on ranks, as tiktoken and minbpe do: byte b is rank b, merge i makes
-rank 256 + i. A BPE tokenizer's ids put its special tokens first: 0..3 are PAD, BOS, EOS,
-UNK (those of vocab.py), then any others; rank r is id n_specials + r.
+The functions work on ranks, as minbpe and tiktoken's _educational.py do: byte b is rank b,
+merge i makes rank 256 + i (GPT-2's released vocabulary orders the bytes by their printable
+stand-ins instead: "!" is 0, a space 220). A BPE tokenizer's ids put its special tokens
+first: 0..3 are PAD, BOS, EOS, UNK (those of vocab.py), then any others; rank r is id n_specials + r.
 
 Training (Sennrich et al. 2016, byte-level as GPT-2): the text is cut into pre-tokens by
 a regular expression (GPT-2's by default: letters, digits, other symbols, spaces, each
@@ -18,9 +19,10 @@ pre-token is a word, a sequence of ids, with its frequency. A pair's count is
     count(a, b) = sum over words w of freq(w) * #{i : w[i] = a, w[i + 1] = b}
 
 (every adjacent position: "aaa" holds the pair (a, a) twice, though one merge can take only
-one of them, as in GPT-2, Hugging Face tokenizers, minbpe). Each step merges the pair of
-the largest count into a new id, in every word, left to right ("aaa" -> "Aa"), and updates
-the counts of the words that held it only (pair -> words index), instead of recounting.
+one of them, as in Sennrich et al.'s subword-nmt, Hugging Face tokenizers, minbpe). Each
+step merges the pair of the largest count into a new id, in every word, left to right
+("aaa" -> "Aa"), and updates the counts of the words that held it only (pair -> words
+index), instead of recounting.
 Ties: the pair whose first token comes first, then whose second does, in an order of the
 bytes (``byte_order``: by value for learn_merges) followed by the merged tokens by age.
 train_bpe takes Hugging Face tokenizers' order: the bytes in the order of their printable

@@ -96,7 +96,7 @@ def draw_transformer(chapter=None, *, ax=None, width=7.0, title=None):
                 fontweight="bold" if on else "normal")
         pen.badge(x + 1.0, y + 0.3, built, lit, label)
 
-    _wires(pen, *style((3, 12)))  # 12: rotary positions replace the added encoding
+    _wires(pen, style((3, 12)), style((3,)))  # 12: rotary positions replace the decoder's
     ax.set_xlim(XMIN, XMIN + XSPAN)
     ax.set_ylim(YMIN, YMIN + YSPAN)
     ax.set_aspect("equal")
@@ -142,11 +142,13 @@ class _Pen:
                          gid=f"badge {label.replace(chr(10), ' ')}")
 
 
-def _wires(pen, pe_lit, pe_on):
+def _wires(pen, decoder_pe, encoder_pe):
     """Arrows between the boxes, the three inputs (Q, K, V) of each attention, the residual
-    connections around each sublayer, and the encoder's output into the cross-attention."""
+    connections around each sublayer, and the encoder's output into the cross-attention;
+    each positional encoding drawn (lit, on) as its side's pair says."""
     ax, s = pen.ax, pen.s
     for x, side in ((ENC, -1), (DEC, 1)):
+        pe_lit, pe_on = encoder_pe if x == ENC else decoder_pe
         pen.arrow((x, 0.55 if x == ENC else 0.6), (x, 1.3 - H / 2))  # tokens -> embedding
         pen.arrow((x, 1.3 + H / 2), (x, 2.25))  # embedding -> (+)
         ax.add_patch(Circle((x, 2.45), 0.2, fc="white", ec=pen.wire, lw=s, zorder=2))

@@ -22,6 +22,7 @@ from ..tokens import (
     merge,
     pre_tokenize,
 )
+from . import sequences
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
@@ -141,7 +142,8 @@ COUNT = Item(
     laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
     formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
             "word[i + 1] = b.",
-    twins=(_count_with(),), section=COUNTING,
+    twins=(_count_with(),), section=COUNTING, again=True,
+    explain=lambda case, got, want: sequences.explain_counts(case.args[0], got, want, case.label),
 )
 
 
@@ -248,7 +250,8 @@ MERGE = Item(
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
-    twins=(_merge_with(),), section=MERGING,
+    twins=(_merge_with(),), section=MERGING, again=True,
+    explain=lambda case, got, want: sequences.explain_word(case.args[0], got, want, case.label),
 )
 
 
@@ -290,6 +293,13 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
                 merged[merge(w, pair, first + i)] += f
             words = merged
     return merges
+
+
+def _words_of(text, special_tokens=()):
+    """The reference's words: the pre-tokens of the text's parts between special tokens."""
+    found = "|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))
+    parts = regex.split(found, text) if found else [text]
+    return Counter(tuple(p.encode("utf-8")) for part in parts for p in pre_tokenize(part))
 
 
 def _learn_with(**bug):
@@ -442,7 +452,10 @@ LEARN = Item(
     what="merges", prep="on",
     formula="Each step: count the pairs within the words (times their frequency), take the "
             "largest count (ties: the smallest pair), merge it into 256 + step in every word.",
-    twins=(_learn_with(),), section=TRAINING,
+    twins=(_learn_with(),), section=TRAINING, again=True,
+    explain=lambda case, got, want: sequences.explain_merges(
+        _words_of(case.args[0], case.kwargs.get("special_tokens", ())), got, want, case.label,
+        count=count_pairs, merge=merge, whole=tuple(case.args[0].encode("utf-8"))),
 )
 
 
@@ -613,7 +626,9 @@ ENCODE = Item(
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
-    twins=(_encode_with(),), section=ENCODING,
+    twins=(_encode_with(),), section=ENCODING, again=True,
+    explain=lambda case, got, want: sequences.explain_ids(
+        case.args[0], pre_tokenize(case.args[0]), got, want, _token_bytes(case.args[1]), case.label),
 )
 
 
@@ -697,7 +712,8 @@ DECODE = Item(
      _decode_case([])],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
-    twins=(_decode_with(),), section=DECODING,
+    twins=(_decode_with(),), section=DECODING, again=True,
+    explain=lambda case, got, want: sequences.explain_text(got, want, case.label),
 )
 
 ITEMS = (COUNT, MERGE, LEARN, ENCODE, DECODE)

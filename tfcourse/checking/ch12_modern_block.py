@@ -510,7 +510,7 @@ ROTATE = Item(
     formula="Compare with (a, b) -> (a cos - b sin, a sin + b cos), angle (start + t) * "
             "base ** (-2i / d_head), on the pairs that `pairs` names.",
     twins=(_rotate_with(),),
-    shifts=((1, "start", "position"),),
+    shifts=((1, "start", "position"),), again=True,
     section=(_NB, "3. Rotary position embedding"),
 )
 
@@ -723,7 +723,7 @@ ATTENTION = Item(
     laddered(ATTENTION_MISTAKES, _ATTENTION_LADDER),
     formula="Compare with softmax(rotate(q, start) rotate(k, start)^T / sqrt(d_head), masked "
             "causally with the cache) [past_v; v], start = past_k.size(-2).",
-    twins=(_attention_with(),),
+    twins=(_attention_with(),), again=True,
     section=(_NB, "4. Rotary attention with a cache"),
 )
 

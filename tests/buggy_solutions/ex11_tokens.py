@@ -4,9 +4,12 @@ in other styles than the reference's, which every check must pass
 (tests/test_right_solutions.py)."""
 
 import re
+import unicodedata
 from collections import Counter, defaultdict
 
-from tfcourse.tokens import merge, pre_tokenize
+import regex
+
+from tfcourse.tokens import GPT2_PATTERN, merge, pre_tokenize
 
 from . import wrong
 
@@ -146,7 +149,8 @@ def _words(text, special_tokens, escape=re.escape, pieces=pre_tokenize,
            ranks=lambda piece: tuple(piece.encode())):
     """The words' frequencies: the text cut at the special tokens (each passed through
     `escape` into the pattern), each part cut into `pieces`, each piece made `ranks`."""
-    parts = re.split("|".join(map(escape, special_tokens)), text) if special_tokens else [text]
+    found = "|".join(map(escape, sorted(special_tokens, key=len, reverse=True)))
+    parts = re.split(found, text) if special_tokens else [text]
     return Counter(ranks(p) for part in parts for p in pieces(part))
 
 
@@ -282,6 +286,54 @@ def learn_sorted_by_count_then_pair(text, n_merges, special_tokens=()):
                   key=lambda counts: lambda p: (counts[p], p))
 
 
+# Other tokenizers' conventions, carried over.
+GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
+                r"""\s*[\r\n]|\s+(?!\S)|\s+""")
+
+
+@wrong("learn_merges.other_pre_tokenizer")
+def learn_with_gpt4_pattern(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens, pieces=lambda part: regex.findall(GPT4_PATTERN, part)),
+                  n_merges)
+
+
+@wrong("learn_merges.other_pre_tokenizer")
+def learn_with_ascii_letters(text, n_merges, special_tokens=()):
+    pattern = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+"""
+    return _learn(_words(text, special_tokens, pieces=lambda part: re.findall(pattern, part)), n_merges)
+
+
+@wrong("learn_merges.text_changed")
+def learn_on_stripped_text(text, n_merges, special_tokens=()):
+    return _learn(_words(text.strip(), special_tokens), n_merges)
+
+
+@wrong("learn_merges.text_changed")
+def learn_on_nfkc_text(text, n_merges, special_tokens=()):
+    return _learn(_words(unicodedata.normalize("NFKC", text), special_tokens), n_merges)
+
+
+@wrong("learn_merges.specials_not_longest_first")
+def learn_with_specials_in_given_order(text, n_merges, special_tokens=()):
+    words = Counter()
+    parts = [text]
+    for special in special_tokens:  # split on each in turn: a shorter one first cuts a longer one
+        parts = [q for part in parts for q in part.split(special)]
+    for part in parts:
+        words.update(tuple(p.encode()) for p in pre_tokenize(part))
+    return _learn(words, n_merges)
+
+
+_SEEN_TEXTS = {}
+
+
+@wrong("learn_merges.state_kept")
+def learn_cached_by_text(text, n_merges, special_tokens=()):
+    if text not in _SEEN_TEXTS:  # the cache forgets n_merges and the special tokens
+        _SEEN_TEXTS[text] = _learn(_words(text, special_tokens), n_merges)
+    return _SEEN_TEXTS[text]
+
+
 # --------------------------------------------------------------------------------- encode
 
 
@@ -387,6 +439,31 @@ def encode_one_round(text, merges):
     return out
 
 
+@wrong("encode.other_pre_tokenizer")
+def encode_with_gpt4_pattern(text, merges):
+    return [r for piece in regex.findall(GPT4_PATTERN, text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.other_pre_tokenizer")
+def encode_case_insensitively(text, merges):
+    pattern = regex.compile(GPT2_PATTERN, regex.IGNORECASE)
+    return [r for piece in pattern.findall(text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.text_changed")
+def encode_stripped(text, merges):
+    return [r for piece in pre_tokenize(text.strip()) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.text_changed")
+def encode_nfc(text, merges):
+    return [r for piece in pre_tokenize(unicodedata.normalize("NFC", text)) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
 # --------------------------------------------------------------------------------- decode
 
 
@@ -421,6 +498,14 @@ def decode_backslashreplace(ids, vocab):
 @wrong("decode.latin1")
 def decode_latin1(ids, vocab):
     return "".join(vocab[i].decode("latin-1") for i in ids)
+
+
+@wrong("count_pairs.state_kept")
+def count_into_a_default_counter(words, counts=Counter()):  # noqa: B006  (the mistake)
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return dict(counts)
 
 
 # ---------------------------------------------------------------------------------- RIGHT

@@ -324,6 +324,16 @@ def learn_with_specials_in_given_order(text, n_merges, special_tokens=()):
     return _learn(words, n_merges)
 
 
+@wrong("learn_merges.specials_take_ids")
+def learn_ids_after_specials(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, first=256 + len(special_tokens))
+
+
+@wrong("learn_merges.specials_in_budget")
+def learn_specials_in_budget(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges - len(special_tokens))
+
+
 _SEEN_TEXTS = {}
 
 
@@ -493,6 +503,23 @@ def decode_ignoring(ids, vocab):
 @wrong("decode.other_handler")
 def decode_backslashreplace(ids, vocab):
     return b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")
+
+
+@wrong("decode.cleaned_up")
+def decode_cleaned_up(ids, vocab):
+    text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    return re.sub(r" ([.,!?])", r"\1", text).replace(" n't", "n't")
+
+
+@wrong("decode.leading_space_dropped")
+def decode_without_the_dummy_prefix(ids, vocab):
+    text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    return text[1:] if text.startswith(" ") else text
+
+
+@wrong("decode.joined_with_spaces")
+def decode_joined_with_spaces(ids, vocab):
+    return " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
 
 
 @wrong("decode.latin1")

@@ -166,7 +166,8 @@ COUNT = Item(
      _count_case({(97, 97, 97): 3, (97, 97, 97, 97, 98): 1}, " (runs of one byte)"),
      _count_case({}, " (no word)"),
      _count_case({(256, 97, 256, 97): 2, (97,): 1, (300, 300, 300): 1, (98, 256): 3},
-                 " (merged ranks above 255, a word of one token)")],
+                 " (merged ranks above 255, a word of one token)"),
+     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)")],
     laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
     formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
             "word[i + 1] = b.",
@@ -306,8 +307,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     found = "|".join(map(regex.escape if escape else str,
                          sorted(special_tokens, key=len, reverse=True) if longest else special_tokens))
     parts = regex.split(found, text) if cut and found else [text]
-    cut_up = {True: lambda part: pre_tokenize(part, pattern), False: lambda part: [part],
-              "whitespace": str.split}[split]
+    cut_up = {True: pattern if callable(pattern) else lambda part: pre_tokenize(part, pattern),
+              False: lambda part: [part], "whitespace": str.split}[split]
     pieces = [p for part in parts for p in cut_up(part) if p]
     words = Counter(tuple(map(ord, p)) if chars else tuple(p.encode("utf-8")) for p in pieces)
     merges = []
@@ -350,6 +351,14 @@ _PATTERNS = (
     (r"""'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+""",
      "ASCII letters and digits only", "\\p{L} and \\p{N} are the letters and digits of every "
      "script: with [a-zA-Z], 'é' is no letter and is cut off its word"),
+    (GPT2_PATTERN.replace(r" ?\p{N}+", r"\p{N}{1,3}"), "digits in runs of at most 3 (Llama 3's rule)",
+     "GPT-2 keeps a run of digits, and the space before it, as one pre-token"),
+    (lambda part: [p.strip() for p in pre_tokenize(part) if p.strip()],
+     "GPT-2's pre-tokens stripped of their spaces", "' the' and 'the' are two words: a token keeps "
+     "the space before its word"),
+    (lambda part: [p for line in part.splitlines() for p in pre_tokenize(line)],
+     "the text cut into lines first", "the newlines are part of the text: pre_tokenize the whole "
+     "text, newlines included"),
 )
 _NORMALIZED = (
     (str.strip, "stripped of the whitespace at its start and end"),
@@ -407,6 +416,20 @@ LEARN_MISTAKES = (
     ),
     _other_pre_tokenizer(_learn_with),
     _text_changed(_learn_with, "training", "the merges are learned on the bytes that encode will see"),
+    Mistake(
+        "specials_take_ids", "Merge ids numbered after the special tokens",
+        "here the special tokens take no rank: merge i makes 256 + i whatever the special tokens "
+        "(a tokenizer gives them ids of their own, apart from the ranks).",
+        (lambda text, n_merges, special_tokens=(): _learn(text, n_merges, special_tokens,
+                                                          first=256 + len(special_tokens)),),
+    ),
+    Mistake(
+        "specials_in_budget", "Fewer merges: the special tokens counted in n_merges",
+        "n_merges is the number of merges, not a vocabulary size that the special tokens share: "
+        "learn n_merges merges whatever the special tokens.",
+        (lambda text, n_merges, special_tokens=(): _learn(text, n_merges - len(special_tokens),
+                                                          special_tokens),),
+    ),
     Mistake(
         "specials_not_longest_first", "Special tokens tried in the order given, not the longest first",
         "when one special token starts another ('<|a|>' and '<|a|>bc'), the pattern '<|a|>|<|a|>bc' "
@@ -503,6 +526,9 @@ _LEARN_LADDER = {
     "other_pre_tokenizer": (("11_tokens", "2. Pre-tokens: where merges stop"),
                             "print your pre-tokens of \"DON'T  stop 12345\" next to pre_tokenize's."),
     "text_changed": (None, "print the text your words come from next to the text given."),
+    "specials_take_ids": (SPECIALS, "print your first merge's id for learn_merges('abab', 1, "
+                          "('<|end|>',)): 256."),
+    "specials_in_budget": (SPECIALS, "print len(learn_merges('abcdef', 3, ('<|end|>',))): 3."),
     "specials_not_longest_first": (SPECIALS, "print your pieces of 'x<|a|>bcy' with "
                                    "special_tokens=('<|a|>', '<|a|>bc'): 'x', 'y'."),
     "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
@@ -545,7 +571,9 @@ LEARN = Item(
                  " (several special tokens, one the start of another)"),
      _learn_case("ÉCOLE école ÉCOLE ﬁne ﬁne cafe\u0301 cafe\u0301 😀😀", 10,
                  note=" (upper case outside ASCII, a ligature, a decomposed é, an emoji)"),
-     _learn_case("the cat sat on the mat. the cat ran.", 4, note=" (the first case's text again)")],
+     _learn_case("the cat sat on the mat. the cat ran.", 4, note=" (the first case's text again)"),
+     _learn_case("hello<|endoftext|>hello<|endoftext|>hello", 6,
+                 note=" (an earlier case's text and n_merges, no special token)")],
     laddered(LEARN_MISTAKES, _LEARN_LADDER), same=_same_merges,
     what="merges", prep="on",
     formula="Each step: count the pairs within the words (times their frequency), take the "
@@ -580,7 +608,8 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
     `normalize` applied to the text first."""
     text = (normalize or str)(text)
-    pieces = pre_tokenize(prefix + text, pattern) if split else [prefix + text]
+    cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
+    pieces = cut(prefix + text) if split else [prefix + text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}
         out = []
@@ -739,7 +768,8 @@ ENCODE = Item(
                   " (a decomposed é, a ligature, upper case outside ASCII, an emoji)"),
      _encode_case("   ", _MERGES_2, " (whitespace only)"),
      _encode_case("DON'T don't", {(39, 84): 256, (39, 116): 257},
-                  " (merges 'T and 't: only the lower-case one is a contraction)")],
+                  " (merges 'T and 't: only the lower-case one is a contraction)"),
+     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
@@ -759,6 +789,14 @@ def _decode(ids, vocab, *, per_token=False, errors="replace", codec="utf-8"):
     if per_token:
         return "".join(vocab[i].decode(codec, errors=errors) for i in ids)
     return b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
+
+
+def _clean_up(text):
+    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                          (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                          (" 're", "'re")):
+        text = text.replace(before, after)
+    return text
 
 
 def _decode_with(**bug):
@@ -797,6 +835,26 @@ DECODE_MISTAKES = (
                   handler="backslashreplace", shown="the byte as text, '\\xc3'"),),
     ),
     Mistake(
+        "cleaned_up", "Spaces before punctuation removed (transformers' clean_up_tokenization_spaces)",
+        "decode gives back the text exactly: ' .' and \" n't\" stay as they are; cleaning them "
+        "up (transformers' clean_up_tokenization_spaces) changes texts that had them.",
+        (lambda ids, vocab: _clean_up(_decode(ids, vocab)),),
+    ),
+    Mistake(
+        "leading_space_dropped", "The leading space dropped",
+        "sentencepiece's decoder drops the space its encoder put before the text; byte-level BPE "
+        "puts none, so a leading space is the text's own: keep it.",
+        (lambda ids, vocab: _decode(ids, vocab).removeprefix(" "),
+         lambda ids, vocab: _decode(ids, vocab).lstrip()),
+    ),
+    Mistake(
+        "joined_with_spaces", "Tokens joined with spaces",
+        "the spaces are in the tokens' bytes already (' cat'): join the bytes with nothing, "
+        "b''.join(...), then decode (WordPiece's decoder joins with spaces; BPE's does not).",
+        (lambda ids, vocab: " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids),
+         lambda ids, vocab: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
+    ),
+    Mistake(
         "latin1", "Bytes decoded as Latin-1, not UTF-8",
         "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
         "byte of 'é' into a character of its own ('Ã©').",
@@ -809,6 +867,9 @@ _DECODE_LADDER = {
     "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "ignored": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "latin1": (None, "print 'é'.encode('utf-8'), and the two ways to decode it."),
+    "cleaned_up": (None, "print decode(ids) for the ids of 'hi . yes'."),
+    "leading_space_dropped": (None, "print repr(decode([32, 104, 105])): ' hi'."),
+    "joined_with_spaces": (None, "print decode([256, 101]) with 256: b'th': 'the'."),
     "other_handler": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
 }
 
@@ -829,7 +890,11 @@ DECODE = Item(
      _decode_case([]),
      _decode_case([104, 105, 240, 159, 152], " (the ids end inside an emoji of 4 bytes)"),
      _decode_case([169, 116, 104], " (the ids start inside a character)"),
-     _decode_case([195, 99, 195, 169, 32, 32], " (a cut character, then a whole one, then spaces)")],
+     _decode_case([195, 99, 195, 169, 32, 32], " (a cut character, then a whole one, then spaces)"),
+     _decode_case([32, 256, 101, 32, 46, 32, 44, 32, 110, 39, 116],
+                  " (a leading space, spaces before punctuation)"),
+     Case(([256, 257, 258], {**_VOCAB, 256: b"ab", 257: b"cd", 258: b"e"}), names=("ids", "vocab"),
+          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')")],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
     twins=(_decode_with(),), section=DECODING, again=True,

@@ -107,6 +107,7 @@ def explain_merges(words: dict, got, want, label: str, *, count: Callable, merge
     got, want = [tuple(p) for p in got], [tuple(p) for p in want]
     step = _first_difference(got, want)
     vocab = {b: bytes([b]) for b in range(256)}
+    before = count(words)  # the counts before any merge
     for i, (a, b) in enumerate(want[:step]):
         vocab[256 + i] = vocab[a] + vocab[b]
         words = {merge(w, (a, b), 256 + i): f for w, f in words.items()}
@@ -118,11 +119,11 @@ def explain_merges(words: dict, got, want, label: str, *, count: Callable, merge
         return f"{pair} ({_tokens(pair, vocab)}), counted {counts.get(pair, 0)}"
 
     if step == len(got):  # stopped early
-        story = (f"you stop after merge {step}, where the reference goes on with {told(want[step])}"
-                 + (": the best pair occurs once, still a merge" if counts[want[step]] == 1 else ""))
+        story = f"you stop after merge {step}, where the reference goes on with {told(want[step])}"
     elif step == len(want):
         story = (f"you go on after the reference's {step} merges with {got[step]}" + (
-            ": no pair is left there (stop when the counts are empty)" if not counts else ""))
+            ": no pair is left in the reference's words there, so yours hold pairs that its words "
+            "do not (across pre-tokens, or across special tokens?)" if not counts else ""))
     else:
         mine, theirs = got[step], want[step]
         story = f"merge {step} (rank {256 + step}) is {told(mine)}, where the reference's is {told(theirs)}"
@@ -132,6 +133,9 @@ def explain_merges(words: dict, got, want, label: str, *, count: Callable, merge
         elif not counts.get(mine) and (mine in zip(whole, whole[1:])):
             story += (": a pair no pre-token holds, only two neighbouring pre-tokens: counted "
                       "across the pre-token boundary")
+        elif not counts.get(mine) and before.get(mine):
+            story += (": a pair of the words before the merges, which an earlier merge took: the "
+                      "counts not recounted, or not updated, after a merge")
         elif not counts.get(mine):
             story += ": a pair that no word holds at that step"
         elif counts[mine] < counts[theirs]:

@@ -527,6 +527,15 @@ def decode_latin1(ids, vocab):
     return "".join(vocab[i].decode("latin-1") for i in ids)
 
 
+@wrong("count_pairs.rare_pruned")
+def count_pruning_singletons(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return {p: c for p, c in counts.items() if c >= 2}  # subword-nmt's threshold
+
+
 @wrong("count_pairs.state_kept")
 def count_into_a_default_counter(words, counts=Counter()):  # noqa: B006  (the mistake)
     for word, freq in words.items():

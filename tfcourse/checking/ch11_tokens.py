@@ -137,6 +137,12 @@ COUNT_MISTAKES = (
                 why="range(1, len(word) - 1) starts one pair late.")),
     ),
     Mistake(
+        "rare_pruned", "Pairs that occur once left out",
+        "count every pair, however rare: a pair seen once is still a pair (subword-nmt prunes "
+        "rare pairs to save time; its counts are then not the counts).",
+        (lambda words: Counter({p: c for p, c in _count(words).items() if c > 1}),),
+    ),
+    Mistake(
         "once_per_word", "A pair counted once per word, however often the word holds it",
         "count every position of the word, not the set of its pairs: (a, b, a, b) holds "
         "(a, b) twice.",
@@ -147,6 +153,7 @@ _COUNT_LADDER = {
     "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
                         "starts at positions 0 and 1."),
     "no_frequency": (None, "print your counts for {(1, 2): 5}: the word occurs 5 times."),
+    "rare_pruned": (None, "print your counts for {(1, 2): 1}: {(1, 2): 1}."),
     "once_per_word": (None, "print your counts for {(1, 2, 1, 2): 1}: (1, 2) starts at "
                       "positions 0 and 2."),
     "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
@@ -278,7 +285,9 @@ MERGE = Item(
      _merge_case((11, 2, 1, 2), (1, 2), 256, " (ranks whose digits meet: 11, then 2)"),
      _merge_case((256, 256, 256, 256), (256, 256), 300, " (a run of a merged rank)"),
      _merge_case((2, 1, 2, 1, 2), (1, 2), 9, " (the pair reversed around it)"),
-     _merge_case((3, 1, 2), (1, 2), 9, " (the pair at the end)")],
+     _merge_case((3, 1, 2), (1, 2), 9, " (the pair at the end)"),
+     _merge_case(tuple(int(r) for r in "300 301 300 301".split()), (int("300"), int("301")), 400,
+                 " (ranks above 256 made at run time: equal, not the same objects)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
@@ -353,6 +362,8 @@ _PATTERNS = (
      "script: with [a-zA-Z], 'é' is no letter and is cut off its word"),
     (GPT2_PATTERN.replace(r" ?\p{N}+", r"\p{N}{1,3}"), "digits in runs of at most 3 (Llama 3's rule)",
      "GPT-2 keeps a run of digits, and the space before it, as one pre-token"),
+    (GPT2_PATTERN.replace(r" ?\p{N}+", r" ?\p{N}{1,3}"), "digits in runs of at most 3",
+     "GPT-2 keeps a whole run of digits as one pre-token"),
     (lambda part: [p.strip() for p in pre_tokenize(part) if p.strip()],
      "GPT-2's pre-tokens stripped of their spaces", "' the' and 'the' are two words: a token keeps "
      "the space before its word"),

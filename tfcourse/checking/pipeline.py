@@ -166,8 +166,8 @@ class Item:
         tuple), so that a wrong shape or layout says which axes are swapped or merged.
     explain: (case, result, expected) -> (mistake, fields) or None: what a wrong result
         tells when no catalogued mistake matches (chapter 11's sequences: sequences.py).
-    again: run every case but the last once more, in reverse order, once all passed: a
-        function right when called first and wrong when called after others keeps state.
+    again: once all passed, run every case once more, in reverse order, from the state before
+        the first: a function right in one order and wrong in the other keeps state.
     """
 
     exercise: str
@@ -550,15 +550,17 @@ class Item:
         return outcome.error is None and outcome.value
 
     def _check_again(self, target, passed):
-        """A function's cases but the last once more, in reverse order (`again`)."""
-        for case in passed[-2::-1]:
+        """A function's cases once more, in reverse order, from the state before the first
+        (`again`): what a call leaves for the next now comes from other cases."""
+        self._snapshot.restore()
+        for case in passed[::-1]:
             outcome = call(self._run, target, clone(case.args), case, seed=case.seed)
             if outcome.error is None and safely(case.same or self.same, outcome.value,
                                                 self._expected(self._reference_object(case), case)):
                 continue
             kept = " and ".join(self._snapshot.changed()) or "something it keeps"
-            STATE_KEPT.fail(self._details(case), name=self.name, first="when called in the cases' "
-                            "order", later="when called again after the later cases", kept=kept,
+            STATE_KEPT.fail(self._details(case), name=self.name, first="in the cases' order",
+                            later="in reverse order, from the state before the first case", kept=kept,
                             label=case.label)
 
     def _fail_if_batch_of_one(self, obj, case, name, how, raised=""):

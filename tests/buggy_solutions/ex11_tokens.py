@@ -536,6 +536,19 @@ def count_pruning_singletons(words):
     return {p: c for p, c in counts.items() if c >= 2}  # subword-nmt's threshold
 
 
+@wrong("merge.compared_by_identity")
+def merge_by_identity(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] is pair[0] and word[i + 1] is pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
 @wrong("count_pairs.state_kept")
 def count_into_a_default_counter(words, counts=Counter()):  # noqa: B006  (the mistake)
     for word, freq in words.items():

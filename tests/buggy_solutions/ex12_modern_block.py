@@ -393,6 +393,14 @@ def attention_from_the_last_position(q, k, v, past_k=None, past_v=None, base=100
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
 
 
+@wrong("rotary_attention.cache_length_from_heads")
+def attention_start_from_axis_1(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), 0 if past_k is None else past_k.size(1)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(_start(past_k)))
+
+
 @wrong("rotary_attention.values_rotated")
 def attention_values_rotated(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)

@@ -186,7 +186,8 @@ COUNT = Item(
 # ---------------------------------------------------------------------------------- merge
 
 
-def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False):
+def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
+           same=lambda a, b: a == b):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
@@ -196,7 +197,7 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last else 1):
-        if i + 1 < len(word) and (word[i], word[i + 1]) == tuple(pair) and not done:
+        if i + 1 < len(word) and same(word[i], pair[0]) and same(word[i + 1], pair[1]) and not done:
             out.append(new_id)
             i += step
             done = first_only
@@ -245,6 +246,13 @@ MERGE_MISTAKES = (
          lambda word, pair, new_id: tuple(bytes(word).replace(bytes(pair), bytes([new_id])))),
     ),
     Mistake(
+        "compared_by_identity", "Ranks compared with `is`, not ==",
+        "`is` asks whether two ints are the same object: Python shares the objects of small ints "
+        "(up to 256) and of constants, but equal ranks made at run time (merges, int(...)) are "
+        "other objects. Compare values: word[i] == pair[0].",
+        (lambda word, pair, new_id: _merge(word, pair, new_id, same=lambda a, b: a is b),),
+    ),
+    Mistake(
         "first_only", "Only the first occurrence of the pair merged",
         "merge EVERY occurrence of the pair in the word, left to right (list.index or "
         "str.replace(..., 1) find the first one only).",
@@ -265,6 +273,7 @@ _MERGE_LADDER = {
     "as_bytes": (None, "print bytes([256])."),
     "as_text": (None, "print ' '.join(map(str, (11, 2))) and look for '1 2' in it."),
     "right_to_left": (None, "print merge((5, 5, 5), (5, 5), 9): which two 5s go first?"),
+    "compared_by_identity": (None, "print int('300') is int('300')."),
 }
 
 

@@ -698,6 +698,14 @@ ATTENTION_MISTAKES = (
             q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
     ),
     Mistake(
+        "cache_length_from_heads", "The cache's length read from the heads axis",
+        "past_k is (batch, heads, start, d_head): the number of cached positions is "
+        "past_k.size(-2) (or size(2)); past_k.size(1) is the number of heads.",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base,
+            shift=0 if past_k is None else past_k.size(1) - past_k.size(-2)),),
+    ),
+    Mistake(
         "partial_rotary", "Only part of each head's features rotated (GPT-NeoX's rotary_pct)",
         "this model rotates every feature of the queries and keys, in d_head / 2 pairs: "
         "RotaryEmbedding(d_head, base) on the whole q and k. GPT-NeoX's and Phi's rotary_pct "
@@ -768,6 +776,7 @@ _ATTENTION_LADDER = {
                              "past_k.size(-2)."),
     "positions_from_total": (None, "print the start you rotate 3 new tokens at, after a cache of "
                              "4: 4."),
+    "cache_length_from_heads": (None, "print past_k.shape and the start you rotate at."),
     "partial_rotary": (None, "print the width of the tensors you give RotaryEmbedding: "
                        "d_head."),
     "one_side_not_offset": (None, "print the start you give RotaryEmbedding for the queries and "

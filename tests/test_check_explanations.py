@@ -3,14 +3,18 @@ by the expected one (a constant factor or offset with its value, an elementwise 
 its values in another order, a monotone function: then the first line names that, not "no
 common mistake matches"), a float where integers are expected with the likely `/` (in a
 result, or as a size or index that torch refuses), a mask with an axis too many, and what
-is new in the first case that fails (a feature, or two features seen apart, together)."""
+is new in the first case that fails (a feature, or two features seen apart, together); where a
+token sequence first differs, in the learner's terms; state kept between calls; a rounding
+story only when a 16-bit float was made."""
 
 import dataclasses
 import math
+from collections import Counter
 
 import pytest
 import torch
 
+from tfcourse import positional, tokens
 from tfcourse.checking import Case, CheckFailure, Item, entry
 from tfcourse.checking.explanation import resemblance
 from tfcourse.data import BOS, EOS, PAD, Batch, pad_sequences
@@ -321,3 +325,121 @@ def test_ids_in_another_library_convention_are_told():
     line = first_line(pool, mean_pool)
     assert line.startswith("Batch and sequence axes mixed up: h and keep read as (seq, batch, "
                            "...) give exactly your pooled vectors"), line
+
+
+# Chapter 11's sequences (sequences.py) and state kept between calls (state.py), each with
+# the item's catalogue emptied, so that the explanation, not a named mistake, speaks.
+def _bare(key):
+    return dataclasses.replace(entry.item(key), mistakes=())
+
+
+def _encode_piece(piece, merges, rounds):
+    word = tuple(piece.encode())
+    for _ in range(rounds):
+        found = [p for p in zip(word, word[1:]) if p in merges]
+        if not found:
+            break
+        pair = min(found, key=merges.get)
+        word = tokens.merge(word, pair, merges[pair])
+    return list(word)
+
+
+def test_a_token_sequence_that_differs_says_where_in_the_learners_terms():
+    def encode(text, merges):  # one round of merges: tokens not merged far enough
+        return [r for piece in tokens.pre_tokenize(text) for r in _encode_piece(piece, merges, 1)]
+
+    line = first_line(_bare("ex11_tokens.encode"), encode)
+    assert line.startswith("Wrong length: 6 tokens where the reference has 5"), line
+    assert "in the pre-token 'cbbbbcbc', your token b'b' where the reference has b'bb'" in line, line
+    assert "not merged far enough" in line, line
+
+    def stripped(text, merges):
+        return [r for piece in tokens.pre_tokenize(text.strip()) for r in _encode_piece(piece, merges, 99)]
+
+    line = first_line(_bare("ex11_tokens.encode"), stripped)
+    assert "your ranks decode to 'hello world', not the text" in line, line
+    assert "stripped of the whitespace at its start and end" in line, line
+
+
+def _learn(words, n_merges, key):
+    merges = []
+    for i in range(n_merges):
+        counts = Counter(p for w, f in words.items() for p in zip(w, w[1:]) for _ in range(f))
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: key(counts, p))
+        merges.append(pair)
+        words = Counter({tokens.merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges
+
+
+def test_merges_that_differ_give_both_pairs_with_their_counts():
+    def learn_merges(text, n_merges, special_tokens=()):  # ties to the largest pair
+        words = Counter(tuple(p.encode()) for p in tokens.pre_tokenize(text))
+        return _learn(words, n_merges, lambda counts, p: (counts[p], p))
+
+    line = first_line(_bare("ex11_tokens.learn_merges"), learn_merges)
+    assert "counted" in line and "where the reference's is" in line and "a tie" in line, line
+
+    def whole_text(text, n_merges, special_tokens=()):  # no pre-tokens
+        return _learn(Counter([tuple(text.encode())]), n_merges,
+                      lambda counts, p: (counts[p], -p[0], -p[1]))
+
+    line = first_line(_bare("ex11_tokens.learn_merges"), whole_text)
+    assert "counted across the pre-token boundary" in line, line
+
+
+def test_counts_and_words_of_the_wrong_length_are_said_so():
+    def count_pairs(words):  # the words joined into one
+        flat = [t for w in words for t in w]
+        return Counter(zip(flat, flat[1:]))
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), count_pairs)
+    assert "no word holds it" in line and "counted across two words" in line, line
+
+    def merge(word, pair, new_id):  # the second token kept
+        out, i = [], 0
+        while i < len(word):
+            if tuple(word[i:i + 2]) == tuple(pair):
+                out += [new_id, word[i + 1]]
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        return tuple(out)
+
+    line = first_line(_bare("ex11_tokens.merge"), merge)
+    assert line.startswith("Wrong length: 5 tokens where the reference has 3"), line
+    assert "Wrong type" not in line
+
+
+_TABLES = {}
+
+
+def test_state_kept_between_calls_is_named():
+    def rotate(x, start=0, base=10000.0, pairs="halves"):  # tables cached by shape alone
+        key = (x.size(-2), x.size(-1))
+        if key not in _TABLES:
+            _TABLES[key] = positional.rotary_cos_sin(torch.arange(x.size(-2)) + start, x.size(-1), base)
+        cos, sin = _TABLES[key]
+        return positional.apply_rotary(x, cos.to(x.dtype), sin.to(x.dtype), pairs)
+
+    line = first_line(_bare("ex12_modern_block.rotate"), rotate)
+    assert line.startswith("Right when called first, wrong after earlier calls"), line
+    assert "the module's `_TABLES` changed" in line, line
+
+
+def test_a_rounding_story_is_told_only_when_a_16_bit_float_is_made():
+    attention = _bare("ex12_modern_block.rotary_attention")
+
+    def keys_from_zero(q, k, v, past_k=None, past_v=None, base=10000.0):  # float32 throughout
+        start = 0 if past_k is None else past_k.size(-2)
+        rope = positional.RotaryEmbedding(q.size(-1), base)
+        q, k = rope(q, start), rope(k, 0)
+        if past_k is not None:
+            k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
+        mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start)
+        return torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).masked_fill(
+            ~mask, -math.inf), -1) @ v
+
+    assert "rounding noise" not in first_line(attention, keys_from_zero)

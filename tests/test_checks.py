@@ -157,7 +157,8 @@ def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
     assert len([twin for item in ITEMS for twin in item.twins]) >= 19
 
 
-LAYERS = ("diagnosis", "mistakes", "comparison", "sandbox", "explanation", "pipeline", "entry")
+LAYERS = ("diagnosis", "mistakes", "comparison", "sandbox", "errors", "explanation", "sequences", "state",
+          "gradients", "pipeline", "entry")
 
 
 def test_each_module_of_the_checker_imports_only_those_above_it():

@@ -4,9 +4,12 @@ in other styles than the reference's, which every check must pass
 (tests/test_right_solutions.py)."""
 
 import re
+import unicodedata
 from collections import Counter, defaultdict
 
-from tfcourse.tokens import merge, pre_tokenize
+import regex
+
+from tfcourse.tokens import GPT2_PATTERN, merge, pre_tokenize
 
 from . import wrong
 
@@ -146,7 +149,8 @@ def _words(text, special_tokens, escape=re.escape, pieces=pre_tokenize,
            ranks=lambda piece: tuple(piece.encode())):
     """The words' frequencies: the text cut at the special tokens (each passed through
     `escape` into the pattern), each part cut into `pieces`, each piece made `ranks`."""
-    parts = re.split("|".join(map(escape, special_tokens)), text) if special_tokens else [text]
+    found = "|".join(map(escape, sorted(special_tokens, key=len, reverse=True)))
+    parts = re.split(found, text) if special_tokens else [text]
     return Counter(ranks(p) for part in parts for p in pieces(part))
 
 
@@ -282,6 +286,64 @@ def learn_sorted_by_count_then_pair(text, n_merges, special_tokens=()):
                   key=lambda counts: lambda p: (counts[p], p))
 
 
+# Other tokenizers' conventions, carried over.
+GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|"""
+                r"""\s*[\r\n]|\s+(?!\S)|\s+""")
+
+
+@wrong("learn_merges.other_pre_tokenizer")
+def learn_with_gpt4_pattern(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens, pieces=lambda part: regex.findall(GPT4_PATTERN, part)),
+                  n_merges)
+
+
+@wrong("learn_merges.other_pre_tokenizer")
+def learn_with_ascii_letters(text, n_merges, special_tokens=()):
+    pattern = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+"""
+    return _learn(_words(text, special_tokens, pieces=lambda part: re.findall(pattern, part)), n_merges)
+
+
+@wrong("learn_merges.text_changed")
+def learn_on_stripped_text(text, n_merges, special_tokens=()):
+    return _learn(_words(text.strip(), special_tokens), n_merges)
+
+
+@wrong("learn_merges.text_changed")
+def learn_on_nfkc_text(text, n_merges, special_tokens=()):
+    return _learn(_words(unicodedata.normalize("NFKC", text), special_tokens), n_merges)
+
+
+@wrong("learn_merges.specials_not_longest_first")
+def learn_with_specials_in_given_order(text, n_merges, special_tokens=()):
+    words = Counter()
+    parts = [text]
+    for special in special_tokens:  # split on each in turn: a shorter one first cuts a longer one
+        parts = [q for part in parts for q in part.split(special)]
+    for part in parts:
+        words.update(tuple(p.encode()) for p in pre_tokenize(part))
+    return _learn(words, n_merges)
+
+
+@wrong("learn_merges.specials_take_ids")
+def learn_ids_after_specials(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges, first=256 + len(special_tokens))
+
+
+@wrong("learn_merges.specials_in_budget")
+def learn_specials_in_budget(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges - len(special_tokens))
+
+
+_SEEN_TEXTS = {}
+
+
+@wrong("learn_merges.state_kept")
+def learn_cached_by_text(text, n_merges, special_tokens=()):
+    if text not in _SEEN_TEXTS:  # the cache forgets n_merges and the special tokens
+        _SEEN_TEXTS[text] = _learn(_words(text, special_tokens), n_merges)
+    return _SEEN_TEXTS[text]
+
+
 # --------------------------------------------------------------------------------- encode
 
 
@@ -387,6 +449,31 @@ def encode_one_round(text, merges):
     return out
 
 
+@wrong("encode.other_pre_tokenizer")
+def encode_with_gpt4_pattern(text, merges):
+    return [r for piece in regex.findall(GPT4_PATTERN, text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.other_pre_tokenizer")
+def encode_case_insensitively(text, merges):
+    pattern = regex.compile(GPT2_PATTERN, regex.IGNORECASE)
+    return [r for piece in pattern.findall(text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.text_changed")
+def encode_stripped(text, merges):
+    return [r for piece in pre_tokenize(text.strip()) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.text_changed")
+def encode_nfc(text, merges):
+    return [r for piece in pre_tokenize(unicodedata.normalize("NFC", text)) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
 # --------------------------------------------------------------------------------- decode
 
 
@@ -418,9 +505,56 @@ def decode_backslashreplace(ids, vocab):
     return b"".join(vocab[i] for i in ids).decode("utf-8", errors="backslashreplace")
 
 
+@wrong("decode.cleaned_up")
+def decode_cleaned_up(ids, vocab):
+    text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    return re.sub(r" ([.,!?])", r"\1", text).replace(" n't", "n't")
+
+
+@wrong("decode.leading_space_dropped")
+def decode_without_the_dummy_prefix(ids, vocab):
+    text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    return text[1:] if text.startswith(" ") else text
+
+
+@wrong("decode.joined_with_spaces")
+def decode_joined_with_spaces(ids, vocab):
+    return " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
 @wrong("decode.latin1")
 def decode_latin1(ids, vocab):
     return "".join(vocab[i].decode("latin-1") for i in ids)
+
+
+@wrong("count_pairs.rare_pruned")
+def count_pruning_singletons(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return {p: c for p, c in counts.items() if c >= 2}  # subword-nmt's threshold
+
+
+@wrong("merge.compared_by_identity")
+def merge_by_identity(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i] is pair[0] and word[i + 1] is pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("count_pairs.state_kept")
+def count_into_a_default_counter(words, counts=Counter()):  # noqa: B006  (the mistake)
+    for word, freq in words.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return dict(counts)
 
 
 # ---------------------------------------------------------------------------------- RIGHT

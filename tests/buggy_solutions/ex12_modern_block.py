@@ -204,6 +204,26 @@ def swiglu_without_down(self, x):
         self.dropout(self.activation(self.gate(x)) * self.up(x))
 
 
+@wrong("SwiGLU.activation_variant")
+@_ffn
+def swiglu_gelu_as_tanh(self, x):
+    act = (lambda z: F.gelu(z, approximate="tanh")) if self.activation is F.gelu else self.activation
+    return self.down(self.dropout(act(self.gate(x)) * self.up(x)))
+
+
+@wrong("SwiGLU.activation_variant")
+@_ffn
+def swiglu_relu_squared(self, x):
+    act = (lambda z: F.relu(z).square()) if self.activation is F.relu else self.activation
+    return self.down(self.dropout(act(self.gate(x)) * self.up(x)))
+
+
+@wrong("SwiGLU.residual_inside")
+@_ffn
+def swiglu_with_residual(self, x):
+    return x + self.down(self.dropout(self.activation(self.gate(x)) * self.up(x)))
+
+
 # --------------------------------------------------------------------------------- rotate
 
 
@@ -289,6 +309,24 @@ def rotate_hf_with_interleaved_angles(x, start=0, base=10000.0, pairs="halves"):
     return x * cos + torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2) * sin
 
 
+@wrong("rotate.read_and_written_otherwise")
+def rotate_adjacent_read_as_halves(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    if pairs == "halves":
+        return _turn(x, cos, sin, pairs)
+    a, b = x.unflatten(-1, (2, x.size(-1) // 2)).unbind(-2)  # '... (j d) -> ... j d': halves
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+
+@wrong("rotate.low_precision")
+def rotate_positions_in_x_dtype(x, start=0, base=10000.0, pairs="halves"):
+    d = x.size(-1)
+    theta = base ** -(torch.arange(0, d, 2, dtype=torch.float64) / d)
+    m = torch.arange(start, start + x.size(-2), dtype=x.dtype).double()  # type_as(x)
+    angle = torch.outer(m, theta)
+    return _turn(x, angle.cos().to(x.dtype), angle.sin().to(x.dtype), pairs)
+
+
 @wrong("rotate.no_gradient")
 def rotate_rebuilt_from_values(x, start=0, base=10000.0, pairs="halves"):
     cos, sin = _angles(x, start, base)
@@ -316,6 +354,51 @@ def _start(past_k):
 @wrong("rotate.off_by_one")
 def rotate_from_position_one(x, start=0, base=10000.0, pairs="halves"):
     return RotaryEmbedding(x.size(-1), base, pairs)(x, start + 1)  # "positions count from 1"
+
+
+@wrong("rotary_attention.one_side_not_offset")
+def attention_keys_from_zero(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k)  # the keys' start forgotten
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.base_ignored")
+def attention_default_base(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1)), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+_TABLES = {}
+
+
+@wrong("rotate.state_kept")
+def rotate_tables_cached_by_shape(x, start=0, base=10000.0, pairs="halves"):
+    key = tuple(x.shape[-2:])  # mlx's RoPE cache once forgot part of its key: here start and base
+    if key not in _TABLES:
+        _TABLES[key] = _angles(x, start, base)
+    cos, sin = _TABLES[key]
+    return _turn(x, cos.to(x.dtype), sin.to(x.dtype), pairs)
+
+
+@wrong("rotary_attention.positions_from_total")
+def attention_from_the_last_position(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    at = start + q.size(-2) - 1 if past_k is not None else 0  # one token's rule: len(cache) + seq - 1
+    q, k = rope(q, at), rope(k, at)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.cache_length_from_heads")
+def attention_start_from_axis_1(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), 0 if past_k is None else past_k.size(1)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(_start(past_k)))
 
 
 @wrong("rotary_attention.values_rotated")

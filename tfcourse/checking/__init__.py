@@ -14,7 +14,11 @@ One module per job, each importing only those above it in this list:
     mistakes.py     Mistake (key, title, hint, computations) and the mistakes every item shares
     comparison.py   same / close, clone, unchanged, randomize
     sandbox.py      running learner code: time limit, no exit, prints captured, seeded, located
-    explanation.py  what an error or a wrong result tells (explain_error, shape_story, ...)
+    errors.py       what an error tells (explain_error), a call that did not return (fail_on_error)
+    explanation.py  what a wrong result tells (shape_story, structure_problem, resemblance, ...)
+    sequences.py    what a wrong sequence of tokens tells (chapter 11: counts, merges, ranks, text)
+    state.py        state kept between calls: the learner's module as it was, put back
+    gradients.py    cases that backpropagate (gradient_case), no_gradient
     pipeline.py     Case, Item and the order of diagnosis (in its docstring)
     entry.py        the entry points: run_check, check, items, load_exercise
 

@@ -12,7 +12,7 @@ from ..masks import causal_mask
 from ..multi_head import MultiHeadAttention, merge_heads, split_heads
 from .ch01_attention import FULLY_MASKED
 from .comparison import describe
-from .explanation import shape_error
+from .errors import shape_error
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 

@@ -1,4 +1,4 @@
-"""Exercise 11: byte-level BPE written as functions on ranks (a byte b is rank b, merge i
+r"""Exercise 11: byte-level BPE written as functions on ranks (a byte b is rank b, merge i
 makes rank 256 + i): counting pairs, merging one pair, learning the merges, encoding by rank,
 decoding; their cases and their catalogues of mistakes.
 
@@ -6,8 +6,34 @@ The exercise's learn_merges recounts every step (the package's updates the count
 to the smallest pair (a, b), bytes compared by value: tfcourse.tokens.learn_merges with its
 default byte_order. Each mistake's computation is a copy of the reference with one knob
 turned, written to give exactly what learner code with that mistake gives.
+
+Why the cases are what they are: the properties of inputs that real byte-level BPE code gets
+wrong (issue threads and pull requests of tiktoken, tokenizers, minbpe, sentencepiece,
+transformers, llama.cpp, mlx-lm and course repositories), each reached by at least one case:
+- count_pairs: runs of one byte (overlapping pairs), frequencies above 1, a pair twice in a
+  word, merged ranks above 255, a word of one token, no word.
+- merge: runs of one rank (odd and even lengths, merged ranks too), the pair at the end and
+  reversed around it, ranks whose digits meet as text (11, 2), one token, none.
+- learn_merges: ties; letters of 2 bytes; whitespace at the start and end, runs of it,
+  newlines and tabs (GPT-2's \s+(?!\S)); upper-case contractions (GPT-2's are lower-case
+  only); long digit runs (GPT-4 cuts them in 3s); punctuation after a space; several special
+  tokens, one the start of another (longest first), more than one in a text, their letters in
+  the text too; upper case outside ASCII, a ligature, a decomposed letter, an emoji (any
+  normalization shows); no pair left before n_merges; the same text again with other
+  arguments (a cache keyed on part of the inputs).
+- encode: merges whose order of application matters (lowest rank, not leftmost, longest or
+  most frequent); the same text with other merges; whitespace at the start and end, runs,
+  newlines, tabs, whitespace only; upper-case contractions with merges of each case; long
+  digits; punctuation after a space; letters of 2 and 4 bytes, a decomposed letter, a
+  ligature; the empty text.
+- decode: a character cut between tokens, ids ending inside a 2-byte and a 4-byte character,
+  ids starting inside one, a cut character followed by a whole one, no ids.
+Every function item runs its cases again in reverse order once all passed (`again`): state
+kept between calls shows there. Where no catalogued mistake matches, sequences.py says where
+the learner's sequence first differs.
 """
 
+import unicodedata
 from collections import Counter
 
 import regex
@@ -22,6 +48,7 @@ from ..tokens import (
     merge,
     pre_tokenize,
 )
+from . import sequences
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
@@ -110,6 +137,12 @@ COUNT_MISTAKES = (
                 why="range(1, len(word) - 1) starts one pair late.")),
     ),
     Mistake(
+        "rare_pruned", "Pairs that occur once left out",
+        "count every pair, however rare: a pair seen once is still a pair (subword-nmt prunes "
+        "rare pairs to save time; its counts are then not the counts).",
+        (lambda words: Counter({p: c for p, c in _count(words).items() if c > 1}),),
+    ),
+    Mistake(
         "once_per_word", "A pair counted once per word, however often the word holds it",
         "count every position of the word, not the set of its pairs: (a, b, a, b) holds "
         "(a, b) twice.",
@@ -120,6 +153,7 @@ _COUNT_LADDER = {
     "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
                         "starts at positions 0 and 1."),
     "no_frequency": (None, "print your counts for {(1, 2): 5}: the word occurs 5 times."),
+    "rare_pruned": (None, "print your counts for {(1, 2): 1}: {(1, 2): 1}."),
     "once_per_word": (None, "print your counts for {(1, 2, 1, 2): 1}: (1, 2) starts at "
                       "positions 0 and 2."),
     "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
@@ -137,18 +171,23 @@ COUNT = Item(
      _count_case({(1, 2, 3): 2, (2, 3, 4): 5, (7,): 3}, " (frequencies above 1)"),
      _count_case({(1, 2, 1, 2, 1): 1, (2, 1): 4}),
      _count_case({(97, 97, 97): 3, (97, 97, 97, 97, 98): 1}, " (runs of one byte)"),
-     _count_case({}, " (no word)")],
+     _count_case({}, " (no word)"),
+     _count_case({(256, 97, 256, 97): 2, (97,): 1, (300, 300, 300): 1, (98, 256): 3},
+                 " (merged ranks above 255, a word of one token)"),
+     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)")],
     laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
     formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
             "word[i + 1] = b.",
-    twins=(_count_with(),), section=COUNTING,
+    twins=(_count_with(),), section=COUNTING, again=True,
+    explain=lambda case, got, want: sequences.explain_counts(case.args[0], got, want, case.label),
 )
 
 
 # ---------------------------------------------------------------------------------- merge
 
 
-def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False):
+def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
+           same=lambda a, b: a == b):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
@@ -158,7 +197,7 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last else 1):
-        if i + 1 < len(word) and (word[i], word[i + 1]) == tuple(pair) and not done:
+        if i + 1 < len(word) and same(word[i], pair[0]) and same(word[i + 1], pair[1]) and not done:
             out.append(new_id)
             i += step
             done = first_only
@@ -207,6 +246,13 @@ MERGE_MISTAKES = (
          lambda word, pair, new_id: tuple(bytes(word).replace(bytes(pair), bytes([new_id])))),
     ),
     Mistake(
+        "compared_by_identity", "Ranks compared with `is`, not ==",
+        "`is` asks whether two ints are the same object: Python shares the objects of small ints "
+        "(up to 256) and of constants, but equal ranks made at run time (merges, int(...)) are "
+        "other objects. Compare values: word[i] == pair[0].",
+        (lambda word, pair, new_id: _merge(word, pair, new_id, same=lambda a, b: a is b),),
+    ),
+    Mistake(
         "first_only", "Only the first occurrence of the pair merged",
         "merge EVERY occurrence of the pair in the word, left to right (list.index or "
         "str.replace(..., 1) find the first one only).",
@@ -227,6 +273,7 @@ _MERGE_LADDER = {
     "as_bytes": (None, "print bytes([256])."),
     "as_text": (None, "print ' '.join(map(str, (11, 2))) and look for '1 2' in it."),
     "right_to_left": (None, "print merge((5, 5, 5), (5, 5), 9): which two 5s go first?"),
+    "compared_by_identity": (None, "print int('300') is int('300')."),
 }
 
 
@@ -244,11 +291,17 @@ MERGE = Item(
      _merge_case((5, 5, 5, 5, 5), (5, 5), 257, " (a run of one byte)"),
      _merge_case((7,), (7, 7), 256, " (one token)"),
      _merge_case((), (1, 2), 256, " (no token)"),
-     _merge_case((11, 2, 1, 2), (1, 2), 256, " (ranks whose digits meet: 11, then 2)")],
+     _merge_case((11, 2, 1, 2), (1, 2), 256, " (ranks whose digits meet: 11, then 2)"),
+     _merge_case((256, 256, 256, 256), (256, 256), 300, " (a run of a merged rank)"),
+     _merge_case((2, 1, 2, 1, 2), (1, 2), 9, " (the pair reversed around it)"),
+     _merge_case((3, 1, 2), (1, 2), 9, " (the pair at the end)"),
+     _merge_case(tuple(int(r) for r in "300 301 300 301".split()), (int("300"), int("301")), 400,
+                 " (ranks above 256 made at run time: equal, not the same objects)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
-    twins=(_merge_with(),), section=MERGING,
+    twins=(_merge_with(),), section=MERGING, again=True,
+    explain=lambda case, got, want: sequences.explain_word(case.args[0], got, want, case.label),
 )
 
 
@@ -257,7 +310,7 @@ MERGE = Item(
 
 def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True, overlap=True,
            tie="smallest", first=256, extra=0, update=True, escape=True, prefix="", chars=False,
-           min_count=1, stop=True):
+           min_count=1, stop=True, pattern=GPT2_PATTERN, normalize=None, longest=True):
     """learn_merges, recounting every step, with the variations mistakes make: `cut` False
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
@@ -266,12 +319,14 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     `update` False never merges the words; `prefix` put before the text (HF's
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
     count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
-    raises)."""
-    text = prefix + text
+    raises); `pattern` the pre-tokenizer's; `normalize` applied to the text first; `longest`
+    False: the special tokens tried in the order given, not the longest first."""
+    text = prefix + (normalize or str)(text)
     found = "|".join(map(regex.escape if escape else str,
-                         sorted(special_tokens, key=len, reverse=True)))
+                         sorted(special_tokens, key=len, reverse=True) if longest else special_tokens))
     parts = regex.split(found, text) if cut and found else [text]
-    cut_up = {True: pre_tokenize, False: lambda part: [part], "whitespace": str.split}[split]
+    cut_up = {True: pattern if callable(pattern) else lambda part: pre_tokenize(part, pattern),
+              False: lambda part: [part], "whitespace": str.split}[split]
     pieces = [p for part in parts for p in cut_up(part) if p]
     words = Counter(tuple(map(ord, p)) if chars else tuple(p.encode("utf-8")) for p in pieces)
     merges = []
@@ -290,6 +345,62 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
                 merged[merge(w, pair, first + i)] += f
             words = merged
     return merges
+
+
+def _words_of(text, special_tokens=()):
+    """The reference's words: the pre-tokens of the text's parts between special tokens."""
+    found = "|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True)))
+    parts = regex.split(found, text) if found else [text]
+    return Counter(tuple(p.encode("utf-8")) for part in parts for p in pre_tokenize(part))
+
+
+# Other tokenizers' pre-tokenizers and normalizations, as ports and assistants carry them over.
+GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++"""
+                r"""[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
+_PATTERNS = (
+    (GPT4_PATTERN, "GPT-4's pattern (cl100k_base)",
+     "cl100k cuts digits into runs of 1 to 3, takes contractions in any case and keeps "
+     "newlines apart"),
+    (GPT2_PATTERN.replace(r"\s+(?!\S)|", ""), "GPT-2's pattern without its \\s+(?!\\S)",
+     "without the lookahead a run of spaces before a word is one pre-token, and the word loses "
+     "its leading space"),
+    ("(?i)" + GPT2_PATTERN, "GPT-2's pattern read case-insensitively",
+     "GPT-2's contractions are lower-case only: in DON'T, re.IGNORECASE makes 'T one pre-token"),
+    (r"""'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?[0-9]+| ?[^\sa-zA-Z0-9]+|\s+(?!\S)|\s+""",
+     "ASCII letters and digits only", "\\p{L} and \\p{N} are the letters and digits of every "
+     "script: with [a-zA-Z], 'é' is no letter and is cut off its word"),
+    (GPT2_PATTERN.replace(r" ?\p{N}+", r"\p{N}{1,3}"), "digits in runs of at most 3 (Llama 3's rule)",
+     "GPT-2 keeps a run of digits, and the space before it, as one pre-token"),
+    (GPT2_PATTERN.replace(r" ?\p{N}+", r" ?\p{N}{1,3}"), "digits in runs of at most 3",
+     "GPT-2 keeps a whole run of digits as one pre-token"),
+    (lambda part: [p.strip() for p in pre_tokenize(part) if p.strip()],
+     "GPT-2's pre-tokens stripped of their spaces", "' the' and 'the' are two words: a token keeps "
+     "the space before its word"),
+    (lambda part: [p for line in part.splitlines() for p in pre_tokenize(line)],
+     "the text cut into lines first", "the newlines are part of the text: pre_tokenize the whole "
+     "text, newlines included"),
+)
+_NORMALIZED = (
+    (str.strip, "stripped of the whitespace at its start and end"),
+    (str.lower, "lower-cased"),
+    (lambda t: unicodedata.normalize("NFKC", t), "normalized to NFKC"),
+    (lambda t: unicodedata.normalize("NFC", t), "normalized to NFC"),
+    (lambda t: " ".join(t.split()), "its runs of whitespace collapsed"),
+)
+
+
+def _other_pre_tokenizer(knobbed):
+    return Mistake(
+        "other_pre_tokenizer", "Pre-tokenized with {which}, not GPT-2's pattern",
+        "cut the text with pre_tokenize (GPT-2's pattern) as given: {how}.",
+        tuple(member(knobbed(pattern=p), which=which, how=how) for p, which, how in _PATTERNS))
+
+
+def _text_changed(knobbed, doing, why):
+    return Mistake(
+        "text_changed", f"The text changed before {doing}: {{how}}",
+        f"byte-level BPE takes the text exactly as it is: no normalization, no stripping; {why}.",
+        tuple(member(knobbed(normalize=f), how=how) for f, how in _NORMALIZED))
 
 
 def _learn_with(**bug):
@@ -322,6 +433,29 @@ LEARN_MISTAKES = (
         "str.split() drops the spaces and keeps punctuation on its word: GPT-2's pre-tokens "
         "(pre_tokenize) keep each word's leading space (' cat') and cut punctuation off.",
         (_learn_with(split="whitespace"),),
+    ),
+    _other_pre_tokenizer(_learn_with),
+    _text_changed(_learn_with, "training", "the merges are learned on the bytes that encode will see"),
+    Mistake(
+        "specials_take_ids", "Merge ids numbered after the special tokens",
+        "here the special tokens take no rank: merge i makes 256 + i whatever the special tokens "
+        "(a tokenizer gives them ids of their own, apart from the ranks).",
+        (lambda text, n_merges, special_tokens=(): _learn(text, n_merges, special_tokens,
+                                                          first=256 + len(special_tokens)),),
+    ),
+    Mistake(
+        "specials_in_budget", "Fewer merges: the special tokens counted in n_merges",
+        "n_merges is the number of merges, not a vocabulary size that the special tokens share: "
+        "learn n_merges merges whatever the special tokens.",
+        (lambda text, n_merges, special_tokens=(): _learn(text, n_merges - len(special_tokens),
+                                                          special_tokens),),
+    ),
+    Mistake(
+        "specials_not_longest_first", "Special tokens tried in the order given, not the longest first",
+        "when one special token starts another ('<|a|>' and '<|a|>bc'), the pattern '<|a|>|<|a|>bc' "
+        "finds the shorter one and leaves the rest in the text: sort them longest first before "
+        "joining them (sorted(special_tokens, key=len, reverse=True)).",
+        (_learn_with(longest=False),),
     ),
     Mistake(
         "prefix_space", "A space added before the text",
@@ -408,6 +542,14 @@ _LEARN_LADDER = {
                              "re.split(re.escape('<|end|>'), 'a<|end|>b')."),
     "split_on_whitespace": (None, "print pre_tokenize('the cat.') next to 'the cat.'.split()."),
     "prefix_space": (None, "print your first word for 'the cat': 'the', with no space."),
+    "other_pre_tokenizer": (("11_tokens", "2. Pre-tokens: where merges stop"),
+                            "print your pre-tokens of \"DON'T  stop 12345\" next to pre_tokenize's."),
+    "text_changed": (None, "print the text your words come from next to the text given."),
+    "specials_take_ids": (SPECIALS, "print your first merge's id for learn_merges('abab', 1, "
+                          "('<|end|>',)): 256."),
+    "specials_in_budget": (SPECIALS, "print len(learn_merges('abcdef', 3, ('<|end|>',))): 3."),
+    "specials_not_longest_first": (SPECIALS, "print your pieces of 'x<|a|>bcy' with "
+                                   "special_tokens=('<|a|>', '<|a|>bc'): 'x', 'y'."),
     "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
     "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
     "no_early_stop": (None, "call learn_merges('ab', 5): one merge, then no pair is left."),
@@ -437,12 +579,29 @@ LEARN = Item(
      _learn_case("hello<|endoftext|>hello<|endoftext|>hello", 6, ("<|endoftext|>",)),
      _learn_case("ab ab", 5, note=" (no pair left after 2 merges)"),
      _learn_case("the end, the bend<|end|>then the end<|end|>", 8, ("<|end|>",),
-                 " (the special token's letters in the text too)")],
+                 " (the special token's letters in the text too)"),
+     # The regimes where ported tokenizers break (tiktoken, minbpe, HF tokenizers, course
+     # ports): see _REGIMES.
+     _learn_case("DON'T WON'T CAN'T ISN'T don't", 6, note=" (upper-case contractions)"),
+     _learn_case("in 2024: 1234567 and 7654321, 1234567", 8, note=" (long digit runs)"),
+     _learn_case("  hello   world  \n\n  hello\t\tworld   ", 8,
+                 note=" (whitespace at the start and end, runs of it, newlines, tabs)"),
+     _learn_case("a , b ; c ! d ? a , b ; a ,", 5, note=" (punctuation after a space)"),
+     _learn_case("ab<|a|>bcd<|a|>bc x<|a|>bcbc<|b|>ab<|a|>", 6, ("<|a|>", "<|a|>bc", "<|b|>"),
+                 " (several special tokens, one the start of another)"),
+     _learn_case("ÉCOLE école ÉCOLE ﬁne ﬁne cafe\u0301 cafe\u0301 😀😀", 10,
+                 note=" (upper case outside ASCII, a ligature, a decomposed é, an emoji)"),
+     _learn_case("the cat sat on the mat. the cat ran.", 4, note=" (the first case's text again)"),
+     _learn_case("hello<|endoftext|>hello<|endoftext|>hello", 6,
+                 note=" (an earlier case's text and n_merges, no special token)")],
     laddered(LEARN_MISTAKES, _LEARN_LADDER), same=_same_merges,
     what="merges", prep="on",
     formula="Each step: count the pairs within the words (times their frequency), take the "
             "largest count (ties: the smallest pair), merge it into 256 + step in every word.",
-    twins=(_learn_with(),), section=TRAINING,
+    twins=(_learn_with(),), section=TRAINING, again=True,
+    explain=lambda case, got, want: sequences.explain_merges(
+        _words_of(case.args[0], case.kwargs.get("special_tokens", ())), got, want, case.label,
+        count=count_pairs, merge=merge, whole=tuple(case.args[0].encode("utf-8"))),
 )
 
 
@@ -458,7 +617,7 @@ def _token_bytes(merges):
 
 
 def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix="",
-            shortest=1):
+            shortest=1, pattern=GPT2_PATTERN, normalize=None):
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
@@ -466,8 +625,11 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     the piece, training's rule; ties to the first seen), "count_rank" (the same, ties to the
     lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds`
     at most that many merges per piece; `prefix` put before the text; `shortest` the length at
-    which a word stops merging (1: while len(word) > 1)."""
-    pieces = pre_tokenize(prefix + text) if split else [prefix + text]
+    which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
+    `normalize` applied to the text first."""
+    text = (normalize or str)(text)
+    cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
+    pieces = cut(prefix + text) if split else [prefix + text]
     if pick == "greedy":
         known = {v: r for r, v in _token_bytes(merges).items()}
         out = []
@@ -519,6 +681,8 @@ ENCODE_MISTAKES = (
         "never made there.",
         (_encode_with(split=False),),
     ),
+    _other_pre_tokenizer(_encode_with),
+    _text_changed(_encode_with, "encoding", "decode(encode(text)) must give the text back"),
     Mistake(
         "greedy_longest", "Longest known token first (greedy match), not merges by rank",
         "BPE encodes by replaying its merges: start from the bytes and merge the adjacent "
@@ -577,6 +741,9 @@ _ENCODE_LADDER = {
     "latest_first": (None, "print the rank of the pair you merge each round: it should grow."),
     "one_round": (None, "print the word after each round: stop only when no pair is a merge."),
     "prefix_space": (None, "print decode(encode('the cat')) with your encode."),
+    "other_pre_tokenizer": (("11_tokens", "2. Pre-tokens: where merges stop"),
+                            "print your pre-tokens of \"DON'T  stop 12345\" next to pre_tokenize's."),
+    "text_changed": (None, "print repr(decode(encode(text))) next to repr(text)."),
     "last_pair_unmerged": (None, "encode 'th' with the merge (116, 104) -> 256: one token."),
 }
 
@@ -588,6 +755,9 @@ _AB_BC = {(97, 98): 256, (98, 99): 257}
 _A_BC = {(97, 98): 256, (98, 99): 257, (97, 257): 258}
 _THE = {(104, 101): 256, (116, 104): 257, (256, 114): 258, (257, 101): 259}
 _B_CD = {(99, 100): 256, (98, 99): 257, (98, 256): 258}
+_ENCODE_TRAIN_2 = ("  hello world  hello   world\n\n  hello\tworld  DON'T don't WON'T it's IT'S "
+                   "12345678 2024 x ,y ;z ,x naïve naïve café cafe\u0301 ﬁne ﬁne ÉCOLE école 😀😀  ")
+_MERGES_2 = {p: 256 + i for i, p in enumerate(learn_merges(_ENCODE_TRAIN_2, 40))}
 
 
 def _encode_case(text, merges, note=""):
@@ -609,11 +779,23 @@ ENCODE = Item(
      _encode_case("there the", _THE, " (merges he, th, her, th+e)"),
      _encode_case("", _MERGES, " (empty)"),
      _encode_case("bcd", _B_CD, " (merges cd, bc, b+cd: the leftmost pair is not the first "
-                                "learned, nor the longest token's)")],
+                                "learned, nor the longest token's)"),
+     _encode_case("  hello world  ", _MERGES_2, " (whitespace at the start and end)"),
+     _encode_case("DON'T stop, it's 12345678", _MERGES_2, " (upper-case contractions, long digits)"),
+     _encode_case("hello   \n\n  world\t!", _MERGES_2, " (runs of whitespace, newlines, a tab)"),
+     _encode_case("x ,y ;z ,x", _MERGES_2, " (punctuation after a space)"),
+     _encode_case("naïve cafe\u0301 ﬁne ÉCOLE 😀", _MERGES_2,
+                  " (a decomposed é, a ligature, upper case outside ASCII, an emoji)"),
+     _encode_case("   ", _MERGES_2, " (whitespace only)"),
+     _encode_case("DON'T don't", {(39, 84): 256, (39, 116): 257},
+                  " (merges 'T and 't: only the lower-case one is a contraction)"),
+     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
-    twins=(_encode_with(),), section=ENCODING,
+    twins=(_encode_with(),), section=ENCODING, again=True,
+    explain=lambda case, got, want: sequences.explain_ids(
+        case.args[0], pre_tokenize(case.args[0]), got, want, _token_bytes(case.args[1]), case.label),
 )
 
 
@@ -627,6 +809,14 @@ def _decode(ids, vocab, *, per_token=False, errors="replace", codec="utf-8"):
     if per_token:
         return "".join(vocab[i].decode(codec, errors=errors) for i in ids)
     return b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
+
+
+def _clean_up(text):
+    for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                          (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                          (" 're", "'re")):
+        text = text.replace(before, after)
+    return text
 
 
 def _decode_with(**bug):
@@ -665,6 +855,26 @@ DECODE_MISTAKES = (
                   handler="backslashreplace", shown="the byte as text, '\\xc3'"),),
     ),
     Mistake(
+        "cleaned_up", "Spaces before punctuation removed (transformers' clean_up_tokenization_spaces)",
+        "decode gives back the text exactly: ' .' and \" n't\" stay as they are; cleaning them "
+        "up (transformers' clean_up_tokenization_spaces) changes texts that had them.",
+        (lambda ids, vocab: _clean_up(_decode(ids, vocab)),),
+    ),
+    Mistake(
+        "leading_space_dropped", "The leading space dropped",
+        "sentencepiece's decoder drops the space its encoder put before the text; byte-level BPE "
+        "puts none, so a leading space is the text's own: keep it.",
+        (lambda ids, vocab: _decode(ids, vocab).removeprefix(" "),
+         lambda ids, vocab: _decode(ids, vocab).lstrip()),
+    ),
+    Mistake(
+        "joined_with_spaces", "Tokens joined with spaces",
+        "the spaces are in the tokens' bytes already (' cat'): join the bytes with nothing, "
+        "b''.join(...), then decode (WordPiece's decoder joins with spaces; BPE's does not).",
+        (lambda ids, vocab: " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids),
+         lambda ids, vocab: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
+    ),
+    Mistake(
         "latin1", "Bytes decoded as Latin-1, not UTF-8",
         "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
         "byte of 'é' into a character of its own ('Ã©').",
@@ -677,6 +887,9 @@ _DECODE_LADDER = {
     "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "ignored": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
     "latin1": (None, "print 'é'.encode('utf-8'), and the two ways to decode it."),
+    "cleaned_up": (None, "print decode(ids) for the ids of 'hi . yes'."),
+    "leading_space_dropped": (None, "print repr(decode([32, 104, 105])): ' hi'."),
+    "joined_with_spaces": (None, "print decode([256, 101]) with 256: b'th': 'the'."),
     "other_handler": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
 }
 
@@ -694,10 +907,18 @@ DECODE = Item(
      _decode_case([99, 97, 102, 195, 169], " (a letter of two bytes)"),
      _decode_case([256, 257, 258], " ('é' cut between two tokens)"),
      _decode_case([99, 97, 102, 195], " (the ids end inside 'é')"),
-     _decode_case([])],
+     _decode_case([]),
+     _decode_case([104, 105, 240, 159, 152], " (the ids end inside an emoji of 4 bytes)"),
+     _decode_case([169, 116, 104], " (the ids start inside a character)"),
+     _decode_case([195, 99, 195, 169, 32, 32], " (a cut character, then a whole one, then spaces)"),
+     _decode_case([32, 256, 101, 32, 46, 32, 44, 32, 110, 39, 116],
+                  " (a leading space, spaces before punctuation)"),
+     Case(([256, 257, 258], {**_VOCAB, 256: b"ab", 257: b"cd", 258: b"e"}), names=("ids", "vocab"),
+          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')")],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
-    twins=(_decode_with(),), section=DECODING,
+    twins=(_decode_with(),), section=DECODING, again=True,
+    explain=lambda case, got, want: sequences.explain_text(got, want, case.label),
 )
 
 ITEMS = (COUNT, MERGE, LEARN, ENCODE, DECODE)

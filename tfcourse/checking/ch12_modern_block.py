@@ -6,6 +6,22 @@ parameters, randomized, into the learner's module and compare forward passes. ro
 cases reach the regimes where its mistakes show: an offset (start, a cache's length), a base
 of Llama 3's 500,000, and bfloat16 at positions in the thousands (an angle computed in
 bfloat16 is off by radians there).
+
+Why the cases are what they are: the properties of inputs that real Llama-style code gets
+wrong (issue threads and pull requests of transformers, llama.cpp, mlx and mlx-lm, Meta's
+llama, GPT-NeoX, course repositories), each reached by at least one case:
+- RMSNorm: a mean far from 0 (centering shows), rms about eps, an eps of its own, 4-D and 1-D
+  inputs, float64 beyond float32's range, float16 beyond its own, bfloat16.
+- SwiGLU: each of the layer's activations (SiLU, GELU, ReLU: a hard-coded one, or another
+  library's variant, shows), dropout in training, float64 (where GELU's variants show) and
+  bfloat16.
+- rotate: both pair conventions, each in half precision (float16 and bfloat16) at positions
+  in the thousands; an offset; a base of 500,000; an earlier case's shape with another base,
+  start or dtype (tables cached by shape alone); a 2-D x; float64; a gradient.
+- rotary_attention: no cache; one and several new tokens after a cache; bases other than the
+  default with a cache (500 and 500,000); another d_head (a module cached by d_head); a
+  gradient.
+The function items run their cases again in reverse order once all passed (`again`).
 """
 
 import math
@@ -224,6 +240,8 @@ RMS = Item(
         gradient_case(_rms_case(4, (2, 3, 6), 1.0), "x"),
         _rms_case(5, (3, 5), 1e20, torch.float64),  # squares beyond float32's range
         _rms_case(6, (2, 3, 8), 1000.0, torch.float16),  # squares beyond float16's range
+        _rms_case(7, (2, 3, 8), 300.0, torch.bfloat16),  # bfloat16: the range, not the digits
+        _rms_case(8, (9,), 2.0),  # one vector: no batch, no sequence axis
     ],
     laddered(RMS_MISTAKES, _RMS_LADDER), match=_at_float32_precision,
     formula="Compare with weight * x / sqrt(mean(x^2 over the last axis) + eps).",
@@ -273,6 +291,24 @@ SWIGLU_MISTAKES = (
         tuple(member(_swiglu_with(act=act), which=which) for act, which in (
             (F.gelu, "GELU"), (torch.sigmoid, "A sigmoid (GLU's)"), (F.relu, "ReLU"),
             (F.silu, "SiLU"))),
+    ),
+    Mistake(
+        "activation_variant", "{which} instead of the exact {name}",
+        "self.activation is {name} as torch defines it ({exact}): call it as it is; {which} is "
+        "another library's variant, close to it but not it.",
+        tuple(member(lambda ffn, x, f=f, a=a: _swiglu(ffn, x, act=f if ffn.activation is a else None),
+                     which=which, name=name, exact=exact) for a, f, which, name, exact in (
+            (F.gelu, lambda z: F.gelu(z, approximate="tanh"), "GELU's tanh approximation "
+             "(gelu_pytorch_tanh)", "GELU", "F.gelu, with erf"),
+            (F.gelu, lambda z: z * torch.sigmoid(1.702 * z), "Quick GELU, z sigmoid(1.702 z) "
+             "(CLIP's)", "GELU", "F.gelu, with erf"),
+            (F.relu, lambda z: F.relu(z) ** 2, "Squared ReLU (Primer's)", "ReLU", "F.relu"))),
+    ),
+    Mistake(
+        "residual_inside", "A residual added inside the feed-forward network",
+        "the block adds x back around the whole sublayer (x + ffn(norm(x))); the network itself "
+        "returns down(dropout(activation(gate(x)) * up(x))) alone.",
+        (lambda ffn, x: x + _swiglu(ffn, x),),
     ),
     Mistake(
         "activation_misplaced", "Activation in the wrong place",
@@ -328,6 +364,9 @@ _SWIGLU_LADDER = {
     "dropout_after_down": (None, "in training mode with dropout=0.5, print how many hidden "
                            "units are 0 before self.down, and how many outputs are 0 after it."),
     "no_down": (None, "print your output's shape next to x's."),
+    "activation_variant": (None, "print self.activation(torch.tensor(-1.0)) next to your "
+                           "activation of -1.0."),
+    "residual_inside": (None, "set every weight to 0: your output must be 0, not x."),
 }
 
 
@@ -350,6 +389,9 @@ SWIGLU = Item(
         _swiglu_case(2, (7, 4), 9),
         _swiglu_case(3, (2, 3, 6), 10, dropout=0.5, train=True),
         _swiglu_case(4, (2, 3, 6), 10, dtype=torch.float64),
+        _swiglu_case(5, (2, 3, 6), 10, "relu"),  # ReGLU
+        _swiglu_case(6, (2, 3, 6), 10, "gelu", dtype=torch.bfloat16),
+        _swiglu_case(7, (2, 3, 6), 10, "gelu", dtype=torch.float64),  # where GELU's variants show
     ],
     laddered(SWIGLU_MISTAKES, _SWIGLU_LADDER),
     formula="Compare with down(dropout(activation(gate(x)) * up(x))).",
@@ -363,7 +405,8 @@ SWIGLU = Item(
 
 
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
-            exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None):
+            exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
+            rounded=None, written=None):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
     "halved" for adjacent: the other convention's)."""
@@ -376,11 +419,22 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
              "4i/d": 4 * i / d}[exponent]
     theta = base ** -power
     positions = torch.arange(seq, dtype=angle_dtype) + (start if offset else 0)
+    if rounded == "theta":  # theta rounded to x's dtype, the angles then in float64
+        theta = theta.to(x.dtype).to(angle_dtype)
+    if rounded == "positions":
+        positions = positions.to(x.dtype).to(angle_dtype)
     angle = positions[:, None] * theta  # (seq, d / 2)
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     if swap:
         cos, sin = sin, cos
     sin = sign * sin
+    if written == pairs:  # pairs read in one layout, the result written in the other
+        half = x.size(-1) // 2
+        if pairs == "adjacent":
+            a, b = x[..., :half], x[..., half:]
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
     if layout is None:
         return apply_rotary(x, cos, sin, pairs)
     if pairs == "halves":  # the angles of adjacent pairs, features paired as halves
@@ -437,7 +491,10 @@ ROTATE_MISTAKES = (
         "position x theta reaches thousands of radians, where a bfloat16 number is off by "
         "several: compute the angles in float32 or float64 (torch.arange(..., dtype="
         "torch.float64)), take cos and sin, and only then cast them to x's dtype.",
-        (member(_rotate_with(angle_dtype="x"), dtype="x's dtype (bfloat16)"),),
+        (member(_rotate_with(angle_dtype="x"), dtype="x's dtype (bfloat16)"),
+         member(_rotate_with(rounded="theta"), dtype="float64 from theta rounded to x's dtype"),
+         member(_rotate_with(rounded="positions"), dtype="float64 from positions made in x's "
+                "dtype (in bfloat16, positions above 256 are rounded)")),
     ),
     Mistake(
         "wrong_direction", "Rotated the wrong way",
@@ -450,6 +507,13 @@ ROTATE_MISTAKES = (
         "(a, b) -> (a cos - b sin, a sin + b cos): at position 0 the angle is 0 and x must "
         "come back unchanged (cos 0 = 1, sin 0 = 0).",
         (_rotate_with(swap=True), _rotate_with(swap=True, sign=-1)),
+    ),
+    Mistake(
+        "read_and_written_otherwise", "Pairs read in one layout and written back in the other",
+        "read pair i where `pairs` puts it and write its two rotated features back THERE: with "
+        "adjacent pairs (2i, 2i + 1) in and out (x.unflatten(-1, (d_head // 2, 2)), not (2, "
+        "d_head // 2)); with halves (i, i + d_head/2) in and out.",
+        (_rotate_with(written="adjacent"), _rotate_with(written="halves")),
     ),
     Mistake(
         "angles_laid_out_for_other_pairs", "Angles laid out for the other convention",
@@ -474,6 +538,8 @@ _ROTATE_LADDER = {
     "wrong_direction": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: the paired "
                         "feature must become +sin, not -sin."),
     "cos_sin_swapped": (None, "rotate any x at start=0: the output must be x itself."),
+    "read_and_written_otherwise": (None, "rotate x = e_0 (a 1 at feature 0) at position 1 with "
+                                   "pairs='adjacent': only features 0 and 1 may change."),
     "angles_laid_out_for_other_pairs": (None, "print the shape and the first row of your cos "
                                         "table next to the features it multiplies."),
 }
@@ -505,12 +571,17 @@ ROTATE = Item(
         _rotate_case(4, (1, 2, 3, 8), start=3000, dtype=torch.bfloat16),
         _rotate_case(5, (2, 1, 7, 12), start=2, dtype=torch.float64),
         gradient_case(_rotate_case(6, (1, 2, 4, 8), start=1), "x"),
+        _rotate_case(7, (1, 2, 3, 8), start=1000, pairs="adjacent", dtype=torch.float16),
+        _rotate_case(8, (2, 3, 5, 8), base=500000.0),  # case 0's shape, another base
+        _rotate_case(9, (5, 8), start=4),  # (seq, d_head): no batch or heads axes
+        _rotate_case(10, (1, 2, 3, 8), start=7, dtype=torch.bfloat16),  # case 2's, in bfloat16
+        _rotate_case(11, (1, 2, 3, 8), start=30000, dtype=torch.float16),  # theta rounded shows
     ],
     laddered(ROTATE_MISTAKES, _ROTATE_LADDER),
     formula="Compare with (a, b) -> (a cos - b sin, a sin + b cos), angle (start + t) * "
             "base ** (-2i / d_head), on the pairs that `pairs` names.",
     twins=(_rotate_with(),),
-    shifts=((1, "start", "position"),),
+    shifts=((1, "start", "position"),), again=True,
     section=(_NB, "3. Rotary position embedding"),
 )
 
@@ -521,23 +592,24 @@ ROTATE = Item(
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
-               diagonal=0, pairs="halves", shift=0, rotated_dims=None):
+               diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed=""):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
     causal mask only when there is no cache; pairs: RoPE's pair convention; shift: added to
     the new positions' start; rotated_dims: the leading features that are rotated (GPT-NeoX's
-    rotary_pct), the others left as they are."""
+    rotary_pct), the others left as they are; own_base: the base the new tokens are rotated
+    with instead; fixed: "q" or "k", rotated from position 0 whatever the cache."""
     start = 0 if past_k is None else past_k.size(-2)
     at = max((start if offset else 0) + shift, 0)
 
-    def turn(x):
+    def turn(x, at=at):
         if rotated_dims is None:
-            return _rotate(x, at, base, pairs)
+            return _rotate(x, at, own_base or base, pairs)
         return torch.cat((_rotate(x[..., :rotated_dims], at, base, pairs), x[..., rotated_dims:]), -1)
 
-    rq = turn(q) if "q" in which else q
-    rk = turn(k) if "k" in which else k
+    rq = turn(q, 0 if fixed == "q" else at) if "q" in which else q
+    rk = turn(k, 0 if fixed == "k" else at) if "k" in which else k
     v = _rotate(v, at, base, pairs) if rotate_v else v
     if past_k is not None and past == "after":
         rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
@@ -576,6 +648,21 @@ ATTENTION_MISTAKES = (
         (_attention_with(offset=False), _attention_with(offset=False, mask="unshifted")),
     ),
     Mistake(
+        "one_side_not_offset", "{which} rotated from position 0, not from the cache's length",
+        "the new queries AND the new keys are at positions start, start + 1, ... (start = "
+        "past_k.size(-2)): rotate both with the same start; {which_lower} rotated from 0 score "
+        "as if they came before the cache.",
+        (member(_attention_with(fixed="q"), which="The new queries", which_lower="queries"),
+         member(_attention_with(fixed="k"), which="The new keys", which_lower="keys")),
+    ),
+    Mistake(
+        "base_ignored", "base ignored: the new tokens rotated with {base}",
+        "rotate with the argument base, RotaryEmbedding(d_head, base): the cached keys were "
+        "rotated with it (Llama 3 uses 500,000), and a new key turned with another base no longer "
+        "lines up with them.",
+        (member(_attention_with(own_base=10000.0), base="the default 10000"),),
+    ),
+    Mistake(
         "cache_rotated_again", "Cached keys rotated again",
         "past_k holds keys already rotated at their positions: concatenate the new rotated "
         "keys after them; rotating the concatenation turns the cached ones twice.",
@@ -602,6 +689,22 @@ ATTENTION_MISTAKES = (
         "start - 1): rotate the new queries and keys at start, start + 1, ...",
         tuple(member(_attention_with(shift=d), position=p) for d, p in ((-1, "start - 1"),
                                                                         (1, "start + 1"))),
+    ),
+    Mistake(
+        "positions_from_total", "New tokens rotated from start + seq - 1, one new token's position",
+        "with several new tokens the first is at start = past_k.size(-2) and token t at start + "
+        "t: start + seq - 1 is the position of the LAST new token (right only when one token "
+        "comes at a time).",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
+    ),
+    Mistake(
+        "cache_length_from_heads", "The cache's length read from the heads axis",
+        "past_k is (batch, heads, start, d_head): the number of cached positions is "
+        "past_k.size(-2) (or size(2)); past_k.size(1) is the number of heads.",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base,
+            shift=0 if past_k is None else past_k.size(1) - past_k.size(-2)),),
     ),
     Mistake(
         "partial_rotary", "Only part of each head's features rotated (GPT-NeoX's rotary_pct)",
@@ -672,8 +775,15 @@ _ATTENTION_LADDER = {
     "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
     "positions_off_by_one": (None, "print the start you rotate the new tokens at, next to "
                              "past_k.size(-2)."),
+    "positions_from_total": (None, "print the start you rotate 3 new tokens at, after a cache of "
+                             "4: 4."),
+    "cache_length_from_heads": (None, "print past_k.shape and the start you rotate at."),
     "partial_rotary": (None, "print the width of the tensors you give RotaryEmbedding: "
                        "d_head."),
+    "one_side_not_offset": (None, "print the start you give RotaryEmbedding for the queries and "
+                            "for the keys: both past_k.size(-2)."),
+    "base_ignored": (None, "print the base your RotaryEmbedding is built with, next to the "
+                     "argument base."),
     "past_ignored": (None, "print k.shape after your concatenation: (batch, heads, start + "
                      "seq, d_head)."),
     "cache_after": (None, "print which tensor comes first in your torch.cat of the keys."),
@@ -720,11 +830,13 @@ ATTENTION = Item(
         _attention_case(1, 1, 1, past=6),  # one new token after a cache of 6
         _attention_case(2, 2, 3, past=4, base=500.0),  # several new tokens after a cache
         gradient_case(_attention_case(3, 1, 4, past=2), "q"),
+        _attention_case(4, 2, 4, past=5, base=500000.0),  # Llama 3's base, 4 new after 5
+        _attention_case(5, 1, 3, past=3, d=16),  # another d_head: a table cached by d_head
     ],
     laddered(ATTENTION_MISTAKES, _ATTENTION_LADDER),
     formula="Compare with softmax(rotate(q, start) rotate(k, start)^T / sqrt(d_head), masked "
             "causally with the cache) [past_v; v], start = past_k.size(-2).",
-    twins=(_attention_with(),),
+    twins=(_attention_with(),), again=True,
     section=(_NB, "4. Rotary attention with a cache"),
 )
 

@@ -133,3 +133,22 @@ def randomize(module: nn.Module, seed: int) -> nn.Module:
                 p.copy_(0.5 * noise)
     return module
 
+
+def float32_equal(actual, expected) -> bool:
+    """`actual` (float64 tensors, or a tuple of them) equal to `expected` (the same in
+    float32) to float32's precision."""
+    if isinstance(expected, (tuple, list)):
+        return (isinstance(actual, (tuple, list)) and len(actual) == len(expected)
+                and all(float32_equal(a, e) for a, e in zip(actual, expected)))
+    if isinstance(expected, torch.Tensor) and expected.dtype == torch.float32:
+        return (isinstance(actual, torch.Tensor) and actual.dtype == torch.float64
+                and same(actual.float(), expected))
+    return same(actual, expected)
+
+
+def seq_first_back(result):
+    """A result computed on seq-first inputs, with its (or its first part's) axes 0 and 1
+    swapped back."""
+    if isinstance(result, tuple):
+        return (seq_first_back(result[0]),) + result[1:]
+    return result.transpose(0, 1) if result.dim() >= 3 else result

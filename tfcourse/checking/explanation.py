@@ -13,127 +13,12 @@ import re
 import torch
 
 from .comparison import close, kind_of, safely
+from .errors import sizes_of
 from .mistakes import WRONG_DTYPE, WRONG_ORDER, WRONG_SHAPE, WRONG_TYPE, Mistake
-from .sandbox import first_line
-
-
-def same_error(a: BaseException, b: BaseException) -> bool:
-    """Same exception type and the same first line of message (whatever the class is called:
-    "'MyEncoder' object has no attribute ..." is the same as "'Encoder' object ...")."""
-
-    def text(error):
-        return re.sub(r"^'\w+' object", "object", first_line(error))
-
-    return type(a) is type(b) and text(a) == text(b)
-
-
-_SHAPE_WORDS = re.compile(r"size|shape|dimension|broadcast|expand|must match|out of range")
-
-
-def shape_error(error: BaseException) -> bool:
-    """Whether `error` is torch's (or the reference's) complaint about sizes or shapes."""
-    return isinstance(error, (RuntimeError, ValueError, IndexError)) and bool(
-        _SHAPE_WORDS.search(first_line(error)))
-
-
-BROADCAST = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b "
-                        r"\((\d+)\) at non-singleton dimension (\d+)")
-_MATMUL = re.compile(r"mat1 and mat2 shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)")
-AXIS_NAMES = ("batch size", "sequence length")
-_MASK_SHAPE = re.compile(r"mask of shape \(([\d, ]*)\) does not broadcast to the scores' shape "
-                         r"\(\.\.\., q_len, k_len\) = \(([\d, ]*)\)")
-
-
-def batch_and_seq(a: int, b: int, inputs) -> tuple[str, int, int] | None:
-    """(input, a's axis, b's axis) when sizes a and b are the batch (axis 0) and sequence
-    (axis 1) of one (batch, seq, ...) input, each size found nowhere else among the inputs."""
-    if a == b:
-        return None
-    for name, t in inputs:
-        if t.dim() >= 3 and {a, b} == {t.shape[0], t.shape[1]}:
-            found = [s for _, u in inputs for s in u.shape]
-            if found.count(a) == 1 and found.count(b) == 1:
-                return name, int(t.shape[1] == a), int(t.shape[1] == b)
-    return None
-
-
-def explain_error(error: BaseException, inputs=()) -> str:
-    """What a common torch error means in the learner's terms: ' (...)' or ''."""
-    if type(error).__name__ == "BdbQuit":
-        return (" (a breakpoint() or pdb.set_trace() left in your code: the check runs without a "
-                "terminal, so the debugger quits at once: remove it, or print what you want to see)")
-    text = first_line(error)
-    found = BROADCAST.search(text)
-    if found:
-        a, b, dim = map(int, found.groups())
-        if 0 in (a, b):
-            return (f" (one of the two tensors is empty along axis {dim}: a slice whose end is "
-                    "not after its start?)")
-        said = [f"{size}{_sizes_of(size, inputs).replace(f'{size} is ', '')}" for size in (a, b)]
-        return (f" (two tensors whose axis {dim} has {said[0]} and {said[1]} entries were "
-                "combined: each axis of the two must be equal, or 1 to broadcast)")
-    found = _MATMUL.search(text)
-    if found:
-        rows, inner, given, cols = map(int, found.groups())
-        if cols == inner:
-            return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
-                    f"{inner} and {given} differ, and its transpose ({cols}, {given}) would fit: "
-                    "nn.Linear's weight is (out_features, in_features): x @ layer.weight.T, or "
-                    "call the layer, layer(x))")
-        return (f" (a ({rows}, {inner}) matrix times a ({given}, {cols}) one: the inner sizes "
-                f"{inner} and {given} must be equal)")
-    if "Boolean value of Tensor with more than one value is ambiguous" in text:
-        return (" (a tensor used where Python wants one True or False: `if`, `and`/`or`, Python's "
-                "max() or min(): use torch.maximum, torch.where, .any() or .all())")
-    if re.search(r"expected (scalar type|m1 and m2 to have the same dtype)|"
-                 r"expected both vectors to have same dtype|same dtype", text):
-        return (" (tensors of two dtypes met: make new tensors with the inputs' dtype, "
-                "dtype=x.dtype: torch.tensor and torch.arange default to float32 or int64)")
-    if re.search(r"tuple of ints,? ?but (got|found element of type) float|'float' object cannot be "
-                 r"interpreted as an integer|slice indices must be integers|received an invalid "
-                 r"combination of arguments.*float|only integers, slices", text):
-        return (" (a float where a whole number is wanted, as a size, an index or a range: `/` "
-                "always gives a float, even when it divides evenly, d_model / n_heads = 4.0: use "
-                "`//`, or int(...))")
-    found = _MASK_SHAPE.search(text)
-    if found:
-        mask, scores = (len([n for n in g.split(",") if n.strip()]) for g in found.groups())
-        if mask > scores:
-            return (f" (the mask has {mask} axes and the scores {scores}: an axis too many: the "
-                    "mask given is already in the shape attention wants, its heads axis "
-                    "included: an unsqueeze, or a [:, None], too many)")
-    if "Dimension out of range" in text:
-        return " (an axis beyond the tensor's number of axes)"
-    if "view size is not compatible" in text:
-        return " (view after a transpose: use reshape, or .contiguous().view(...))"
-    if re.search(r"shape '\[[\d, -]+\]' is invalid for input of size", text):
-        return " (a view or reshape whose sizes do not multiply to the tensor's number of entries)"
-    if "Expected target size" in text:
-        return (" (F.cross_entropy takes the classes on axis 1: flatten the logits to (N, V) and "
-                "the targets to (N,), or move the classes: logits.transpose(1, 2))")
-    if re.search(r"Expected input batch_size \(\d+\) to match target batch_size", text):
-        return (" (the logits and the targets give different numbers of positions: slice, and "
-                "flatten, both the same way)")
-    if "Index tensor must have the same number of dimensions" in text:
-        return " (gather's index needs as many axes as the tensor: index.unsqueeze(-1))"
-    if isinstance(error, TypeError) and "must be Tensor, not tuple" in text:
-        return (" (a tuple where a tensor is wanted: a function that returns (output, weights) "
-                "needs its [0])")
-    return ""
-
 
 
 def _axis(i, ndim):
     return "the first axis" if i == 0 else "the last axis" if i == ndim - 1 else f"axis {i}"
-
-
-def _sizes_of(size, inputs):
-    """' (3 is the size of x's axis 1)' when one to three input axes have that size, else ''."""
-    hits = [f"{name}'s axis {i}" for name, t in inputs if isinstance(t, torch.Tensor)
-            for i, s in enumerate(t.shape) if s == size]
-    if not hits or len(hits) > 3:
-        return ""
-    return f" ({size} is the size of {' and '.join(hits)})"
 
 
 def _named(names, axes) -> str:
@@ -189,7 +74,7 @@ def shape_story(got, expected, inputs=(), axes=()) -> str:
                 if got[i] == 1:
                     return (f": an extra axis of size 1 {where}: an unsqueeze, a [None], a "
                             "keepdim=True or a batch axis too many")
-                return (f": an extra axis of size {got[i]} {where}{_sizes_of(got[i], inputs)}: "
+                return (f": an extra axis of size {got[i]} {where}{sizes_of(got[i], inputs)}: "
                         "it should have been merged into another axis (or reduced)")
     if n == m - 1:
         for i in range(m):
@@ -238,13 +123,13 @@ def shape_story(got, expected, inputs=(), axes=()) -> str:
         if g and w % g == 0:
             k = w // g
             return (f": {where} has {g}, expected {w} = {k} x {g}: an axis of size {k}"
-                    f"{_sizes_of(k, inputs)} was reduced (summed or averaged) instead of "
+                    f"{sizes_of(k, inputs)} was reduced (summed or averaged) instead of "
                     "concatenated into this one")
         if w and g % w == 0:
             return (f": {where} has {g} = {g // w} x {w}: {g // w} times too many (concatenated "
                     "over an axis that should stay apart?)")
-        return f": {where} has {g}{_sizes_of(g, inputs)}, expected {w}"
-    axes = ", ".join(f"{_axis(i, n)} has {got[i]}{_sizes_of(got[i], inputs)} where {want[i]} is "
+        return f": {where} has {g}{sizes_of(g, inputs)}, expected {w}"
+    axes = ", ".join(f"{_axis(i, n)} has {got[i]}{sizes_of(got[i], inputs)} where {want[i]} is "
                      f"expected" for i in diff)
     if math.prod(got) == math.prod(want):
         return (f": the same number of entries, grouped otherwise ({axes}): axes merged or split "
@@ -387,9 +272,10 @@ def difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
     )
 
 
-def first_difference(value, expected, what: str, parts, axes=()) -> tuple[str, str, bool]:
+def first_difference(value, expected, what: str, parts, axes=(), rounding=True) -> tuple[str, str, bool]:
     """The name of the first tensor of a result that differs from the expected one, how, and
-    whether that tells what the result is (a resemblance: a factor, an order, ...)."""
+    whether that tells what the result is (a resemblance: a factor, an order, ...);
+    `rounding` False: never a 16-bit rounding (no 16-bit float was made)."""
     numbers = (int, float)
     if (isinstance(value, (list, tuple)) and isinstance(expected, (list, tuple))
             and len(value) == len(expected) > 1
@@ -415,7 +301,7 @@ def first_difference(value, expected, what: str, parts, axes=()) -> tuple[str, s
                               "nn.MultiheadAttention's bool attn_mask and key_padding_mask; "
                               "here True = may attend)"), True
             try:
-                told = resemblance(v, e, name, axes if i == 0 else ())
+                told = resemblance(v, e, name, axes if i == 0 else (), rounding)
                 return name, (f"{told}; " if told else "") + difference(v, e), bool(told)
             except Exception:  # a learner's tensor that cannot be described
                 return name, "its values differ", False
@@ -494,7 +380,7 @@ _ELEMENTWISE = (("exp", torch.exp), ("log", torch.log), ("square", torch.square)
                 ("log_softmax over the last axis", lambda x: x.log_softmax(-1)))
 
 
-def resemblance(actual, expected, what: str = "output", axes=()) -> str:
+def resemblance(actual, expected, what: str = "output", axes=(), rounding=True) -> str:
     """What a wrong result is, told by the expected one, when it is one of: a constant factor
     or offset of it (with the value), an elementwise function of it, its values in another
     order along one axis, two of its axes swapped (named by `axes`, the expected's axis
@@ -537,7 +423,7 @@ def resemblance(actual, expected, what: str = "output", axes=()) -> str:
         return (f"your {what} {_is(what)} an {way} function of the expected, entry by entry (each "
                 "entry's rank is right, its value is not): a step applied to every entry, or "
                 "one missing")
-    return _low_precision(a, e, what, actual.dtype)
+    return _low_precision(a, e, what, actual.dtype) if rounding else ""
 
 
 def _low_precision(a: torch.Tensor, e: torch.Tensor, what: str, dtype: torch.dtype) -> str:
@@ -760,3 +646,26 @@ def case_features(args, train: bool = False) -> dict[str, str]:
     if train:
         features["train"] = "training mode (dropout on)"
     return features
+
+
+def news_of(case, passed) -> str:
+    """' Your code is right on the 5 cases before this one, and this is the first with
+    4-D inputs.' when the failing case is the first with something (or with two things,
+    each seen before, together), or ''."""
+    seen = {}
+    for c in passed:
+        seen.update(case_features(c.args, c.train))
+    features = case_features(case.args, case.train)
+    new = [text for name, text in features.items() if name not in seen]
+    together = ""
+    if not new and len(features) >= 2 and not any(
+            set(features) <= set(case_features(c.args, c.train)) for c in passed):
+        new, together = list(features.values()), " together"  # each seen, never all at once
+    if not passed or not new:
+        return ""
+    cases = f"{len(passed)} case{'s' * (len(passed) > 1)}"
+    regimes = "; ".join(REGIMES[name] for name in features if name in REGIMES
+                        and features[name] in new)
+    return (f" Your code is right on the {cases} before this one, and this is the first "
+            f"with {' and '.join(new)}{together}: what does your code do with "
+            f"{'them' if len(new) > 1 else 'it'}?" + (f" ({regimes})" if regimes else ""))

@@ -164,8 +164,16 @@ WRONG_ORDER = Mistake(
     "results_order", "Results returned in the wrong order",
     "return ({expected}), in that order; yours are the same {how} in the order ({got}), on "
     "{label}.")
+WRONG_LENGTH = Mistake("wrong_length", "Wrong length: {length}", "{story}, {prep} {label}")
+SEQUENCE_DIFFERS = Mistake("sequence_differs", "Wrong {what} {prep} {label}", "{story}")
+STATE_KEPT = Mistake(
+    "state_kept", "Right when called first, wrong after earlier calls: state kept between calls",
+    "{name} gets {label} right {first}, and wrong {later}: {kept} changed from one call to the "
+    "next. A mutable default argument (counts={{}}, cache=[]) is made once and shared by every "
+    "call; a module-level cache or table must be keyed on everything the result depends on "
+    "(not the length alone, not one argument alone), or built in each call.")
 SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, BATCH_OF_ONE, LOWER_PRECISION,
-          WRONG_ORDER, OFF_BY_ONE,
+          WRONG_LENGTH, SEQUENCE_DIFFERS, STATE_KEPT, WRONG_ORDER, OFF_BY_ONE,
           MASK_READ_INVERTED, READ_SEQ_FIRST, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)

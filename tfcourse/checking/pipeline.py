@@ -57,48 +57,51 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from . import sandbox
-from .comparison import clone, describe, kind_of, module_state, randomize, safely, same, unchanged
+from .comparison import (
+    clone,
+    describe,
+    float32_equal,
+    kind_of,
+    module_state,
+    randomize,
+    safely,
+    same,
+    seq_first_back,
+    unchanged,
+)
 from .diagnosis import CheckFailure
+from .errors import fail_if_stopped, fail_on_error, same_error
 from .explanation import (
-    AXIS_NAMES,
-    BROADCAST,
-    REGIMES,
-    batch_and_seq,
     case_features,
-    explain_error,
     fail_if_reordered,
     first_difference,
+    news_of,
     not_finite,
-    same_error,
     structure_problem,
 )
+from .gradients import NO_GRADIENT_MORE, gradient_case  # noqa: F401  (the chapters import them from here)
 from .mistakes import (
     BATCH_OF_ONE,
-    EXITED,
     FILE_MISTAKES,
     IN_PLACE,
     LOWER_PRECISION,
     MASK_READ_INVERTED,
     NO_MATCH,
     NOT_FINITE,
-    NOT_IMPLEMENTED,
     NOTHING_RETURNED,
     OFF_BY_ONE,
     PARAMETERS_CHANGED,
-    RAISED,
     READ_SEQ_FIRST,
-    RECURSION,
     REFERENCE_USED,
     RENAMED,
     RESEMBLES,
-    SEQ_FIRST,
     SHARED,
-    TOO_SLOW,
+    STATE_KEPT,
     WRONG_TYPE,
     Mistake,
 )
-from .sandbox import Exited, Outcome, Printed, Timeout, call, exit_how, first_line, seed_torch
+from .sandbox import Printed, call, first_line, makes_half, seed_torch
+from .state import Snapshot
 
 
 @dataclass
@@ -161,6 +164,10 @@ class Item:
         argument one more or one less is named "Off by one".
     axes: the names of the result's axes ("batch", "seq", "d_model"; of its first part for a
         tuple), so that a wrong shape or layout says which axes are swapped or merged.
+    explain: (case, result, expected) -> (mistake, fields) or None: what a wrong result
+        tells when no catalogued mistake matches (chapter 11's sequences: sequences.py).
+    again: once all passed, run every case once more, in reverse order, from the state before
+        the first: a function right in one order and wrong in the other keeps state.
     """
 
     exercise: str
@@ -182,7 +189,10 @@ class Item:
     section: tuple[str, str] | None = None
     shifts: tuple[tuple[int, str, str], ...] = ()
     axes: tuple[str, ...] = ()
+    explain: object = None
+    again: bool = False
     _results: dict = field(default_factory=dict, init=False, repr=False)
+    _snapshot: Snapshot | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         declared = [*self.mistakes, *(m for case in self.cases for m in case.mistakes or ())]
@@ -241,11 +251,14 @@ class Item:
         """Run `target` on every case; raise CheckFailure naming the first thing wrong (its
         second hint and section default to the item's formula and section)."""
         watch = () if target is self.reference else self.reference_code()
+        self._snapshot = None if target is self.reference else Snapshot(target)
         passed = []
         try:
             for case in self.cases:
                 self._check_case(target, case, passed, watch)
                 passed.append(case)
+            if self.again and self._snapshot is not None:
+                self._check_again(target, passed)
             for check_after in self.after:
                 check_after(self, target)
         except CheckFailure as failure:
@@ -459,6 +472,7 @@ class Item:
         if error is None:
             return
         if reference is not None:
+            self._fail_if_state_kept(obj, case, passed, name, "with its state as before the first case")
             mistake = self._raising(mistakes, error, reference, case, passed)
             mistake = mistake or self._probing(mistakes, error, case, obj)
             if mistake is not None:
@@ -466,7 +480,7 @@ class Item:
                              f"{first_line(error)}", at=outcome.where, label=case.label)
             self._fail_if_batch_of_one(obj, case, name, f"raised {type(error).__name__}",
                                        f"\n  it raised {type(error).__name__}: {first_line(error)}")
-        fail_on_error(outcome, name, case.label, _inputs(case), news=self._news(case, passed))
+        fail_on_error(outcome, name, case.label, _inputs(case), news=news_of(case, passed))
 
     def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
         name = f"{self.name}.forward" if self.is_class else self.name
@@ -481,12 +495,19 @@ class Item:
         result, compare = outcome.value, case.same or self.same
         if safely(compare, result, expected):
             return
+        self._fail_if_state_kept(obj, case, passed, name, "with its state as before the first case")
         mistake, compute = self._matching(mistakes, result, reference, case, passed, obj)
         if mistake is not None:  # a computation of a family says which member it is (`fields`)
             mistake.fail(self._details(case, result, expected), label=case.label,
                          **getattr(compute, "fields", {}))
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
+        try:
+            told = self.explain and self.explain(case, result, expected)
+        except Exception:  # a learner's result the explanation cannot read
+            told = None
+        if told:
+            told[0].fail(self._details(case), label=case.label, **told[1])
         what, parts = case.what or self.what, case.parts or self.parts
         self._fail_if_batch_of_one(obj, case, name, f"got the {what.removeprefix('the ')} wrong")
         self._fail_if_shifted(result, reference, case, what)
@@ -496,17 +517,51 @@ class Item:
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
             problem[0].fail(problem=problem[1], label=case.label)
-        news = self._news(case, passed)
+        news = news_of(case, passed)
         bad = not_finite(result, expected, what, parts)
         if bad:
             NOT_FINITE.fail(what=bad[0], bad=bad[1], count=bad[2], total=bad[3], label=case.label,
                             news=news)
         what, diff, told = first_difference(result, expected, what, parts, self.axes)
+        if "rounding noise" in diff and not self._makes_half(obj, case):  # a story told only if true
+            what, diff, told = first_difference(result, expected, what, parts, self.axes, rounding=False)
         shown = self._shown(case, result, expected)
         details = shown if shown.startswith("\n") else shown and "  " + shown.lstrip()
         (RESEMBLES if told else NO_MATCH).fail(
             details, what=what, prep=self.prep, label=case.label, difference=diff,
             formula=news + (f" {self.formula}" if self.formula else ""))
+
+    def _fail_if_state_kept(self, obj, case, passed, name, first, later="after the earlier cases ran"):
+        """STATE_KEPT when the learner's code, wrong on `case` (or raising) after the cases
+        `passed`, gets it right once its module's state is put back as it was before them."""
+        kept = self._snapshot.changed() if self._snapshot is not None and passed else []
+        if not kept:
+            return
+        self._snapshot.restore()
+        outcome = call(self._run, obj, clone(case.args), case, seed=case.seed)
+        if outcome.error is None and safely(case.same or self.same, outcome.value,
+                                            self._expected(self._reference_object(case), case)):
+            STATE_KEPT.fail(self._details(case), name=name, first=first, later=later,
+                            kept=" and ".join(kept), label=case.label)
+
+    def _makes_half(self, obj, case):
+        """Whether the learner's code makes a float16 or bfloat16 tensor on `case`."""
+        outcome = call(lambda: makes_half(lambda: self._run(obj, clone(case.args), case)), seed=case.seed)
+        return outcome.error is None and outcome.value
+
+    def _check_again(self, target, passed):
+        """A function's cases once more, in reverse order, from the state before the first
+        (`again`): what a call leaves for the next now comes from other cases."""
+        self._snapshot.restore()
+        for case in passed[::-1]:
+            outcome = call(self._run, target, clone(case.args), case, seed=case.seed)
+            if outcome.error is None and safely(case.same or self.same, outcome.value,
+                                                self._expected(self._reference_object(case), case)):
+                continue
+            kept = " and ".join(self._snapshot.changed()) or "something it keeps"
+            STATE_KEPT.fail(self._details(case), name=self.name, first="in the cases' order",
+                            later="in reverse order, from the state before the first case", kept=kept,
+                            label=case.label)
 
     def _fail_if_batch_of_one(self, obj, case, name, how, raised=""):
         """BATCH_OF_ONE when the case is a batch of one and the learner's code gets it right
@@ -575,7 +630,7 @@ class Item:
             expected = self._expected(reference, down)
         except Exception:  # the reference refuses float32 inputs
             return
-        if safely(_float32_equal, result, expected):
+        if safely(float32_equal, result, expected):
             LOWER_PRECISION.fail(self._details(case, result), what=what.removeprefix("the "),
                                  label=case.label)
 
@@ -598,7 +653,7 @@ class Item:
         singly = [[m] for m in masks] if len(masks) > 1 else []
         for mistake, chosen, change, back in (
                 *((MASK_READ_INVERTED, c, lambda a: ~a, lambda r: r) for c in [masks, *singly]),
-                (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), _seq_first_back)):
+                (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), seq_first_back)):
             if not chosen:
                 continue
             args = list(case.args)
@@ -615,88 +670,11 @@ class Item:
                              gives="give" if len(names) > 1 else "gives",
                              names=" and ".join(filter(None, (", ".join(names[:-1]), names[-1]))))
 
-    def _news(self, case, passed):
-        """' Your code is right on the 5 cases before this one, and this is the first with
-        4-D inputs.' when the failing case is the first with something (or with two things,
-        each seen before, together), or ''."""
-        seen = {}
-        for c in passed:
-            seen.update(case_features(c.args, c.train))
-        features = case_features(case.args, case.train)
-        new = [text for name, text in features.items() if name not in seen]
-        together = ""
-        if not new and len(features) >= 2 and not any(
-                set(features) <= set(case_features(c.args, c.train)) for c in passed):
-            new, together = list(features.values()), " together"  # each seen, never all at once
-        if not passed or not new:
-            return ""
-        cases = f"{len(passed)} case{'s' * (len(passed) > 1)}"
-        regimes = "; ".join(REGIMES[name] for name in features if name in REGIMES
-                            and features[name] in new)
-        return (f" Your code is right on the {cases} before this one, and this is the first "
-                f"with {' and '.join(new)}{together}: what does your code do with "
-                f"{'them' if len(new) > 1 else 'it'}?" + (f" ({regimes})" if regimes else ""))
-
-
-def _float32_equal(actual, expected) -> bool:
-    """`actual` (float64 tensors, or a tuple of them) equal to `expected` (the same in
-    float32) to float32's precision."""
-    if isinstance(expected, (tuple, list)):
-        return (isinstance(actual, (tuple, list)) and len(actual) == len(expected)
-                and all(_float32_equal(a, e) for a, e in zip(actual, expected)))
-    if isinstance(expected, torch.Tensor) and expected.dtype == torch.float32:
-        return (isinstance(actual, torch.Tensor) and actual.dtype == torch.float64
-                and same(actual.float(), expected))
-    return same(actual, expected)
-
-
-def _seq_first_back(result):
-    """A result computed on seq-first inputs, with its (or its first part's) axes 0 and 1
-    swapped back."""
-    if isinstance(result, tuple):
-        return (_seq_first_back(result[0]),) + result[1:]
-    return result.transpose(0, 1) if result.dim() >= 3 else result
 
 
 def _inputs(case):
     """(name, tensor) for each named tensor argument of `case`."""
     return [(n, a) for n, a in zip(case.names, case.args) if n and isinstance(a, torch.Tensor)]
-
-
-def fail_if_stopped(outcome: Outcome, name: str, where: str, label: str) -> None:
-    """Steps 2-4 of the pipeline: the stub (`where` names the stub's function if the
-    traceback cannot), an exit, the time limit."""
-    error = outcome.error
-    if isinstance(error, NotImplementedError) and outcome.raised_here:
-        qualname = outcome.qualname
-        NOT_IMPLEMENTED.fail(where=where if qualname in ("", "forward", "__init__") else qualname)
-    if isinstance(error, (SystemExit, Exited)):
-        EXITED.fail(at=outcome.where, how=exit_how(error), name=name, label=label)
-    if isinstance(error, Timeout):
-        TOO_SLOW.fail(limit=sandbox.TIME_LIMIT, name=name, label=label)
-
-
-def fail_on_error(outcome: Outcome, name: str, label: str, inputs=(), news: str = "") -> None:
-    """For checks of their own (an Item's `after`): fail if the call `outcome` did not
-    return (the stub, an exit, the time limit, an exception). `inputs`: (name, tensor) of
-    the call, to say what a size in torch's error is; `news`: what is new in this case
-    (Item._news), said after the error."""
-    fail_if_stopped(outcome, name, name, label)
-    error = outcome.error
-    if isinstance(error, RecursionError):
-        RECURSION.fail(at=outcome.where, name=name, label=label)
-    if error is None:
-        return
-    said = first_line(error)
-    raised = type(error).__name__ + (f": {said}" if said else "")
-    found = BROADCAST.search(said)
-    axes = found and batch_and_seq(int(found[1]), int(found[2]), inputs)
-    if axes:
-        first, second = (AXIS_NAMES[i] for i in axes[1:])
-        SEQ_FIRST.fail(at=outcome.where, name=name, label=label, a=found[1],
-                       b=found[2], input=axes[0], first=first, second=second, error=raised)
-    RAISED.fail(at=outcome.where, error=raised + explain_error(error, inputs) + news,
-                name=name, label=label)
 
 
 def _construct(cls, case):
@@ -714,38 +692,3 @@ def _prepare(module, case, reference):
         said = " ".join(str(error).strip().splitlines()[:3])[:300]
         RENAMED.fail(said=said)
     module.train(case.train)
-
-
-def _detached_backward(*args, **kwargs):
-    """What backward() does on a result cut off from its inputs: raise."""
-    torch.zeros(1).sum().backward()
-
-
-NO_GRADIENT_MORE = ("print .requires_grad of what you return, for inputs made with "
-                    "requires_grad=True: it must be True; then find the line after which it "
-                    "turns False.")
-
-
-def no_gradient(inputs: str) -> Mistake:
-    """The mistake of an output that no gradient flows back from, to `inputs`."""
-    return Mistake(
-        "no_gradient", f"No gradient flows back to {inputs}",
-        "training needs gradients through this code: stay in torch, in a graph (no "
-        "torch.no_grad(), .detach(), .item(), .numpy() or new tensors built from values).",
-        (_detached_backward, lambda *args, **kwargs: None), more=NO_GRADIENT_MORE)
-
-
-def gradient_case(case: Case, name: str) -> Case:
-    """A Case like `case` that backpropagates the sum of the output (its first part when it
-    is a tuple) and gives the gradient of the first argument, called `name`."""
-
-    def run(obj, args, c):
-        first = args[0].requires_grad_()  # the learner's clone
-        out = obj(first, *args[1:], **c.kwargs)
-        (out[0] if isinstance(out, (tuple, list)) else out).sum().backward()
-        return first.grad
-
-    return dataclasses.replace(
-        case, label=f"{case.label}, backward from the output's sum", run=run,
-        what=f"gradient of {name}", mistakes=(no_gradient(name),), parts=None)
-

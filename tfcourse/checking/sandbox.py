@@ -92,6 +92,31 @@ class _TorchCalls(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _HalfMade(TorchFunctionMode):
+    """Notes whether a torch function returned a float16 or bfloat16 tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        half = (torch.float16, torch.bfloat16)
+        self.made = self.made or any(isinstance(t, torch.Tensor) and t.dtype in half
+                                     for t in (out if isinstance(out, (tuple, list)) else (out,)))
+        return out
+
+
+def makes_half(run: Callable[[], object]) -> bool:
+    """Whether run() (learner code, already run once: it returns) makes a 16-bit float."""
+    with _HalfMade() as seen:
+        try:
+            run()
+        except Exception:  # what it made before raising is what counts
+            pass
+    return seen.made
+
+
 @contextlib.contextmanager
 def _watching(codes):
     """Notes whether any of the code objects `codes` runs (a reference called by the learner)."""

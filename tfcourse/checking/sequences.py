@@ -1,0 +1,221 @@
+"""What a wrong sequence of tokens tells, in the learner's terms, when no catalogued mistake
+matches (chapter 11's items): where the learner's counts, merges, ranks or text first differ
+from the reference's, and how. The pre-token and the bytes of the tokens on each side; the
+pair chosen against the pair expected, with both counts; a token merged too far or not far
+enough; a pair counted across two words; a text changed before encoding (the learner's ranks
+decoded, against the input). A sequence of the wrong length is said to be one: "5 tokens
+where the reference has 4, ...".
+
+Each `explain_*` returns (mistake, fields) for Mistake.fail, or None when it has nothing to
+tell (the result is not a sequence of that kind: the structure checks speak then). The
+tokenizer's own parts (pre-tokenizing, counting, merging) are given by the chapter."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+
+from .mistakes import SEQUENCE_DIFFERS, WRONG_LENGTH
+
+
+def _b(data: bytes) -> str:
+    """b'the' -> "b'the'"; the bytes of a token as Python writes them."""
+    return repr(bytes(data))
+
+
+def _tokens(ids, vocab) -> str:
+    return " ".join(_b(vocab[i]) if i in vocab else f"<{i}?>" for i in ids)
+
+
+def _said(length: str, story: str, what: str, prep: str, label: str):
+    """The first line: a wrong length ("5 tokens where the reference has 4") first, else
+    "Wrong ranks on ...", then the story."""
+    if length:
+        return WRONG_LENGTH, {"length": length, "story": story, "prep": prep}
+    return SEQUENCE_DIFFERS, {"what": what, "prep": prep, "story": story}
+
+
+def _length(got, want, unit: str) -> str:
+    if len(got) == len(want):
+        return ""
+    return f"{len(got)} {unit}{'s' * (len(got) != 1)} where the reference has {len(want)}"
+
+
+def _first_difference(got, want) -> int:
+    return next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+
+
+# ------------------------------------------------------------------------------ counts
+
+
+def explain_counts(words: dict, got, want: dict, label: str):
+    """count_pairs: the first pair, in the order of the words, whose count differs."""
+    if not isinstance(got, dict) or not all(isinstance(k, tuple) and len(k) == 2 for k in got):
+        return None
+    got = {k: v for k, v in got.items() if v}
+    order = [p for w in words for p in zip(w, w[1:])] + sorted(set(got) - set(want))
+    pair = next((p for p in dict.fromkeys(order) if got.get(p, 0) != want.get(p, 0)), None)
+    if pair is None:
+        return None
+    holders = [(w, f, [i for i, p in enumerate(zip(w, w[1:])) if p == pair]) for w, f in words.items()]
+    holders = [h for h in holders if h[2]]
+    if not holders:
+        across = [(u, w) for u in words for w in words if u and w and (u[-1], w[0]) == pair]
+        story = ("no word holds it" + (f": it joins the end of {across[0][0]} to the start of "
+                                       f"{across[0][1]}, a pair counted across two words; count "
+                                       "within each word only" if across else ""))
+    else:
+        w, f, at = holders[0]
+        story = (f"{w} (frequency {f}) holds it at position{'s' * (len(at) > 1)} "
+                 f"{', '.join(map(str, at))}" + (f", and {len(holders) - 1} more word"
+                                                  f"{'s' * (len(holders) > 2)} hold it"
+                                                  if len(holders) > 1 else ""))
+    return SEQUENCE_DIFFERS, {"what": "counts", "prep": "for",
+                              "story": f"the pair {pair} counted {got.get(pair, 0)} time"
+                                       f"{'s' * (got.get(pair, 0) != 1)} where the reference "
+                                       f"counts {want.get(pair, 0)}: {story}"}
+
+
+# -------------------------------------------------------------------------------- merge
+
+
+def explain_word(word, got, want, label: str):
+    """merge: a word of the wrong length, or the first position that differs."""
+    if not isinstance(got, (tuple, list)) or not all(isinstance(t, int) for t in got):
+        return None
+    got, want = tuple(got), tuple(want)
+    i = _first_difference(got, want)
+    mine, theirs = got[i:i + 2] or "nothing", want[i:i + 2] or "nothing"
+    story = (f"your word {got}, the reference's {want}: from position {i}, yours holds {mine} "
+             f"where the reference's holds {theirs}")
+    return _said(_length(got, want, "token"), story, "word", "for", label)
+
+
+# ------------------------------------------------------------------------------- merges
+
+
+def explain_merges(words: dict, got, want, label: str, *, count: Callable, merge: Callable,
+                   whole: tuple = ()):
+    """learn_merges: the first step where the merges differ, with the counts of the pair
+    chosen and of the pair expected in the reference's words at that step (`words`: the
+    reference's words before any merge; `count`, `merge`: the reference's; `whole`: the text's
+    bytes as one word, to tell a pair that only crosses a pre-token boundary)."""
+    if not isinstance(got, (list, tuple)) or not all(
+            isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(t, int) for t in p)
+            for p in got):
+        return None
+    got, want = [tuple(p) for p in got], [tuple(p) for p in want]
+    step = _first_difference(got, want)
+    vocab = {b: bytes([b]) for b in range(256)}
+    before = count(words)  # the counts before any merge
+    for i, (a, b) in enumerate(want[:step]):
+        vocab[256 + i] = vocab[a] + vocab[b]
+        words = {merge(w, (a, b), 256 + i): f for w, f in words.items()}
+        whole = merge(whole, (a, b), 256 + i)
+    counts = count(words)
+    length = _length(got, want, "merge")
+
+    def told(pair):
+        return f"{pair} ({_tokens(pair, vocab)}), counted {counts.get(pair, 0)}"
+
+    if step == len(got):  # stopped early
+        story = f"you stop after merge {step}, where the reference goes on with {told(want[step])}"
+    elif step == len(want):
+        story = (f"you go on after the reference's {step} merges with {got[step]}" + (
+            ": no pair is left in the reference's words there, so yours hold pairs that its words "
+            "do not (across pre-tokens, or across special tokens?)" if not counts else ""))
+    else:
+        mine, theirs = got[step], want[step]
+        story = f"merge {step} (rank {256 + step}) is {told(mine)}, where the reference's is {told(theirs)}"
+        if counts.get(mine, 0) == counts[theirs]:
+            story += (": a tie, which goes to the smallest pair (the smallest first token, then "
+                      "the smallest second)")
+        elif not counts.get(mine) and (mine in zip(whole, whole[1:])):
+            story += (": a pair no pre-token holds, only two neighbouring pre-tokens: counted "
+                      "across the pre-token boundary")
+        elif not counts.get(mine) and before.get(mine):
+            story += (": a pair of the words before the merges, which an earlier merge took: the "
+                      "counts not recounted, or not updated, after a merge")
+        elif not counts.get(mine):
+            story += ": a pair that no word holds at that step"
+        elif counts[mine] < counts[theirs]:
+            story += f": yours is not the pair of the largest count; counted your way, {mine} comes first"
+        else:
+            story += ": yours has the larger count by the reference's counting, yet another was chosen"
+    return _said(length, story, "merges", "on", label)
+
+
+# ---------------------------------------------------------------------------------- ids
+
+
+def _changed(text: str, decoded: str) -> str:
+    """How `decoded` was made from `text`, if one of the usual changes makes it."""
+    for change, how in (
+            (lambda t: t.strip(), "stripped of the whitespace at its start and end"),
+            (lambda t: t.lstrip(), "stripped of the whitespace at its start"),
+            (lambda t: t.rstrip(), "stripped of the whitespace at its end"),
+            (lambda t: " ".join(t.split()), "its runs of whitespace collapsed into single spaces"),
+            (lambda t: " " + t, "a space put before it (add_prefix_space)"),
+            (str.lower, "lower-cased"),
+            (lambda t: unicodedata.normalize("NFC", t), "normalized to NFC"),
+            (lambda t: unicodedata.normalize("NFKC", t), "normalized to NFKC"),
+            (lambda t: unicodedata.normalize("NFD", t), "normalized to NFD"),
+            (lambda t: t.replace("\n", " "), "its newlines made spaces")):
+        if change(text) == decoded != text:
+            return how
+    i = _first_difference(decoded, text)
+    return f"different from character {i} on: {decoded[i:i + 12]!r} where the text has {text[i:i + 12]!r}"
+
+
+def explain_ids(text: str, pieces: list, got, want, vocab: dict, label: str):
+    """encode: ranks that do not decode to the text (the text changed before encoding, or a
+    rank that is no token), or the first token that differs: in which pre-token, the bytes on
+    each side, merged too far, not far enough, or across two pre-tokens."""
+    if not isinstance(got, (list, tuple)) or not all(isinstance(t, int) for t in got):
+        return None
+    length = _length(got, want, "token")
+    unknown = [t for t in got if t not in vocab]
+    if unknown:
+        story = f"rank {unknown[0]} is no byte and no merge's (the ranks run from 0 to {max(vocab)})"
+        return _said(length, story, "ranks", "for", label)
+    data = b"".join(vocab[t] for t in got)
+    if data != text.encode("utf-8"):
+        decoded = data.decode("utf-8", errors="replace")
+        story = (f"your ranks decode to {decoded[:60]!r}, not the text: {_changed(text, decoded)}; "
+                 "encode the text as it is")
+        return _said(length, story, "ranks", "for", label)
+    k = _first_difference(got, want)
+    start = sum(len(vocab[t]) for t in got[:k])  # the byte where the two first differ
+    ends, at = [], 0
+    for p in pieces:
+        at += len(p.encode("utf-8"))
+        ends.append(at)
+    piece = next(i for i, e in enumerate(ends) if e > start) if ends else 0
+    mine = vocab[got[k]] if k < len(got) else b""
+    theirs = vocab[want[k]] if k < len(want) else b""
+    where = f"in the pre-token {pieces[piece]!r}" if pieces else ""
+    if start + len(mine) > ends[piece]:
+        how = "a token across two pre-tokens: merges stop at a pre-token's end"
+    elif len(mine) > len(theirs):
+        how = "merged too far: the reference keeps it in more tokens"
+    else:
+        how = "not merged far enough: the reference's token is longer"
+    story = (f"{where}, your token {_b(mine)} where the reference has {_b(theirs)} (token {k}: "
+             f"{how})")
+    return _said(length, story, "ranks", "for", label)
+
+
+# --------------------------------------------------------------------------------- text
+
+
+def explain_text(got, want: str, label: str):
+    """decode: where the text first differs, and how many U+FFFD each side has."""
+    if not isinstance(got, str):
+        return None
+    i = _first_difference(got, want)
+    story = (f"your text {got[:60]!r}, the reference's {want[:60]!r}: they differ from character "
+             f"{i} on ({got[i:i + 8]!r} where the reference has {want[i:i + 8]!r})")
+    if got.count("\ufffd") != want.count("\ufffd"):
+        story += (f"; yours has {got.count(chr(0xfffd))} U+FFFD, the reference's "
+                  f"{want.count(chr(0xfffd))}")
+    return _said(_length(got, want, "character"), story, "text", "for", label)

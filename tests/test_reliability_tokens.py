@@ -351,9 +351,9 @@ def test_train_lm_bpe_prints_bits_per_byte_beside_nats_per_token(tmp_path, capsy
 @pytest.mark.parametrize("task, option, message", [  # A20
     ("lm-llama", ["--positional", "learned"], "--positional is not a setting of the lm-llama model "
      "(LlamaConfig), but of --task classify, mlm, lm, lm-bpe; lm-llama takes --positions"),
-    ("lm", ["--positions", "rotary"], "but of --task lm-llama; lm takes --positional"),
+    ("lm", ["--positions", "rotary"], "but of --task lm-llama, llm; lm takes --positional"),
     ("lm-bpe", ["--n-kv-heads", "2"], "--n-kv-heads is not a setting of the lm-bpe model "
-     "(DecoderLMConfig), but of --task lm-llama"),
+     "(DecoderLMConfig), but of --task lm-llama, llm"),
 ])
 def test_a_model_setting_of_another_task_names_the_tasks_that_take_it(task, option, message,
                                                                       tmp_path, capsys, monkeypatch):
@@ -366,9 +366,9 @@ def test_train_help_says_which_task_takes_which_model_setting(capsys):  # A20
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # unwrapped
-    for option, tasks in [("--positional", "classify, mlm, lm, lm-bpe"), ("--positions", "lm-llama"),
-                          ("--n-kv-heads", "lm-llama"), ("--rope-base", "lm-llama"),
-                          ("--norm-eps", "lm-llama"), ("--pooling", "classify, mlm")]:
+    for option, tasks in [("--positional", "classify, mlm, lm, lm-bpe"), ("--positions", "lm-llama, llm"),
+                          ("--n-kv-heads", "lm-llama, llm"), ("--rope-base", "lm-llama, llm"),
+                          ("--norm-eps", "lm-llama, llm"), ("--pooling", "classify, mlm")]:
         after = text[text.index(f"{option} ", text.index("model (defaults")):]
         assert f"[--task {tasks} only]" in after[:400].replace("lm- llama", "lm-llama"), option
     assert "--d-model D_MODEL width of the model (the residual stream) --n-heads" in text

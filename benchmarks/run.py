@@ -565,7 +565,8 @@ def _tiny_train(model, task, seed, seconds=None, steps=None):
                      clock=time.process_time)
 
 
-_CHANGES = {"scaled": "the sqrt(d) embedding scale added", "layernorm": "LayerNorm for RMSNorm", "gelu": "GELU FFN for SwiGLU",
+_CHANGES = {"scaled": "the sqrt(d) embedding scale added", "layernorm": "LayerNorm for RMSNorm",
+            "gelu": "GELU FFN for SwiGLU",
             "learned": "learned positions for RoPE", "mha": "4 key/value heads for 2"}
 BENCHMARKS += [
     Benchmark("llama", "LM: held-out nats/char after 60 CPU-seconds of training, equal parameters",

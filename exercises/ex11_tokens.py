@@ -1,5 +1,6 @@
-"""Exercise 11: byte-level BPE, the tokenizer of GPT-2 and of most models since, written as
-functions on ranks: a byte b is rank b (0..255), merge i makes rank 256 + i.
+"""Exercise 11: byte-level BPE, the tokenizer of GPT-2, GPT-4 and Llama 3 (Llama 1-2 use
+SentencePiece over characters), written as functions on ranks: a byte b is rank b (0..255),
+merge i makes rank 256 + i.
 
 Fill in the functions below, then check them from the repository's root:
 

@@ -33,6 +33,10 @@
    tokenizers and encoding throughput against tiktoken (both equal in what they produce);
    the lm recipe's model on BPE tokens against characters, the same settings and the same
    CPU time, in held-out bits per byte; how many characters 64 positions read.
+9. chapter 13's small LM (benchmarks/llm.py, its runs stored in benchmarks/llm.json): the
+   llm recipe against 2017's recipe, chapter 09's GPT block, the same model on characters
+   (each trained from the same seed for the same steps), the best n-grams over its tokens
+   and over characters, and chapter 09's lm.pt, in held-out bits per byte of the test files.
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
@@ -579,6 +583,24 @@ BENCHMARKS += [
               ("bfloat16", "float32"), functools.partial(precision.bf16_pair, d_model=d),
               lambda r: f"{r[0] * 1e3:.0f} ms ({r[1]:.3f})", lambda a, b: a[0] / b[0],
               "< 1.0 pays", seeds=3, quick=1) for d in (64, 256)]
+
+# The small LM's payoff: its measuring functions are in benchmarks/llm.py, which also stores
+# every run in benchmarks/llm.json (python benchmarks/llm.py): about 3 CPU minutes a run.
+import llm  # noqa: E402
+
+_LLM_OTHERS = {"adam2017": "the same model, tokens and steps with 2017's recipe (Adam, noam, "
+                           "no decay, no clipping)",
+               "gpt_bpe": "chapter 09's GPT block, the same tokens, recipe and parameters",
+               "llama_chars": "the same model and recipe on characters",
+               "bpe n-gram": "the best Kneser-Ney n-gram over the same BPE tokens",
+               "chars n-gram": "the best Kneser-Ney n-gram over characters",
+               "lm.pt": "chapter 09's shipped character model"}
+BENCHMARKS += [
+    Benchmark(f"llm_{other.replace(' ', '_').replace('.', '_')}",
+              f"small LM (recipe llm): held-out bits/byte vs {what}", ("llm", other),
+              functools.partial(llm.pair, other=other), lambda x: f"{x:.3f}",
+              lambda a, b: a / b, "< 1.0", seeds=3, quick=1)
+    for other, what in _LLM_OTHERS.items()]
 
 
 # ------------------------------------------------------------------ running them

@@ -33,10 +33,14 @@
    tokenizers and encoding throughput against tiktoken (both equal in what they produce);
    the lm recipe's model on BPE tokens against characters, the same settings and the same
    CPU time, in held-out bits per byte; how many characters 64 positions read.
-9. chapter 13's small LM (benchmarks/llm.py, its runs stored in benchmarks/llm.json): the
-   llm recipe against 2017's recipe, chapter 09's GPT block, the same model on characters
-   (each trained from the same seed for the same steps), the best n-grams over its tokens
-   and over characters, and chapter 09's lm.pt, in held-out bits per byte of the test files.
+9. chapter 12's Llama-style model against transformers' LlamaForCausalLM with the same
+   config and weights (benchmarks/llama_speed.py): a training step and cached greedy
+   generation, tokens per CPU second, from the tiny model to 10M parameters, on one thread
+   and on all; and its step against the course's own GPT block at the same size.
+10. chapter 13's small LM (benchmarks/llm.py, its runs stored in benchmarks/llm.json): the
+    llm recipe against 2017's recipe, chapter 09's GPT block, the same model on characters
+    (each trained from the same seed for the same steps), the best n-grams over its tokens
+    and over characters, and chapter 09's lm.pt, in held-out bits per byte of the test files.
 
 How a row is measured, so that a busy machine cannot fake a result: for each seed (or
 repeat) the two sides run back to back, and the row reports the median of the per-seed
@@ -601,6 +605,27 @@ BENCHMARKS += [
               functools.partial(llm.pair, other=other), lambda x: f"{x:.3f}",
               lambda a, b: a / b, "< 1.0", seeds=3, quick=1)
     for other, what in _LLM_OTHERS.items()]
+
+
+# Chapter 12's model against transformers' LlamaForCausalLM, and against the course's GPT
+# block; their measuring functions are in benchmarks/llama_speed.py.
+import llama_speed  # noqa: E402
+
+_ALL = os.cpu_count() or 1
+BENCHMARKS += [
+    *(Benchmark(f"{row}_{size}_{threads}t", f"{what}, {size} ({threads} thread"
+                f"{'s' if threads > 1 else ''}), tokens per CPU second", columns,
+                functools.partial(measure, size=size, threads=threads),
+                lambda t: f"{t:,.0f}", lambda a, b: a / b, goal, seeds=3)
+      for row, what, columns, measure, goal in (
+          ("hf_step", "Llama training step (8 x 128)", ("tfcourse", "transformers"),
+           llama_speed.step_pair, ">= 1.0"),
+          ("hf_generate", "Llama greedy cached generation (1 x 128)",
+           ("tfcourse", "transformers"), llama_speed.generate_pair, ">= 1.0"),
+          ("llama_gpt", "training step (8 x 128), Llama block vs GPT block",
+           ("Llama block", "GPT block"), llama_speed.llama_gpt_pair, "about 1.0"))
+      for size in llama_speed.SIZES for threads in sorted({1, _ALL})),
+]
 
 
 # ------------------------------------------------------------------ running them

@@ -84,6 +84,21 @@ def test_rotary_scores_depend_on_the_offset_only(pairs):
     torch.testing.assert_close(RotaryEmbedding(16, pairs=pairs)(x, 3).norm(dim=-1), x.norm(dim=-1))
 
 
+def test_rotary_tables_are_kept_grown_and_made_again_where_they_cannot_serve():
+    rope = RotaryEmbedding(8, base=500.0)
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    for start in (0, 3, 40, 2):  # the tables grow at 40
+        cos, sin = rotary_cos_sin(torch.arange(start, start + 5), 8, 500.0, torch.float64)
+        torch.testing.assert_close(rope(x, start), apply_rotary(x, cos, sin), rtol=0, atol=1e-15)
+    assert rope.tables[0].shape == (45, 4) and rope.tables[0].dtype == torch.float64
+    assert rope(x.float(), 1).dtype == torch.float32 == rope.tables[0].dtype
+    with torch.inference_mode():
+        rope(x, 0)
+    y = x.clone().requires_grad_()
+    rope(y, 0).sum().backward()  # inference-mode tables are not kept for autograd
+    assert y.grad is not None and not rope.tables[0].is_inference()
+
+
 def test_the_two_pair_conventions_compute_the_same_scores_once_the_weights_are_permuted():
     torch.manual_seed(3)
     n_heads, d_head, d_model = 2, 8, 16

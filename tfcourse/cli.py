@@ -5,6 +5,7 @@
     tfcourse decode --checkpoint dates.pt "samedi 21 novembre 2026" "May 3, 1999"
     tfcourse sample --prompt "def " --temperature 0.8 --top-k 20    # the shipped Python LM
     tfcourse classify "Mitteleuropäische Sommerzeit" "dolarów"        # the shipped language ID
+    tfcourse export lm-llama.pt lm-llama-hf      # the folder transformers' from_pretrained reads
     torchrun --nproc-per-node 2 -m tfcourse train --task dates --batch-size 32 --out ddp.pt
 
 How long each takes, and the commands and held-out metrics of the shipped checkpoints in
@@ -250,6 +251,16 @@ def build_parser():
                     help="a checkpoint of `tfcourse train --task classify` (default: the "
                     "shipped one)")
     _running_options(cl)
+
+    ex = commands.add_parser(
+        "export", help="write a Llama-style checkpoint as the folder transformers reads",
+        description="Write DIR (made if missing; an existing one must be empty) as "
+        "transformers' save_pretrained would: config.json, model.safetensors, "
+        "generation_config.json, tokenizer.json and tokenizer_config.json, so that "
+        "AutoModelForCausalLM, AutoTokenizer and pipeline() read it (tfcourse.hf). The "
+        "checkpoint must be of kind 'llama' (e.g. `tfcourse train --task lm-llama`).")
+    ex.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint of kind 'llama'")
+    ex.add_argument("directory", metavar="DIR", help="the folder to write")
     return parser
 
 
@@ -569,7 +580,19 @@ def _classify(args):
     return 1 if refused else 0
 
 
-COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _classify}
+def _export(args):
+    try:
+        from tfcourse.hf import export  # transformers loads only here
+    except ImportError as error:
+        raise ValueError(f"export needs transformers and tokenizers (pip install "
+                         f"'tfcourse[lab]'): {error}") from None
+    files = export(args.checkpoint, args.directory)
+    print(f"{args.directory}: {', '.join(files)}")
+    return 0
+
+
+COMMANDS = {"train": _train, "decode": _decode, "sample": _sample, "classify": _classify,
+            "export": _export}
 
 
 def main(argv=None):

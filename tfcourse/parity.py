@@ -99,7 +99,8 @@ def run_torch(module, *args, **kwargs):
 
 
 # ---------------------------------------------------------------- chapter 12: Llama
-# transformers' LlamaForCausalLM name -> tfcourse.modern.LlamaLM's, applied to every key.
+# transformers' LlamaForCausalLM name -> tfcourse.modern.LlamaLM's, applied to every key, and
+# back (tfcourse.hf writes and reads the folder transformers saves with these).
 _FROM_LLAMA = (
     (r"^model\.embed_tokens\.", "embed.embedding."),
     (r"^model\.norm\.", "norm."),
@@ -109,31 +110,71 @@ _FROM_LLAMA = (
     (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.sublayers.0.norm."),
     (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.sublayers.1.norm."),
 )
+_TO_LLAMA = (
+    (r"^embed\.embedding\.", "model.embed_tokens."),
+    (r"^norm\.", "model.norm."),
+    (r"^generator\.", "lm_head."),
+    (r"^layers\.(\d+)\.self_attn\.w_([qkvo])\.", r"model.layers.\1.self_attn.\2_proj."),
+    (r"^layers\.(\d+)\.feed_forward\.(gate|up|down)\.", r"model.layers.\1.mlp.\2_proj."),
+    (r"^layers\.(\d+)\.sublayers\.0\.norm\.", r"model.layers.\1.input_layernorm."),
+    (r"^layers\.(\d+)\.sublayers\.1\.norm\.", r"model.layers.\1.post_attention_layernorm."),
+)
 
 
-def llama_from_transformers(theirs: nn.Module, **overrides):
-    """A tfcourse.modern.LlamaLM with the config and the weights of ``theirs``, a
-    transformers.LlamaForCausalLM (ValueError for a setting LlamaLM does not have: biases,
-    a head width other than d_model / n_heads, RoPE scaling). ``overrides``: other values of
-    LlamaConfig's own settings (attn_impl)."""
-    from tfcourse.modern import LlamaConfig, LlamaLM
+def llama_state_dict_to_transformers(state):
+    """A LlamaLM state_dict -> the same tensors under LlamaForCausalLM's names (the inverse of
+    the renaming llama_from_transformers does)."""
+    return {_rename(name, _TO_LLAMA): tensor for name, tensor in state.items()}
 
-    c = theirs.config
+
+def llama_config_from_transformers(c, **overrides):
+    """The tfcourse.modern.LlamaConfig of a transformers LlamaConfig ``c``; ValueError in one
+    line naming each setting LlamaLM does not have (biases, an activation other than SiLU, a
+    head width other than d_model / n_heads, RoPE scaling, partial rotary)."""
+    from tfcourse.modern import LlamaConfig
+
     rope = c.rope_parameters or {}
     differ = {"attention_bias": (c.attention_bias, False), "mlp_bias": (c.mlp_bias, False),
               "hidden_act": (c.hidden_act, "silu"),
               "head_dim": (c.head_dim, c.hidden_size // c.num_attention_heads),
-              "rope_type": (rope.get("rope_type", "default"), "default")}
+              "rope_type": (rope.get("rope_type", "default"), "default"),
+              "partial_rotary_factor": (rope.get("partial_rotary_factor", 1.0), 1.0)}
     unlike = [f"{name}={got!r} (LlamaLM: {want!r})" for name, (got, want) in differ.items()
               if got != want]
     if unlike:
         raise ValueError(f"LlamaLM has no equivalent of {', '.join(unlike)}")
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=c.vocab_size, d_model=c.hidden_size, n_heads=c.num_attention_heads,
         n_kv_heads=c.num_key_value_heads, d_ff=c.intermediate_size, n_layers=c.num_hidden_layers,
         max_len=c.max_position_embeddings, rope_base=float(rope["rope_theta"]),
-        norm_eps=c.rms_norm_eps, tie_output=c.tie_word_embeddings, **overrides)
-    ours = LlamaLM(config)
+        norm_eps=c.rms_norm_eps, tie_output=c.tie_word_embeddings,
+        pad_id=c.pad_token_id if c.pad_token_id is not None else LlamaConfig.pad_id, **overrides)
+
+
+def llama_config_to_transformers(config):
+    """The keyword arguments of transformers.LlamaConfig for a tfcourse.modern.LlamaConfig
+    (rotary positions only: learned or sinusoidal ones have no place in LlamaForCausalLM)."""
+    if config.positions != "rotary":
+        raise ValueError(f"positions={config.positions!r}: LlamaForCausalLM has rotary "
+                         "positions only")
+    c = config
+    return dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
+                num_key_value_heads=c.n_kv_heads, head_dim=c.d_model // c.n_heads,
+                intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, hidden_act=c.activation,
+                max_position_embeddings=c.max_len, rms_norm_eps=c.norm_eps,
+                rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},
+                tie_word_embeddings=c.tie_output, attention_bias=False, mlp_bias=False,
+                pad_token_id=c.pad_id)
+
+
+def llama_from_transformers(theirs: nn.Module, **overrides):
+    """A tfcourse.modern.LlamaLM with the config and the weights of ``theirs``, a
+    transformers.LlamaForCausalLM (ValueError for a setting LlamaLM does not have:
+    llama_config_from_transformers). ``overrides``: other values of LlamaConfig's own
+    settings (attn_impl)."""
+    from tfcourse.modern import LlamaLM
+
+    ours = LlamaLM(llama_config_from_transformers(theirs.config, **overrides))
     ours.load_state_dict({_rename(name, _FROM_LLAMA): tensor
                           for name, tensor in theirs.state_dict().items()})
     return ours.to(theirs.dtype).eval()

@@ -5,8 +5,9 @@ byte of the test files (`heapq`, `queue`, `shlex`: the lm task's test split), re
 consecutive windows of 64 tokens (or characters) as the models read them, so characters and
 BPE tokens are measured in one unit on the same text.
 
-    python benchmarks/llm.py                  # everything (about an hour of CPU, one thread)
-    python benchmarks/llm.py runs --seed 1    # one part: vocab, lr, baselines, runs, scaling
+    python benchmarks/llm.py                  # everything (about 75 CPU minutes, one thread)
+    python benchmarks/llm.py runs --seed 1    # one part: baselines, vocab, lr, scaling,
+                                              # longer, dropout, runs (--row, --seed, --ship)
 
 Each part stores its results in benchmarks/llm.json (the notebook and the README read them
 from there, without retraining); benchmarks/run.py's rows llm_* take the same runs. Times
@@ -216,6 +217,28 @@ def rates():
         _store("lr", f"{lr:g}", task.bits_per_byte(model, task.val))
 
 
+def no_dropout(seed=0):
+    """The recipe without dropout from seed 0: its mean training loss over the last 100
+    steps (nats/token) beside its validation loss, as the shipped checkpoint's history
+    (dropout 0.1) has them: what dropout buys on six passes over the text."""
+    task, model, config = build("llm", seed, model=dict(dropout=0.0))
+    start = time.process_time()
+    history = train(model, task, config, device="cpu", progress=False)
+    result = _figures(task, model, config, time.process_time() - start)
+    _store("dropout", "0", dict(result, train_loss=sum(history["loss"][-100:]) / 100,
+                                val_loss=history["val_loss"][-1]))
+    shipped = load_checkpoint(SHIPPED)[2]["history"]
+    _store("dropout", "0.1 (llm.pt)", dict(train_loss=sum(shipped["loss"][-100:]) / 100,
+                                           val_loss=shipped["val_loss"][-1]))
+
+
+def longer(seed=1, steps=1500):
+    """The recipe with a longer schedule (its warm-up 10% of it, as the recipe's): what 50%
+    more steps buy, on the seed whose 1,000 steps did worst against lm.pt."""
+    task, model, config = build("llm", seed, train=dict(steps=steps, warmup=steps // 10))
+    _store("longer", f"{steps} steps, seed {seed}", _trained(task, model, config))
+
+
 def power_law(params, losses):
     """Least squares of log L = log a - alpha log N: (a, alpha)."""
     x = torch.tensor(params, dtype=torch.float64).log()
@@ -275,7 +298,8 @@ def pair(seed, other):
 
 
 def main(argv=None):
-    parts = {"baselines": baselines, "vocab": vocab_sizes, "lr": rates, "scaling": scaling}
+    parts = {"baselines": baselines, "vocab": vocab_sizes, "lr": rates, "scaling": scaling,
+             "longer": longer, "dropout": no_dropout}
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", nargs="?", choices=[*parts, "runs", "all"], default="all")
     parser.add_argument("--seed", type=int, action="append", help="runs: this seed (repeat)")

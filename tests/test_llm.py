@@ -73,3 +73,18 @@ def test_ngram_bits_per_byte_counts_each_predicted_tokens_bytes():
     ids = task.test.ids.tolist()
     bits = -sum(math.log2(model.probability((), i)) for i in ids[1:])
     assert llm.ngram_bpb(task, 1) == pytest.approx(bits / (len(ids) - 1))
+
+
+def test_the_stored_results_hold_every_row_at_the_recipes_length():
+    """benchmarks/llm.json (what notebook 13 and the README read): three seeds of every
+    trained row, each at the recipe's steps; seed 0 of the recipe is the shipped llm.pt."""
+    llm = _benchmark()
+    results, steps = llm.load_results(), build("llm")[2].steps
+    for row in ("llm", "adam2017", "gpt_bpe", "llama_chars"):
+        assert sorted(results[row]) == ["0", "1", "2"]
+        assert {run["steps"] for run in results[row].values()} == {steps}
+    model, _, _ = checkpoint.load_checkpoint(llm.SHIPPED)
+    task = build("llm")[0]
+    assert results["llm"]["0"]["bpb"] == pytest.approx(task.bits_per_byte(model, task.test), abs=1e-6)
+    fit = results["scaling"]["fit"]
+    assert fit["fitted_on"] == len(llm.SCALING) - 1 and fit["predicted"] > 0

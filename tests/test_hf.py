@@ -18,9 +18,9 @@ from tfcourse.decoding import lm_generate
 from tfcourse.hf import export, export_model, load_transformers, transformers_weights
 from tfcourse.inference import complete
 from tfcourse.modern import LlamaConfig, LlamaLM
-from tfcourse.tokens import BPE, train_bpe
+from tfcourse.tokens import BPE, pre_tokenize, train_bpe
 from tfcourse.training import TrainConfig, train
-from tfcourse.vocab import EOS, SPECIALS, UNK, Vocab
+from tfcourse.vocab import EOS, PAD, SPECIALS, UNK, Vocab
 
 transformers = pytest.importorskip("transformers")
 AutoModel, AutoTokenizer = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
@@ -64,14 +64,24 @@ def test_the_exported_model_gives_the_same_logits(exported):
 def test_the_exported_tokenizer_gives_the_course_ids_on_held_out_text(exported):
     _, folder, _, vocab = exported
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    typed = HELD_OUT["special tokens"]  # "end<|endoftext|>start <eos> and <pad><|endoftext|>"
     for name, text in HELD_OUT.items():
-        assert tokenizer(text)["input_ids"] == vocab.encode(text), name
+        if text != typed or isinstance(vocab, Vocab):
+            assert tokenizer(text)["input_ids"] == vocab.encode(text), name
     source = HELD_OUT["python source (test files)"][:3000]
     ids = [i for i in vocab.encode(source) if i != UNK]  # the course shows UNK as '?'
     assert tokenizer.decode(ids) == vocab.decode(ids)
     if isinstance(vocab, BPE):  # every special token at its id, the extra one too
         assert tokenizer.convert_tokens_to_ids([*SPECIALS, "<|endoftext|>"]) == [0, 1, 2, 3, 4]
         assert tokenizer.eos_token_id == vocab.eos_id and tokenizer.pad_token_id == vocab.pad_id
+        # a special token's spelling is text, as encode() without allowed_special reads it
+        # (each pre-token alone: "<", "eos", ">"); split_special_tokens=False reads each as
+        # its id (encode's allowed_special="all")
+        text = vocab.encode
+        assert tokenizer(typed)["input_ids"] == [
+            i for piece in pre_tokenize(typed, vocab.pattern) for i in text(piece)]
+        assert tokenizer(typed, split_special_tokens=False)["input_ids"] == [
+            *text("end"), 4, *text("start "), EOS, *text(" and "), PAD, 4]
     else:  # no special token declared: "<eos>" typed in a text is five characters
         assert tokenizer("<eos>")["input_ids"] == vocab.encode("<eos>") != [EOS]
 

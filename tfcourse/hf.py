@@ -16,10 +16,12 @@ with tokenizer_config.json. Three things carry over as the course computes them:
 - The byte-level BPE tokenizer (chapter 11): its vocabulary is every token's bytes written in
   GPT-2's printable stand-ins, its id = n_specials + rank, its merges in the order learned
   (so by rank, as encode merges), its pre-tokenizer the course's pattern (GPT-2's) followed
-  by the bytes-to-stand-ins step, the special tokens at their ids, cut out of the text first.
-  A character vocabulary becomes a BPE model without merges (each character its id, an
-  unknown one <unk>), and declares no special tokens: the course reads "<eos>" typed in a
-  text as five characters, which a declared special token would not be.
+  by the bytes-to-stand-ins step, the special tokens at their ids. A special token's
+  spelling typed in a text ("<eos>") is read as text (split_special_tokens), as BPE.encode
+  reads it without allowed_special; tokenizer(text, split_special_tokens=False) reads it as
+  its id, as encode(text, allowed_special="all") does. A character vocabulary becomes a BPE
+  model without merges (each character its id, an unknown one <unk>) and declares no
+  special tokens: the course reads "<eos>" in a text as five characters.
 - Generation: the course never picks a special token (PAD, BOS, EOS, UNK) for running text;
   generation_config.json suppresses them, so greedy generate() picks what
   decoding.lm_generate picks, as long as the text fits in max_len positions (beyond it the
@@ -140,7 +142,8 @@ def export_model(model: LlamaLM, vocab: BPE | Vocab, directory: str) -> list[str
         unk_token=SPECIALS[UNK], additional_special_tokens=vocab.specials[len(SPECIALS):])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(vocab),
                                         model_max_length=model.config.max_len,
-                                        clean_up_tokenization_spaces=False, **names)
+                                        clean_up_tokenization_spaces=False,
+                                        split_special_tokens=bool(names), **names)
     tokenizer.save_pretrained(directory)
     return sorted(os.listdir(directory))
 

@@ -16,6 +16,7 @@ Where each job lives:
     tfcourse.inference    using a trained model: predict, classify, complete, ...
     tfcourse.decoding     greedy, beam search, sampling: one token-by-token loop, generate()
     tfcourse.checkpoint   save, load, and the registry of model kinds (register())
+    tfcourse.hf           a Llama-style checkpoint as the folder transformers reads, and back
     tfcourse.device       the device and the CPU threads
     tfcourse.recipes      per task: the model and the training settings the course uses
     tfcourse.cli          the `tfcourse` command, a thin layer over these

@@ -134,7 +134,7 @@ class RotaryEmbedding(nn.Module):
     (with a cache, start = the cached length). No parameters: the tables are a function of
     the positions only, so they are computed once for positions 0, 1, ... and kept (made
     again, twice as long, when a longer text comes; not in the state_dict), instead of at
-    every call: generating one token at a time, computing them took a sixth of the time."""
+    every call: generating one token at a time, computing them took a fifth of the time."""
 
     def __init__(self, d_head: int, base: float = 10000.0, pairs: Pairs = "halves"):
         super().__init__()

@@ -99,26 +99,28 @@ def run_torch(module, *args, **kwargs):
 
 
 # ---------------------------------------------------------------- chapter 12: Llama
-# transformers' LlamaForCausalLM name -> tfcourse.modern.LlamaLM's, applied to every key, and
-# back (tfcourse.hf writes and reads the folder transformers saves with these).
-_FROM_LLAMA = (
-    (r"^model\.embed_tokens\.", "embed.embedding."),
-    (r"^model\.norm\.", "norm."),
-    (r"^lm_head\.", "generator."),
-    (r"^model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.", r"layers.\1.self_attn.w_\2."),
-    (r"^model\.layers\.(\d+)\.mlp\.(gate|up|down)_proj\.", r"layers.\1.feed_forward.\2."),
-    (r"^model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.sublayers.0.norm."),
-    (r"^model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.sublayers.1.norm."),
+# transformers' LlamaForCausalLM prefix and tfcourse.modern.LlamaLM's, {} a layer's index;
+# renamed both ways (tfcourse.hf writes and reads the folder transformers saves with these).
+_LLAMA_NAMES = (
+    ("model.embed_tokens.", "embed.embedding."),
+    ("model.norm.", "norm."),
+    ("lm_head.", "generator."),
+    *((f"model.layers.{{}}.self_attn.{p}_proj.", f"layers.{{}}.self_attn.w_{p}.") for p in "qkvo"),
+    *((f"model.layers.{{}}.mlp.{p}_proj.", f"layers.{{}}.feed_forward.{p}.")
+      for p in ("gate", "up", "down")),
+    ("model.layers.{}.input_layernorm.", "layers.{}.sublayers.0.norm."),
+    ("model.layers.{}.post_attention_layernorm.", "layers.{}.sublayers.1.norm."),
 )
-_TO_LLAMA = (
-    (r"^embed\.embedding\.", "model.embed_tokens."),
-    (r"^norm\.", "model.norm."),
-    (r"^generator\.", "lm_head."),
-    (r"^layers\.(\d+)\.self_attn\.w_([qkvo])\.", r"model.layers.\1.self_attn.\2_proj."),
-    (r"^layers\.(\d+)\.feed_forward\.(gate|up|down)\.", r"model.layers.\1.mlp.\2_proj."),
-    (r"^layers\.(\d+)\.sublayers\.0\.norm\.", r"model.layers.\1.input_layernorm."),
-    (r"^layers\.(\d+)\.sublayers\.1\.norm\.", r"model.layers.\1.post_attention_layernorm."),
-)
+
+
+def _prefix_rules(pairs):
+    """(source, target) prefixes -> _rename's rules: the layer's index carried across."""
+    return tuple(("^" + re.escape(a).replace(r"\{\}", r"(\d+)"), b.replace("{}", r"\1"))
+                 for a, b in pairs)
+
+
+_FROM_LLAMA = _prefix_rules(_LLAMA_NAMES)
+_TO_LLAMA = _prefix_rules((b, a) for a, b in _LLAMA_NAMES)
 
 
 def llama_state_dict_to_transformers(state):

@@ -5,9 +5,9 @@ byte of the test files (`heapq`, `queue`, `shlex`: the lm task's test split), re
 consecutive windows of 64 tokens (or characters) as the models read them, so characters and
 BPE tokens are measured in one unit on the same text.
 
-    python benchmarks/llm.py                  # everything (about 75 CPU minutes, one thread)
+    python benchmarks/llm.py                  # everything (about 100 CPU minutes, one thread)
     python benchmarks/llm.py runs --seed 1    # one part: baselines, vocab, lr, scaling,
-                                              # longer, dropout, runs (--row, --seed, --ship)
+                                              # dropout, runs (--row, --seed, --ship)
 
 Each part stores its results in benchmarks/llm.json (the notebook and the README read them
 from there, without retraining); benchmarks/run.py's rows llm_* take the same runs. Times
@@ -19,11 +19,13 @@ The rows of the payoff (3 seeds each, the same number of steps and tokens):
 - adam2017: the same model and tokens with 2017's recipe: Adam (beta2 0.98, eps 1e-9), the
   paper's schedule (noam; its factor set so that its peak is the recipe's 6e-3), no weight
   decay, no clipping;
-- llama_chars: the same model and recipe on characters (the lm task);
+- llama_chars: the same model and recipe on characters (the lm task's, each file ending
+  with EOS as the llm task's tokens do);
 - gpt_bpe: chapter 09's GPT block (DecoderLM) on the same tokens and recipe, at the same
   parameters (d_ff 451: 869,900 against 869,504);
 and the baselines: interpolated Kneser-Ney n-grams over the same BPE tokens and over
-characters (tfcourse.baselines.NGramLM), and chapter 09's shipped lm.pt.
+characters (tfcourse.baselines.NGramLM), and chapter 09's shipped lm.pt (on its own task: the
+files run together, no EOS to predict). EOS stands for no text: its bits count, its bytes are 0.
 """
 
 import os
@@ -55,10 +57,11 @@ SEEDS = 3
 VOCABS = (512, 1024, 2048)
 RATES = (3e-3, 6e-3, 1e-2)
 ORDERS = {"bpe": (2, 3, 4, 5, 6), "chars": (6, 7)}  # chars: the best two (README: 5-gram 1.62 nats)
-# 2017's recipe: noam's peak is lr * d_model^-0.5 * warmup^-0.5; this factor makes it 6e-3
-# (d_model 128, warmup 100), the recipe's peak, so that only the recipe differs.
+# 2017's recipe: noam's peak is lr * d_model^-0.5 * warmup^-0.5; this factor makes it the
+# recipe's peak (6e-3 at d_model 128, warm-up 150 steps), so that only the recipe differs.
+_LLM = RECIPES["llm"].train
 ADAM_2017 = dict(optimizer="adam", beta2=0.98, schedule="noam", weight_decay=0.0,
-                 min_lr_ratio=0.0, clip=0.0, lr=6e-3 * 128**0.5 * 100**0.5)
+                 min_lr_ratio=0.0, clip=0.0, lr=_LLM["lr"] * 128**0.5 * _LLM["warmup"]**0.5)
 GPT_BLOCK = dict(d_model=128, n_heads=4, d_ff=451, n_layers=4, dropout=0.1, attn_impl="sdpa",
                  max_len=LM_CONTEXT)
 # Scaling: Llama's block at five widths (4 layers, 4 heads, SwiGLU about 8/3 as wide), each
@@ -125,16 +128,19 @@ def _figures(task, model, config, seconds):
 
 
 @functools.cache
-def _chars_task():
-    return RECIPES["lm"].make_task()
+def _chars_task(eos=True):
+    """The lm task's characters, each file ending with EOS as the llm task's tokens (eos=False:
+    chapter 09's task, which lm.pt was trained and is judged on)."""
+    return lm_task(block_size=LM_CONTEXT, eos=eos)
 
 
 def _by_command(seed, out):
     """`tfcourse train --task llm --seed SEED --out OUT` (one thread), as the README states it;
     the checkpoint's figures."""
     start = time.process_time()
-    cli.main(["train", "--task", "llm", "--seed", str(seed), "--out", out, "--threads", "1",
-              "--no-progress"])
+    if cli.main(["train", "--task", "llm", "--seed", str(seed), "--out", out, "--threads", "1",
+                 "--no-progress", "--overwrite"]):
+        raise SystemExit(f"tfcourse train --task llm --seed {seed} failed")
     seconds = time.process_time() - start
     model, _, _ = load_checkpoint(out)
     return _figures(RECIPES["llm"].make_task(seed), model, RECIPES["llm"].train_config(seed),
@@ -174,8 +180,7 @@ def ngram_bpb(task, order):
     task's tokens, fitted on its training text and read in the model's windows."""
     train_ids, test_ids = task.train.ids.tolist(), task.test.ids.tolist()
     nats = NGramLM(train_ids, len(task.vocab), order).nats(test_ids, task.test.block_size)
-    n_bytes = sum(len(task.vocab.token(i)) for i in test_ids[1:])
-    return nats * (len(test_ids) - 1) / math.log(2) / n_bytes
+    return nats * (len(test_ids) - 1) / math.log(2) / task.text_bytes(task.test.ids[1:])
 
 
 def baselines():
@@ -184,7 +189,8 @@ def baselines():
         for order in ORDERS[name]:
             _store("baselines", f"{name} {order}-gram", ngram_bpb(task, order))
     model, _, _ = load_checkpoint(cli.LM_CHECKPOINT)
-    _store("baselines", "lm.pt", _chars_task().bits_per_byte(model, _chars_task().test))
+    chapter_09 = _chars_task(eos=False)
+    _store("baselines", "lm.pt", chapter_09.bits_per_byte(model, chapter_09.test))
 
 
 def vocab_sizes():
@@ -200,12 +206,8 @@ def vocab_sizes():
             result = _trained(task, RECIPES["llm"].build_model(task, 0),
                               RECIPES["llm"].train_config(0))
         _store("vocab", str(size), dict(
-            bytes_per_token=_bytes(task, task.val.ids) / len(task.val.ids),
+            bytes_per_token=task.text_bytes(task.val.ids) / len(task.val.ids),
             val_bpb=result["val_bpb"], cpu_s=result["cpu_s"], params=result["params"]))
-
-
-def _bytes(task, ids):
-    return sum(len(task.vocab.token(i)) for i in ids.tolist())
 
 
 def rates():
@@ -230,13 +232,6 @@ def no_dropout(seed=0):
     shipped = load_checkpoint(SHIPPED)[2]["history"]
     _store("dropout", "0.1 (llm.pt)", dict(train_loss=sum(shipped["loss"][-100:]) / 100,
                                            val_loss=shipped["val_loss"][-1]))
-
-
-def longer(seed=1, steps=1500):
-    """The recipe with a longer schedule (its warm-up 10% of it, as the recipe's): what 50%
-    more steps buy, on the seed whose 1,000 steps did worst against lm.pt."""
-    task, model, config = build("llm", seed, train=dict(steps=steps, warmup=steps // 10))
-    _store("longer", f"{steps} steps, seed {seed}", _trained(task, model, config))
 
 
 def power_law(params, losses):
@@ -284,9 +279,10 @@ BASELINES = ("bpe n-gram", "chars n-gram", "lm.pt")
 def _baselines():
     task, chars = RECIPES["llm"].make_task(), _chars_task()
     model, _, _ = load_checkpoint(cli.LM_CHECKPOINT)
+    chapter_09 = _chars_task(eos=False)
     return {"bpe n-gram": min(ngram_bpb(task, n) for n in ORDERS["bpe"]),
             "chars n-gram": min(ngram_bpb(chars, n) for n in ORDERS["chars"]),
-            "lm.pt": chars.bits_per_byte(model, chars.test)}
+            "lm.pt": chapter_09.bits_per_byte(model, chapter_09.test)}
 
 
 def pair(seed, other):
@@ -299,7 +295,7 @@ def pair(seed, other):
 
 def main(argv=None):
     parts = {"baselines": baselines, "vocab": vocab_sizes, "lr": rates, "scaling": scaling,
-             "longer": longer, "dropout": no_dropout}
+             "dropout": no_dropout}
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("part", nargs="?", choices=[*parts, "runs", "all"], default="all")
     parser.add_argument("--seed", type=int, action="append", help="runs: this seed (repeat)")

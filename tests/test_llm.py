@@ -11,12 +11,12 @@ import torch
 
 from tfcourse import checkpoint, cli
 from tfcourse.baselines import NGramLM
-from tfcourse.corpora import TextCorpus, lm_task
+from tfcourse.corpora import TextCorpus, lm_task, stdlib_corpus
 from tfcourse.modern import LlamaLM
 from tfcourse.recipes import build
 from tfcourse.schedules import cosine_lr
 from tfcourse.tokens import BPE
-from tfcourse.vocab import Vocab
+from tfcourse.vocab import EOS, Vocab
 
 
 def test_the_llm_recipe_assembles_chapters_11_and_12_with_todays_recipe():
@@ -30,6 +30,33 @@ def test_the_llm_recipe_assembles_chapters_11_and_12_with_todays_recipe():
     # trained past its warm-up to the end of its schedule: the last step at the floor
     assert config.warmup < config.steps
     assert cosine_lr(config.steps, config.warmup, config.steps, config.min_lr_ratio) == 0.1
+
+
+def test_the_llm_task_ends_every_file_with_the_end_of_text_token():
+    """The files are documents: each ends with EOS, so the model learns where a text ends
+    (chapters 09-12's tasks run them together). EOS's bits count, its bytes do not."""
+    task = build("llm")[0]
+    corpus = stdlib_corpus()
+    for split in ("train", "val", "test"):
+        ids = getattr(task, split).ids
+        ends = (ids == EOS).nonzero().flatten().tolist()
+        assert len(ends) == len(corpus.files[split]) and ends[-1] == len(ids) - 1
+        starts = [0, *(e + 1 for e in ends[:-1])]
+        texts = [task.vocab.decode(ids[a:b]) for a, b in zip(starts, ends)]
+        assert texts == corpus.documents[split]  # each file's text, whole
+    assert task.text_bytes(task.test.ids) == len(corpus.test.encode()) == 48_021
+    assert task.text_bytes(torch.tensor([task.vocab.encode(" return")[0], EOS])) == 7
+
+    class Uniform(torch.nn.Module):  # log2(1,024) = 10 bits for every target, EOS included
+        def __init__(self):
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, ids):
+            return torch.zeros(*ids.shape, len(task.vocab))
+
+    targets = len(task.test.ids) - 1  # every id but the first, the 3 EOS among them
+    assert task.bits_per_byte(Uniform(), task.test) == pytest.approx(10 * targets / 48_021, rel=1e-4)
 
 
 def test_tfcourse_train_task_llm_saves_the_model_with_its_tokenizer(tmp_path):

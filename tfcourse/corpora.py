@@ -25,7 +25,7 @@ import unicodedata
 import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ from tfcourse.batches import classification_batch, lm_batch, masked_lm_batch
 from tfcourse.data import Task
 from tfcourse.inference import classify, complete, eval_batches
 from tfcourse.tokens import train_bpe
-from tfcourse.vocab import CLS_TOKEN, MASK, MASK_TOKEN, PAD, Vocab
+from tfcourse.vocab import CLS_TOKEN, EOS, MASK, MASK_TOKEN, PAD, Vocab
 
 # ------------------------------------------------------------------- language identification
 
@@ -271,10 +271,15 @@ class TextCorpus:
     val: str
     test: str
     files: dict  # split -> file names, in order
+    documents: dict = field(default_factory=dict)  # split -> the files' texts, in order
 
-    def ids(self, split):
-        """The split's text as ids, (n_characters,)."""
-        return torch.tensor(self.vocab.encode(getattr(self, split)), dtype=torch.long)
+    def ids(self, split, eos=False):
+        """The split's text as ids, (n_ids,); with ``eos``, each file's ids followed by the
+        end-of-text token (EOS), so that a model learns where a text ends."""
+        if not eos:
+            return torch.tensor(self.vocab.encode(getattr(self, split)), dtype=torch.long)
+        ids = [i for text in self.documents[split] for i in (*self.vocab.encode(text), EOS)]
+        return torch.tensor(ids, dtype=torch.long)
 
 
 def stdlib_corpus(directory=STDLIB):
@@ -286,8 +291,9 @@ def stdlib_corpus(directory=STDLIB):
         with open(os.path.join(directory, entry["file"]), encoding="utf-8", newline="") as f:
             texts[entry["split"]].append(f.read())
         files[entry["split"]].append(entry["file"])
-    texts = {split: "".join(parts) for split, parts in texts.items()}
-    return TextCorpus(manifest["name"], Vocab.from_texts([texts["train"]]), **texts, files=files)
+    joined = {split: "".join(parts) for split, parts in texts.items()}
+    return TextCorpus(manifest["name"], Vocab.from_texts([joined["train"]]), **joined, files=files,
+                      documents=texts)
 
 
 # ---------------------------------------------------------------------- language modelling
@@ -363,9 +369,16 @@ class LMTask:
         """The loss over ``examples`` in bits per UTF-8 byte: summed over every target, in
         bits, divided by the bytes of the targets' texts. One unit for every vocabulary
         (characters, BPE tokens), where nats per token are per character or per token."""
-        n_bytes = torch.tensor([len(self.vocab.token(i)) for i in range(len(self.vocab))])
         losses = list(self._summed_losses(model, examples, batch_size))
-        return sum(n for n, _ in losses) / math.log(2) / sum(int(n_bytes[t].sum()) for _, t in losses)
+        n_bytes = self.text_bytes(torch.cat([t for _, t in losses]))
+        return sum(n for n, _ in losses) / math.log(2) / n_bytes
+
+    def text_bytes(self, ids):
+        """The UTF-8 bytes of the text ``ids`` (a tensor) stand for: the end-of-text token
+        (EOS, between files with lm_task's eos) stands for none."""
+        n_bytes = torch.tensor([0 if i == EOS else len(self.vocab.token(i))
+                                for i in range(len(self.vocab))])
+        return int(n_bytes[ids].sum())
 
     @torch.no_grad()
     def loss_by_position(self, model, examples, batch_size=100):
@@ -391,18 +404,20 @@ class LMTask:
         return lines
 
 
-def lm_task(seed=0, block_size=128, corpus=None, bpe_vocab=None):
+def lm_task(seed=0, block_size=128, corpus=None, bpe_vocab=None, eos=False):
     """The language-model task on the shipped Python source (stdlib_corpus()), windows of
     ``block_size`` characters, or of ``block_size`` byte-level BPE tokens with ``bpe_vocab``
-    (a vocabulary size: the tokenizer is trained on the training files, task "lm-bpe").
+    (a vocabulary size: the tokenizer is trained on the training files, task "lm-bpe"). With
+    ``eos`` every file ends with the end-of-text token (chapter 13: a model that learns where
+    a text ends can stop; chapters 09-12's tasks run the files together).
     ``seed`` is unused (the corpus is fixed; the training loop's draws of windows come from
     TrainConfig.seed); it is there as every task has one."""
     corpus = corpus or stdlib_corpus()
     name = "lm"
     if bpe_vocab is not None:
         corpus, name = replace(corpus, vocab=train_bpe(corpus.train, bpe_vocab)), "lm-bpe"
-    task = LMTask(name, corpus.vocab, TextWindows(corpus.ids("train"), block_size),
-                  *(TextWindows(corpus.ids(split), block_size, block_size)
+    task = LMTask(name, corpus.vocab, TextWindows(corpus.ids("train", eos), block_size),
+                  *(TextWindows(corpus.ids(split, eos), block_size, block_size)
                     for split in ("val", "test")))
     if bpe_vocab is not None:
         task.metric = "loss (nats/token)"

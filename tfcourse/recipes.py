@@ -167,17 +167,17 @@ LLM_VOCAB = 1024
 
 
 def _llm_task(seed=0):
-    task = lm_task(seed, block_size=LM_CONTEXT, bpe_vocab=LLM_VOCAB)
+    task = lm_task(seed, block_size=LM_CONTEXT, bpe_vocab=LLM_VOCAB, eos=True)
     task.name = "llm"  # what a checkpoint records and --resume checks
     return task
 
 
 RECIPES["llm"] = Recipe(
-    "next byte-level BPE token (1,024 ids) of the Python source, with Llama's block and "
-    "today's training recipe (chapter 13)", _llm_task, LlamaLM, _tiny_llama,
+    "next byte-level BPE token (1,024 ids) of the Python source, each file ending with <eos>, "
+    "with Llama's block and today's training recipe (chapter 13)", _llm_task, LlamaLM, _tiny_llama,
     dict(d_model=128, n_heads=4, n_kv_heads=2, d_ff=352, n_layers=4, dropout=0.1,
          attn_impl="sdpa", max_len=LM_CONTEXT),
-    dict(steps=1000, lr=6e-3, warmup=100, schedule="cosine", min_lr_ratio=0.1,
+    dict(steps=1500, lr=6e-3, warmup=150, schedule="cosine", min_lr_ratio=0.1,
          optimizer="adamw", beta2=0.95, weight_decay=0.1, clip=1.0, batch_size=32,
          label_smoothing=0.0, eval_every=250, eval_size=300))
 

@@ -35,7 +35,7 @@ from ..tokens import BPE, TextStream
 from ..variants import DecoderLM, DecoderLMConfig
 from ..vocab import BOS, EOS, PAD, UNK, Vocab
 from .comparison import describe, same
-from .mistakes import SEQUENCE_DIFFERS, WRONG_TYPE, Mistake, laddered, member
+from .mistakes import SEQUENCE_DIFFERS, Mistake, laddered, member
 from .pipeline import Case, Item
 
 EXERCISE = "ex13_small_llm"
@@ -995,16 +995,24 @@ def _show_piece(case, result, expected):
     return "\n  " + _first_wrong_piece(case, result, expected)
 
 
+_NOT_TEXT = Mistake("wrong_type", "Wrong type", "{problem}")  # the case is on the next line
+
+
 def _explain_pieces(case, result, expected):
-    """A wrong result no catalogued mistake computes: its first wrong call, or a call that
-    returned something other than a str."""
+    """A wrong result no catalogued mistake computes: a call that returned something other
+    than a str, or the first wrong call."""
     if not isinstance(result, list):
         return None
-    for stream in result:
-        for piece in stream if isinstance(stream, list) else ():
+    tokenizer, streams, _ = case.args
+    for k, stream in enumerate(result):
+        for n, piece in enumerate(stream if isinstance(stream, list) else ()):
             if type(piece) is not str:
-                return WRONG_TYPE, {"problem": f"push and end must return a str ('' when there "
-                                               f"is nothing to show), got {type(piece).__name__}"}
+                ids = streams[k][0]
+                call = (f"push({ids[n]}), token {_shown_token(tokenizer, ids[n])}" if n < len(ids)
+                        else "end()")
+                return _NOT_TEXT, {"problem": f"{call}, returned {type(piece).__name__}: push "
+                                              "and end return a str, '' when there is nothing "
+                                              "to show yet"}
     return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on",
                               "story": _first_wrong_piece(case, result, expected)}
 

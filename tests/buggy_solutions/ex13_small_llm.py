@@ -678,7 +678,8 @@ class StreamEndingByteByByte(_ByHand):
 @wrong("TextStream.specials_shown")
 class StreamWithoutSpecials(_ByHand):
     def push(self, i):
-        data, self.skip = self.tokenizer.token(i)[self.skip:], max(0, self.skip - len(self.tokenizer.token(i)))
+        data = self.tokenizer.token(i)  # every id's bytes, the specials' names too
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
         return self.text(data)
 
 

@@ -9,8 +9,9 @@ fixed, the same for every item:
 
   1. Call the learner's code: a class is built (its __init__), then run (a class that is
      not an nn.Module, such as chapter 13's TextStream, is handed to the item's `run`
-     as it is, which makes its objects); each call has a time limit, its prints are captured, randomness is seeded, exceptions are located in
-     the learner's file, and sys.exit / os._exit cannot end Python.
+     as it is, which makes its objects); each call has a time limit, its prints are
+     captured, randomness is seeded, exceptions are located in the learner's file, and
+     sys.exit / os._exit cannot end Python.
   2. Still the stub (NotImplementedError)               -> "Not implemented yet"
   3. It tried to end Python                             -> "Your code tried to end Python"
   4. Past the time limit                                -> "Too slow"

@@ -1,10 +1,12 @@
-"""Exercise 13: today's training recipe, each part by hand. One AdamW update (decoupled
-weight decay, bias correction), the cosine schedule with warm-up and a floor, clipping by the
-global gradient norm, and the parameter groups that say which weights decay.
+"""Exercise 13: today's training recipe, each part by hand, and text streamed through the
+tokenizer. One AdamW update (decoupled weight decay, bias correction), the cosine schedule
+with warm-up and a floor, clipping by the global gradient norm, the parameter groups that say
+which weights decay, and a stream that turns ids into text as they come.
 
-Fill in the four items below, then check them from the repository's root:
+Fill in the five items below, then check them from the repository's root:
 
     pytest exercises/test_ex13_small_llm.py
+    pytest exercises/test_ex13_small_llm.py -k TextStream     (one item)
 
 or from a notebook:
 
@@ -12,10 +14,13 @@ or from a notebook:
     check("ex13_small_llm")
 """
 
-import math  # noqa: F401  (you will likely need these)
+import codecs  # noqa: F401  (you will likely need these)
+import math  # noqa: F401
 
 import torch  # noqa: F401
 from torch import nn  # noqa: F401
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3  # the special ids of every tokenizer of the course
 
 
 def adamw_step(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
@@ -89,3 +94,49 @@ def param_groups(model, weight_decay):
         2. A tied output layer is an nn.Linear whose weight IS the embedding's.
     """
     raise NotImplementedError
+
+
+class TextStream:
+    """Ids -> text as a model draws them, for printing while it samples (notebook 13,
+    section 10). ``tokenizer`` has token(i) -> the bytes of id i, and decode(ids) -> text.
+
+        stream = TextStream(tokenizer)
+        for i in ids:
+            print(stream.push(i), end="")
+        print(stream.end())
+
+    push(i) returns the text that id i completes, a str ('' when there is none yet): a
+    byte-level token holds bytes, not characters, and a character of 2, 3 or 4 bytes in UTF-8
+    ('é', '日', '😀') may be cut between tokens, or a token may hold the end of one character
+    and the start of the next. Hold back the bytes of an unfinished character until the token
+    that completes it, and return every character as soon as its last byte has come. Bytes
+    that no character can start or continue (0xff; a continuation byte with nothing before
+    it) are U+FFFD, '\ufffd', where they come.
+
+    end() returns the rest: '' when nothing is held, U+FFFD for the bytes of a character the
+    ids never finish. Joined, the pieces are tokenizer.decode(ids) (chapter 11's decode:
+    U+FFFD where the bytes are no text).
+
+    Special ids: PAD and BOS give ''; EOS ends the text: it gives '', and so does every push
+    after it; UNK is shown as tokenizer.decode([UNK]) shows it. ``shown``: bytes the text on
+    the screen shows already (token healing backs up the prompt's last token, and the first
+    new tokens start with its bytes): skip that many bytes of the first tokens' bytes.
+
+    Every stream keeps its own state: two can be used at once.
+
+    Hints:
+        1. How many bytes does a character take? Its first byte says: 0xxxxxxx is one,
+           110xxxxx two, 1110xxxx three, 11110xxx four; each byte after it is 10xxxxxx.
+        2. Python's codecs module has a decoder that keeps an unfinished character's bytes
+           between calls: codecs.getincrementaldecoder("utf-8")(errors=...).
+        3. Print tokenizer.decode([i]) for each id of '日': why is that not a stream?
+    """
+
+    def __init__(self, tokenizer, shown=b""):
+        raise NotImplementedError
+
+    def push(self, i):
+        raise NotImplementedError
+
+    def end(self):
+        raise NotImplementedError

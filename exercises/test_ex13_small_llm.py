@@ -21,3 +21,7 @@ def test_clip_grad_norm():
 
 def test_param_groups():
     run_check(EXERCISE, "param_groups")
+
+
+def test_text_stream():
+    run_check(EXERCISE, "TextStream")

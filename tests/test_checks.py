@@ -424,7 +424,7 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "grads = [p.grad for p in parameters if p.grad is not None]\n"
         "norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))\n"
         "for g in grads:\n    g.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))\n"
-        "return norm", None],
+        "return norm", None, None, None, None],
 }
 EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex01_attention.py::test_scaled_dot_product_attention": None,
@@ -468,6 +468,7 @@ EXPECTED = {  # test -> None (passes) or the start of its FAILED line
     "test_ex13_small_llm.py::test_cosine_lr": "Warm-up off by one:",
     "test_ex13_small_llm.py::test_clip_grad_norm": None,
     "test_ex13_small_llm.py::test_param_groups": "Not implemented yet:",
+    "test_ex13_small_llm.py::test_text_stream": "Not implemented yet:",
 }
 
 

@@ -1,11 +1,14 @@
-"""Wrong ways to write exercise 13 (adamw_step, cosine_lr, clip_grad_norm, param_groups), and
-the diagnosis each must get; then RIGHT: correct solutions in other styles than the
+"""Wrong ways to write exercise 13 (adamw_step, cosine_lr, clip_grad_norm, param_groups,
+TextStream), and the diagnosis each must get; then RIGHT: correct solutions in other styles than the
 reference's, which every check must pass (tests/test_right_solutions.py)."""
 
+import codecs
 import math
 
 import torch
 from torch import nn
+
+from tfcourse.tokens import TextStream
 
 from . import wrong
 
@@ -479,6 +482,297 @@ def groups_swapped(model, weight_decay):
             {"params": [p for p in params if id(p) not in linear], "weight_decay": weight_decay}]
 
 
+# ----------------------------------------------------------------------------- TextStream
+
+
+class _Stream:
+    """What the streams below share, written right: PAD and BOS give '', nothing after EOS,
+    UNK as the tokenizer shows it, the shown bytes skipped; each turns bytes into text its own
+    (wrong) way in text(data) and rest()."""
+
+    def __init__(self, tokenizer, shown=b""):
+        self.tokenizer, self.skip, self.done = tokenizer, len(shown), False
+        self.buffer = b""
+
+    def push(self, i):
+        if self.done or i in (0, 1):
+            return ""
+        if i == 2:
+            self.done = True
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self.text(data)
+
+    def end(self):
+        return self.rest()
+
+    def rest(self):
+        text = self.buffer.decode("utf-8", errors="replace")
+        self.buffer = b""
+        return text
+
+
+def _incomplete_tail(data):
+    """How many bytes at the end of `data` start a character that is not finished."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte >> 6 == 0b10:  # a continuation byte: look further back
+            continue
+        need = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+        return back if need > back else 0
+    return 0
+
+
+@wrong("TextStream.token_by_token")
+class StreamTokenByToken(_Stream):
+    def text(self, data):
+        return data.decode("utf-8", errors="replace")
+
+
+@wrong("TextStream.token_by_token")
+class StreamThroughDecode:
+    def __init__(self, tokenizer, shown=b""):
+        self.tokenizer = tokenizer
+
+    def push(self, i):
+        return self.tokenizer.decode([i])
+
+    def end(self):
+        return ""
+
+
+@wrong("TextStream.token_by_token")
+class StreamStrictPerToken(_Stream):
+    def text(self, data):
+        return data.decode("utf-8")
+
+
+@wrong("TextStream.bytes_dropped")
+class StreamIgnoringPerToken(_Stream):
+    def text(self, data):
+        return data.decode("utf-8", errors="ignore")
+
+
+@wrong("TextStream.bytes_dropped")
+class StreamWithoutReplacementCharacters(_Stream):  # replicate/cog-llama-template PR 75
+    def text(self, data):
+        return data.decode("utf-8", errors="replace").replace("\ufffd", "")
+
+
+@wrong("TextStream.bytes_dropped")
+class StreamIgnoringDecoder(_Stream):
+    def __init__(self, tokenizer, shown=b""):
+        super().__init__(tokenizer, shown)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
+
+    def text(self, data):
+        return self.decoder.decode(data)
+
+    def rest(self):
+        return self.decoder.decode(b"", final=True)
+
+
+@wrong("TextStream.strict")
+class StreamStrictDecoder(StreamIgnoringDecoder):
+    def __init__(self, tokenizer, shown=b""):
+        super().__init__(tokenizer, shown)
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+
+
+@wrong("TextStream.decoded_again")
+class StreamDecodedAgain(_Stream):  # ChatGLM-6B issue 478's loop
+    printed = 0
+
+    def text(self, data):
+        self.buffer += data
+        text = self.buffer.decode("utf-8", errors="replace")
+        new = text[self.printed:]
+        self.printed = len(text)
+        return new
+
+    def rest(self):
+        return ""
+
+
+@wrong("TextStream.whole_token_held")
+class StreamUntilNoReplacement(_Stream):  # tokenizers' DecodeStream: held while it ends in U+FFFD
+    def text(self, data):
+        self.buffer += data
+        text = self.buffer.decode("utf-8", errors="replace")
+        if text.endswith("\ufffd"):
+            return ""
+        self.buffer = b""
+        return text
+
+
+@wrong("TextStream.whole_token_held")
+class StreamUntilItDecodes(_Stream):
+    def text(self, data):
+        self.buffer += data
+        try:
+            text = self.buffer.decode("utf-8")
+        except UnicodeDecodeError:
+            return ""
+        self.buffer = b""
+        return text
+
+
+@wrong("TextStream.not_held")
+class StreamHoldingALeadByteOnly(_Stream):
+    def text(self, data):
+        self.buffer += data
+        if self.buffer and self.buffer[-1] >= 0xC0:  # a lead byte: its character is unfinished
+            done, self.buffer = self.buffer[:-1], self.buffer[-1:]
+        else:
+            done, self.buffer = self.buffer, b""
+        return done.decode("utf-8", errors="replace")
+
+
+@wrong("TextStream.not_held")
+class StreamHoldingAfterALeadOnly(_Stream):
+    def text(self, data):
+        self.buffer += data
+        cut = len(self.buffer)
+        if self.buffer and 0x80 <= self.buffer[-1] < 0xC0:  # ends in a continuation byte
+            cut -= _incomplete_tail(self.buffer)
+        done, self.buffer = self.buffer[:cut], self.buffer[cut:]
+        return done.decode("utf-8", errors="replace")
+
+
+class _ByHand(_Stream):
+    """Holds back the unfinished last character, by hand (no codecs)."""
+
+    def text(self, data):
+        self.buffer += data
+        cut = len(self.buffer) - _incomplete_tail(self.buffer)
+        done, self.buffer = self.buffer[:cut], self.buffer[cut:]
+        return done.decode("utf-8", errors="replace")
+
+
+@wrong("TextStream.end_drops")
+class StreamNeverFlushed(_ByHand):
+    def end(self):
+        pass
+
+
+@wrong("TextStream.end_drops")
+class StreamEndingInNothing(_ByHand):
+    def rest(self):
+        self.buffer = b""
+        return ""
+
+
+@wrong("TextStream.end_drops")
+class StreamEndingStrictly(_ByHand):
+    def rest(self):
+        text, self.buffer = self.buffer.decode("utf-8"), b""
+        return text
+
+
+@wrong("TextStream.end_drops")
+class StreamEndingByteByByte(_ByHand):
+    def rest(self):
+        text, self.buffer = "\ufffd" * len(self.buffer), b""
+        return text
+
+
+@wrong("TextStream.specials_shown")
+class StreamWithoutSpecials(_ByHand):
+    def push(self, i):
+        data = self.tokenizer.token(i)  # every id's bytes, the specials' names too
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self.text(data)
+
+
+@wrong("TextStream.specials_shown")
+class StreamWritingEndOfText(_ByHand):
+    def push(self, i):
+        if i == 2 and not self.done:
+            self.done = True
+            return self.text(self.tokenizer.token(2))
+        return super().push(i)
+
+
+@wrong("TextStream.eos_ignored")
+class StreamPastEndOfText(_ByHand):
+    def push(self, i):
+        return "" if i in (0, 1, 2) else super().push(i)
+
+
+@wrong("TextStream.unk_as_name")
+class StreamUnknownByName(_ByHand):
+    def push(self, i):
+        if i == 3 and not self.done:
+            return self.text(self.tokenizer.token(3))
+        return super().push(i)
+
+
+@wrong("TextStream.shown_repeated")
+class StreamRepeatingShown(_ByHand):
+    def __init__(self, tokenizer, shown=b""):
+        super().__init__(tokenizer)
+
+
+@wrong("TextStream.shared_buffer")
+class StreamWithAClassBuffer:
+    held = bytearray()  # one bytearray, made once, for every stream
+
+    def __init__(self, tokenizer, shown=b""):
+        self.tokenizer, self.skip, self.done = tokenizer, len(shown), False
+
+    def push(self, i):
+        if self.done or i in (0, 1):
+            return ""
+        if i == 2:
+            self.done = True
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        self.held.extend(data)
+        cut = len(self.held) - _incomplete_tail(bytes(self.held))
+        done = bytes(self.held[:cut])
+        del self.held[:cut]
+        return done.decode("utf-8", errors="replace")
+
+    def end(self):
+        rest = bytes(self.held).decode("utf-8", errors="replace")
+        self.held.clear()
+        return rest
+
+
+_DECODER = codecs.getincrementaldecoder("utf-8")(errors="replace")  # one for the module
+
+
+@wrong("TextStream.shared_buffer")
+class StreamWithAModuleDecoder(_Stream):
+    def text(self, data):
+        return _DECODER.decode(data)
+
+    def rest(self):
+        return _DECODER.decode(b"", final=True)
+
+
+_finished = False  # one end-of-text for every stream
+
+
+@wrong("TextStream.state_kept")
+class StreamWithAModuleEnd(_ByHand):
+    def push(self, i):
+        global _finished
+        if _finished or i in (0, 1):
+            return ""
+        if i == 2:
+            _finished = True
+            return ""
+        return super().push(i)
+
+
+@wrong("TextStream.reference_used")
+class StreamOfTheCourse(TextStream):  # the course's own, under another name
+    pass
+
+
 # ----------------------------------------------------------------------------- right ones
 
 
@@ -525,5 +819,10 @@ def groups_by_isinstance(model, weight_decay):
     return [dict(params=decay, weight_decay=weight_decay), dict(params=rest, weight_decay=0.0)]
 
 
+class StreamByHand(_ByHand):
+    """Holds back the unfinished last character by reading its lead byte, without codecs."""
+
+
 RIGHT = {"adamw_step": [adamw_by_the_paper], "cosine_lr": [cosine_with_lambda],
-         "clip_grad_norm": [clip_with_torch_norms], "param_groups": [groups_by_isinstance]}
+         "clip_grad_norm": [clip_with_torch_norms], "param_groups": [groups_by_isinstance],
+         "TextStream": [StreamByHand]}

@@ -1,6 +1,6 @@
 """Exercise 13: today's training recipe: one AdamW update, the cosine schedule with warm-up
-and a floor, clipping by the global norm, and the parameter groups; their cases and their
-catalogues of mistakes.
+and a floor, clipping by the global norm, and the parameter groups; and TextStream, which
+turns ids into text as they come. Their cases and their catalogues of mistakes.
 
 The cases reach the regimes where these break: step 1 (m and v still 0: the bias
 correction is everything there), a late step, gradients so small that eps decides,
@@ -8,7 +8,10 @@ a zero gradient, float64 and bfloat16 parameters; a schedule at its first step, 
 end of its warm-up, at its last step and past it, with a warm-up of 0, of 1 and as long as
 the run; a gradient norm below, above and exactly at the threshold, all gradients 0, and
 parameters without a gradient; models with tied and untied output layers, biases and
-LayerNorms.
+LayerNorms; characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the
+end of one character and the start of the next, bytes that are no character, ids that end
+inside one, the special ids, a healed prompt, streams used in turn and at once, hundreds of
+tokens (TextStream's own sources are listed above its section).
 
 Several mistakes are libraries' own, from their bug reports: the decay applied to the
 updated weight (transformers issue 14539), the decay not multiplied by lr (tensorflow/addons
@@ -19,7 +22,9 @@ issue 1293, NVIDIA NeMo issue 10582), a division by zero when warmup equals the 
 form of Adam).
 """
 
+import codecs
 import math
+import random
 
 import torch
 from torch import nn
@@ -29,9 +34,11 @@ from ..optim import adamw_step as reference_adamw
 from ..optim import clip_grad_norm as reference_clip
 from ..optim import param_groups as reference_groups
 from ..schedules import cosine_lr as reference_cosine
+from ..tokens import BPE, TextStream
 from ..variants import DecoderLM, DecoderLMConfig
+from ..vocab import BOS, EOS, PAD, UNK, Vocab
 from .comparison import describe, same
-from .mistakes import Mistake, laddered, member
+from .mistakes import SEQUENCE_DIFFERS, Mistake, laddered, member
 from .pipeline import Case, Item
 
 EXERCISE = "ex13_small_llm"
@@ -40,6 +47,9 @@ _ADAMW_SECTION = (_NB, "2. AdamW, one update by hand")
 _SCHEDULE_SECTION = (_NB, "3. The schedule: warm-up, cosine, floor")
 _CLIP_SECTION = (_NB, "4. Clipping by the global norm")
 _GROUPS_SECTION = (_NB, "5. Which weights decay: the parameter groups")
+_TOKENIZER_SECTION = (_NB, "10. Text through the tokenizer")
+_HEALING_SECTION = (_NB, 'The prompt\'s boundary: `" return"` is one token')
+_STREAM_SECTION = (_NB, "Streaming: hold back the bytes of a cut character")
 
 
 # ---------------------------------------------------------------------------------------
@@ -771,4 +781,436 @@ GROUPS = Item(
     section=_GROUPS_SECTION,
 )
 
-ITEMS = (ADAMW, COSINE, CLIP, GROUPS)
+
+
+# ---------------------------------------------------------------------------------------
+# TextStream
+#
+# Real streams that went wrong this way, from their bug reports: tokens decoded one by one
+# (text-generation-inference issues 131 and 333, LocalAI issue 677, LLamaSharp issue 265,
+# transformers.js issue 853: a U+FFFD for each part of a cut character); cut bytes dropped
+# (llama-cpp-python PR 118's errors="ignore", replicate/cog-llama-template PR 75's
+# replace("�", "")); the whole text decoded again and its new characters cut off by count
+# (ChatGLM-6B issue 478, tokenizers issue 1141: the U+FFFD is sent, the character never);
+# a token held back whole while the text ends in U+FFFD (tokenizers' DecodeStream, PR 1677;
+# oobabooga/textgen issue 1603's workaround): right in the end, but a character the token
+# completed waits for the next one; a strict decode when generation stops inside a
+# character (Camelid PR 288, Raku nqp issue 668).
+
+
+def _bpe(tokens, specials=()):
+    """A BPE with every byte and each of `tokens` (bytes) as tokens: each token is merged
+    from its prefix and its last byte (so the prefixes are tokens too)."""
+    merges, rank = [], {bytes([b]): b for b in range(256)}
+    for token in tokens:
+        for n in range(2, len(token) + 1):
+            if token[:n] not in rank:
+                merges.append((rank[token[:n - 1]], token[n - 1]))
+                rank[token[:n]] = 255 + len(merges)
+    return BPE(merges, special_tokens=specials)
+
+
+# Tokens that cut characters in every way: é (2 bytes), € and 日 (3), 😀 and 👩‍💻's parts (4);
+# b"\xa9\xe2" ends 'é' and starts '€', b"\xa5\xf0\x9f" ends '日' and starts '😀'.
+_STREAM_BPE = _bpe([b"caf", b"\xa9\xe2", b"\x82\xac", b"\x97\xa5", b"\xa5\xf0\x9f", b"\x98\x80",
+                    b"\xf0\x9f", b"\xa9\xe2\x80", b"\x8d\xf0\x9f\x92", b"self", b"()"],
+                   specials=["<|user|>"])
+_CHARACTERS = Vocab(["a", "b", "é", "日", " "])
+
+
+def _ids(tokenizer, *tokens):
+    """The ids of `tokens`: bytes (a token of _STREAM_BPE) or an int (an id as it is)."""
+    if isinstance(tokenizer, Vocab):
+        return [t if isinstance(t, int) else tokenizer.stoi[t.decode()] for t in tokens]
+    found = {b: tokenizer.offset + r for r, b in enumerate(tokenizer.token_bytes)}
+    return [t if isinstance(t, int) else found[t] for t in tokens]
+
+
+def _shown_token(tokenizer, i):
+    """How a label shows id i: a special by its name, a Vocab's symbol as text, a BPE token
+    as its bytes."""
+    if isinstance(tokenizer, Vocab):
+        return tokenizer.itos[i] if i < 4 else repr(tokenizer.itos[i])
+    return tokenizer.token(i).decode() if i < tokenizer.offset else repr(tokenizer.token(i))
+
+
+def _streaming(cls, args, case):
+    """The case's streams made from `cls` (cls(tokenizer), or cls(tokenizer, shown=...)), each
+    when it is first used, and called in the case's order: each entry k of the order is stream
+    k's next push(id), or its end() once its ids are pushed. [[what each call returned, end()'s
+    last] for each stream]."""
+    tokenizer, streams, order = args
+    made, pieces = {}, [[] for _ in streams]
+    for k in order:
+        ids, shown = streams[k]
+        if k not in made:
+            made[k] = cls(tokenizer, shown=shown) if shown else cls(tokenizer)
+        n = len(pieces[k])
+        pieces[k].append(made[k].push(ids[n]) if n < len(ids) else made[k].end())
+    return pieces
+
+
+class _Bytes:
+    """What a stream keeps of the bytes it was given: an incremental decoder, held bytes, or
+    (for the text decoded again) every byte and how many characters were returned."""
+
+    def __init__(self, errors):
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors)
+        self.held, self.seen, self.told = bytearray(), bytearray(), 0
+
+
+def _unfinished(held):
+    """Where an unfinished last character of `held` starts (len(held) when there is none)."""
+    for j in range(len(held) - 1, max(-1, len(held) - 4), -1):
+        if held[j] >= 0xC0:
+            need = 2 if held[j] < 0xE0 else 3 if held[j] < 0xF0 else 4 if held[j] < 0xF8 else 1
+            return j if len(held) - j < need else len(held)
+        if held[j] < 0x80:
+            break
+    return len(held)
+
+
+class _Stream:
+    """TextStream with the variations mistakes make. hold: how push turns bytes into text,
+    "incremental" (codecs' decoder), "per_token" (each token's bytes alone), "again" (every
+    byte decoded again, the new characters cut off by count), "until_strict" (held until
+    they decode without error), "until_no_fffd" (held while their text ends in U+FFFD),
+    "lead_only" (only a lone lead byte at the end held), "after_lead" (only a lead byte with
+    continuation bytes after it held); errors: the decoding's ("replace", "ignore",
+    "strict"); end: "flush", "none" (None), "drop" (''), "strict" (the held bytes decoded
+    strictly), "per_byte" (a U+FFFD per held byte); specials: "skip", "as_text" (every id's
+    bytes), "eos_text" (PAD and BOS skipped, EOS written and the end), "no_stop" (EOS
+    skipped, not the end); unk: "decode" (tokenizer.decode([UNK])) or "token"; skip: the
+    shown bytes skipped; shared: the bytes kept in `box`, one for every stream of the case."""
+
+    def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
+                 end="flush", specials="skip", unk="decode", skip=True, shared=False):
+        self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
+        self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
+        self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
+
+    def push(self, i):
+        if self.ended:
+            return ""
+        if self.specials in ("skip", "eos_text", "no_stop") and i in (PAD, BOS):
+            return ""
+        if i == EOS and self.specials != "as_text":
+            self.ended = self.specials != "no_stop"
+            if self.specials != "eos_text":
+                return ""
+        use_decode = i == UNK and self.unk == "decode"
+        data = self.tokenizer.decode([i]).encode() if use_decode else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self._text(data)
+
+    def _text(self, data):
+        state, errors = self.bytes, self.errors
+        if self.hold == "incremental":
+            return state.decoder.decode(data)
+        if self.hold == "per_token":
+            return data.decode("utf-8", errors)
+        if self.hold == "again":
+            state.seen += data
+            full = bytes(state.seen).decode("utf-8", "replace")
+            piece, state.told = full[state.told:], len(full)
+            return piece
+        held = state.held
+        held += data
+        if self.hold == "until_strict":
+            try:
+                text = bytes(held).decode("utf-8")
+            except UnicodeDecodeError:
+                return ""
+        elif self.hold == "until_no_fffd":
+            text = bytes(held).decode("utf-8", errors)
+            if text.endswith("\ufffd"):
+                return ""
+        else:
+            last = held[-1] if held else 0
+            if self.hold == "lead_only":
+                cut = len(held) - 1 if last >= 0xC0 else len(held)
+            else:  # after_lead
+                cut = _unfinished(held) if 0x80 <= last < 0xC0 else len(held)
+            text = bytes(held[:cut]).decode("utf-8", errors)
+            del held[:cut]
+            return text
+        held.clear()
+        return text
+
+    def end(self):
+        state = self.bytes
+        if self.hold == "incremental":
+            rest = state.decoder.getstate()[0]
+            state.decoder.reset()
+        elif self.hold == "again":  # every byte was decoded already, U+FFFD included
+            state.seen, state.told = bytearray(), 0
+            return ""
+        else:
+            rest = bytes(state.held)
+            state.held.clear()
+        if self.end_how == "none":
+            return None
+        if self.end_how == "drop":
+            return ""
+        if self.end_how == "per_byte":
+            return "\ufffd" * len(rest)
+        return rest.decode("utf-8", "strict" if self.end_how == "strict" else self.errors)
+
+
+def _stream_with(**knobs):
+    def compute(reference, tokenizer, streams, order):
+        box = {}  # the bytes that `shared` keeps for all the case's streams
+        return _streaming(lambda t, shown=b"": _Stream(t, shown, box=box, **knobs),
+                          (tokenizer, streams, order), None)
+
+    return compute
+
+
+def _same_pieces(actual, expected):
+    return (isinstance(actual, list) and len(actual) == len(expected)
+            and all(isinstance(a, list) and len(a) == len(e) and all(
+                type(x) is type(y) and x == y for x, y in zip(a, e)) for a, e in zip(actual, expected)))
+
+
+def _first_wrong_piece(case, result, expected):
+    """The first call whose return differs: which, its token, what it returned and what was
+    expected, and the text so far on both sides."""
+    tokenizer, streams, _ = case.args
+    for k, (got, want) in enumerate(zip(result, expected)):
+        ids = streams[k][0]
+        for n, piece in enumerate(want):
+            mine = got[n] if n < len(got) else "nothing"
+            if type(mine) is str and mine == piece:
+                continue
+            call = (f"push({ids[n]}), token {_shown_token(tokenizer, ids[n])}" if n < len(ids)
+                    else "end()")
+            which = f"stream {k + 1}, " if len(streams) > 1 else ""
+            text = "".join(p for p in got[:n + 1] if isinstance(p, str))
+            return (f"{which}call {n + 1} of {len(want)}, {call}: returned {mine!r}, "
+                    f"expected {piece!r}; the text so far {text!r}, expected "
+                    f"{''.join(want[:n + 1])!r}")
+    return ""
+
+
+def _show_piece(case, result, expected):
+    if result is None or expected is None:
+        return ""
+    return "\n  " + _first_wrong_piece(case, result, expected)
+
+
+_NOT_TEXT = Mistake("wrong_type", "Wrong type", "{problem}")  # the case is on the next line
+
+
+def _explain_pieces(case, result, expected):
+    """A wrong result no catalogued mistake computes: a call that returned something other
+    than a str, or the first wrong call."""
+    if not isinstance(result, list):
+        return None
+    tokenizer, streams, _ = case.args
+    for k, stream in enumerate(result):
+        for n, piece in enumerate(stream if isinstance(stream, list) else ()):
+            if type(piece) is not str:
+                ids = streams[k][0]
+                call = (f"push({ids[n]}), token {_shown_token(tokenizer, ids[n])}" if n < len(ids)
+                        else "end()")
+                return _NOT_TEXT, {"problem": f"{call}, returned {type(piece).__name__}: push "
+                                              "and end return a str, '' when there is nothing "
+                                              "to show yet"}
+    return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on",
+                              "story": _first_wrong_piece(case, result, expected)}
+
+
+def _stream_case(tokenizer, note, *tokens, shown=b"", more=(), order=None):
+    """One stream of `tokens` (more: other streams' (tokens, shown)); order: which stream
+    each call goes to (default: one stream after the other)."""
+    streams = [(_ids(tokenizer, *tokens), shown), *((_ids(tokenizer, *t), s) for t, s in more)]
+    if order is None:
+        order = [k for k, (ids, _) in enumerate(streams) for _ in range(len(ids) + 1)]
+    healed = f", shown={shown!r}" if shown else ""
+    tokens = "" if len(streams[0][0]) > 12 else " (tokens " + "; ".join(
+        ", ".join(_shown_token(tokenizer, i) for i in ids) for ids, _ in streams) + ")"
+    return Case((tokenizer, streams, order), label=f"{note}{healed}{tokens}", seed=0,
+                run=_streaming)
+
+
+def _many_tokens(seed, n_chars):
+    """A random text of accents, CJK, emoji and ASCII, cut into _STREAM_BPE's tokens at
+    random (each step any token that the bytes there start with)."""
+    rng = random.Random(seed)
+    text = "".join(rng.choice(["a", "b", " ", "é", "€", "日", "本", "😀", "👩\u200d💻", "\n"])
+                   for _ in range(n_chars))
+    data, tokens = text.encode(), []
+    candidates = sorted(_STREAM_BPE.token_bytes, key=len)
+    while data:
+        token = rng.choice([t for t in candidates if data.startswith(t)])
+        tokens.append(token)
+        data = data[len(token):]
+    return _stream_case(_STREAM_BPE, f"{len(tokens)} tokens of a random {n_chars}-character "
+                        "text (accents, CJK, emoji, ZWJ sequences), cut at random", *tokens)
+
+
+STREAM_MISTAKES = (
+    Mistake(
+        "token_by_token", "Tokens decoded one by one: a character cut between tokens shows as U+FFFD",
+        "a byte-level token may hold part of a character ('日' is 3 bytes, often 3 tokens): "
+        "decoded alone, each part is U+FFFD, or raises, and the parts never become the "
+        "character again. Keep the bytes of an unfinished character until the token that "
+        "completes it.",
+        (_stream_with(hold="per_token"), _stream_with(hold="per_token", errors="strict")),
+    ),
+    Mistake(
+        "bytes_dropped", "Bytes dropped (errors='ignore'): {how}",
+        "tokenizer.decode(ids) shows bytes that are no character as U+FFFD: the stream must "
+        "show the same text. errors='ignore' hides them, and with them the sign that the ids "
+        "are not text.",
+        (member(_stream_with(hold="per_token", errors="ignore"),
+                how="a character cut between tokens vanishes"),
+         member(_stream_with(errors="ignore"),
+                how="an invalid byte or an unfinished last character vanishes, not U+FFFD")),
+    ),
+    Mistake(
+        "strict", "A byte that is no character raises (a strict decoder)",
+        "a model can draw ids whose bytes are no text (a lone 0xff, a continuation byte with "
+        "nothing before it): the stream shows them as U+FFFD, as tokenizer.decode(ids) does, "
+        "and goes on. Decode with errors='replace'.",
+        (_stream_with(errors="strict"),),
+    ),
+    Mistake(
+        "decoded_again", "Whole text decoded again at each step, new characters cut off by count: "
+                         "a U+FFFD that becomes a character is lost",
+        "while a character is cut, the bytes so far decode to a text that ends in U+FFFD; when "
+        "the next token completes it, the U+FFFD becomes the character and the count of "
+        "characters stays the same, so the character is never returned (and the U+FFFD was). "
+        "Return only whole characters.",
+        (_stream_with(hold="again"),),
+    ),
+    Mistake(
+        "whole_token_held", "A character completed by this token held back with the next one's "
+                            "first bytes",
+        "a token can hold the end of one character and the start of the next (b'\\xa9\\xe2': "
+        "the end of 'é', the start of '€'): show 'é' now and hold back only the bytes of the "
+        "character that is not finished. Waiting while the text ends in U+FFFD (Hugging Face "
+        "tokenizers' DecodeStream), or until the bytes decode without error, holds 'é' too.",
+        (_stream_with(hold="until_no_fffd"), _stream_with(hold="until_strict")),
+    ),
+    Mistake(
+        "not_held", "Unfinished character not held back when {how}",
+        "a character of 2, 3 or 4 bytes can be cut after any of its bytes: after its lead "
+        "byte (11xxxxxx) alone, or after the lead and some continuation bytes (10xxxxxx). "
+        "Hold back every unfinished one.",
+        (member(_stream_with(hold="lead_only"), how="it has 2 or 3 of its bytes (only a lead "
+                "byte alone at the end is held)"),
+         member(_stream_with(hold="after_lead"), how="the token ends in its lead byte (only a "
+                "lead byte with continuation bytes after it is held)")),
+    ),
+    Mistake(
+        "end_drops", "end() {how}",
+        "end() returns the rest of the text: '' when nothing is held, and U+FFFD for the bytes "
+        "of a character the ids never finish, as tokenizer.decode(ids) ends with it; the "
+        "pieces joined are then tokenizer.decode(ids).",
+        (member(_stream_with(end="none"), how="returns None: the held bytes are never flushed"),
+         member(_stream_with(end="drop"), how="returns nothing for an unfinished last character "
+                "(no U+FFFD)"),
+         member(_stream_with(end="strict"), how="raises on an unfinished last "
+                "character (a strict decode)"),
+         member(_stream_with(end="per_byte"), how="gives one U+FFFD per held byte, not one for "
+                "the unfinished character")),
+    ),
+    Mistake(
+        "specials_shown", "Special tokens shown as text: {how}",
+        "PAD and BOS stand for no text: they give ''. EOS ends the text: it gives '' and every "
+        "push after it too (tokenizer.decode(ids) stops there).",
+        (member(_stream_with(specials="as_text"), how="'<bos>', '<pad>', '<eos>' written out"),
+         member(_stream_with(specials="eos_text"), how="'<eos>' written out")),
+    ),
+    Mistake(
+        "eos_ignored", "Text after the end-of-text token shown",
+        "EOS (id 2) ends the text: tokenizer.decode(ids) stops at it, and so does the stream: "
+        "every push after it gives ''.",
+        (_stream_with(specials="no_stop"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "unk_as_name", "UNK written as '<unk>', not as the tokenizer shows it",
+        "UNK (id 3) stands for a character the vocabulary does not have: show it as "
+        "tokenizer.decode([3]) does ('?' for a character Vocab), not by its name.",
+        (_stream_with(unk="token"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "shown_repeated", "The bytes the text already shows (shown) written again",
+        "token healing backs up the prompt's last token, and the first new token starts with "
+        "its bytes, which are on the screen already: skip the first len(shown) bytes of the "
+        "tokens' bytes.",
+        (_stream_with(skip=False),),
+        section=_HEALING_SECTION,
+    ),
+    Mistake(
+        "shared_buffer", "One buffer of held bytes shared by every stream",
+        "each TextStream keeps its own bytes, made in __init__ (self.…): a class attribute "
+        "that is a list or a bytearray, or a module-level decoder, is one for every stream, "
+        "and two streams used at once (two samples, two users) mix their bytes.",
+        (_stream_with(shared=True),),
+    ),
+)
+_STREAM_LADDER = {
+    "token_by_token": (None, "push the ids of 'é' one at a time (b'\\xc3', then b'\\xa9'): the "
+                       "first push must return '' and the second 'é'."),
+    "bytes_dropped": (None, "push b'\\xc3', then b'\\xa9': 'é' must come out; a lone b'\\xff' "
+                      "must give '\\ufffd', as bytes([0xff]).decode('utf-8', 'replace')."),
+    "strict": (None, "print bytes([0xff]).decode('utf-8', 'replace'): one U+FFFD, no error."),
+    "decoded_again": (None, "print the text of the bytes so far after each push of b'\\xc3', "
+                      "b'\\xa9': 'caf\\ufffd', then 'café', both 4 characters."),
+    "whole_token_held": (None, "push b'\\xc3', then the token b'\\xa9\\xe2': the second push "
+                         "must return 'é'."),
+    "not_held": (None, "print each byte of '日'.encode() in binary, f'{{b:08b}}': 11100110 "
+                 "starts a character of 3 bytes; the two after it continue it."),
+    "end_drops": (None, "push b'a', b'\\xe6' then call end(): 'a', '', then '\\ufffd', as "
+                  "tokenizer.decode(ids) gives 'a\\ufffd'."),
+    "specials_shown": (None, "print tokenizer.decode([1, 2]): ''."),
+    "eos_ignored": (None, "push 2 (EOS), then any id: the second push must return ''."),
+    "unk_as_name": (None, "print tokenizer.decode([3]) next to tokenizer.token(3)."),
+    "shown_repeated": (None, "with shown=b'se' and the token b'self', push must return 'lf'."),
+    "shared_buffer": (None, "make two streams, push b'\\xc3' to the first and b'a' to the "
+                     "second: the second must return 'a'."),
+}
+STREAM = Item(
+    EXERCISE, "TextStream", TextStream,
+    [
+        _stream_case(_STREAM_BPE, "'café', its é cut between 2 tokens", b"caf", b"\xc3", b"\xa9"),
+        _stream_case(_STREAM_BPE, "'日本', cut between 2 tokens, then 3", b"\xe6", b"\x97\xa5",
+                     b"\xe6", b"\x9c", b"\xac"),
+        _stream_case(_STREAM_BPE, "'é€', a token with the end of é and the start of €",
+                     b"\xc3", b"\xa9\xe2", b"\x82\xac"),
+        _stream_case(_STREAM_BPE, "'😀 日😀': emoji of 4 bytes cut between 4 tokens, a token with "
+                     "the end of 日 and the start of 😀", b"\xf0", b"\x9f", b"\x98", b"\x80", b" ",
+                     b"\xe6", b"\x97", b"\xa5\xf0\x9f", b"\x98\x80"),
+        _stream_case(_STREAM_BPE, "'👩\u200d💻', a ZWJ sequence of 3 characters cut between 4 tokens",
+                     b"\xf0\x9f", b"\x91", b"\xa9\xe2\x80", b"\x8d\xf0\x9f\x92", b"\xbb"),
+        _stream_case(_STREAM_BPE, "bytes that are no character: 0xff, a lone continuation byte, "
+                     "a lead byte before 'A'", b"a", b"\xff", b"\x80", b"b", b"\xc3", b"A"),
+        _stream_case(_STREAM_BPE, "ids that end inside '日' (after 2 of its 3 bytes)", b"a",
+                     b"\xe6", b"\x97"),
+        _stream_case(_STREAM_BPE, "special tokens: BOS, PAD, an extra special (4), EOS inside 'é', "
+                     "ids after EOS", BOS, b"caf", PAD, 4, b"\xc3", EOS, b"\xa9", b"a"),
+        _stream_case(_CHARACTERS, "a character Vocab ('a', 'b', 'é', '日', ' '), with UNK", BOS,
+                     b"a", UNK, b" ", "日".encode(), EOS, b"b"),
+        _stream_case(_STREAM_BPE, "a healed prompt: the text shows 'se' already", b"self", b"()",
+                     b"\xc3", b"\xa9", shown=b"se"),
+        _stream_case(_STREAM_BPE, "two streams used in turn, the first ends at EOS inside '日'",
+                     b"a", b"\xe6", EOS, b"b", more=[((b"caf", b"\xc3", b"\xa9"), b"")]),
+        _stream_case(_STREAM_BPE, "two streams at once, their pushes interleaved", b"\xc3",
+                     b"\xa9", b"a", more=[((b"\xe6", b"\x97", b"\xa5"), b"")],
+                     order=[0, 1, 0, 1, 1, 0, 0, 1]),
+        _many_tokens(0, 300),
+    ],
+    laddered(STREAM_MISTAKES, _STREAM_LADDER), same=_same_pieces, what="pieces",
+    show=_show_piece, explain=_explain_pieces,
+    formula="push(i): append the token's bytes to those held, return the whole characters and "
+            "hold back an unfinished last one; end(): the rest, U+FFFD for an unfinished "
+            "character; PAD and BOS give '', EOS ends the text.",
+    twins=(_stream_with(),),
+    section=_STREAM_SECTION,
+)
+
+ITEMS = (ADAMW, COSINE, CLIP, GROUPS, STREAM)

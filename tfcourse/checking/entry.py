@@ -126,7 +126,8 @@ def _learner_item(module: ModuleType, item_: Item, file: str):
         REFERENCE_IMPORTED.fail(name=item_.name, file=file,
                                 reference=f"{ref.__module__}.{ref.__qualname__}")
     if item_.is_class and not isinstance(obj, type):
-        NOT_CLASS.fail(name=item_.name, kind="a class (class ...(nn.Module))", got=kind_of(obj))
+        NOT_CLASS.fail(name=item_.name, got=kind_of(obj),
+                       kind="a class (class ...(nn.Module))" if item_.is_module else "a class (class ...)")
     if not item_.is_class and (isinstance(obj, type) or not callable(obj)):
         NOT_CLASS.fail(name=item_.name, kind="a function (def ...)", got=kind_of(obj))
     return obj

@@ -7,9 +7,11 @@ runs the learner's `target` on every case and, on the first case where something
 fails with one message whose first line names what is wrong. The order of diagnosis is
 fixed, the same for every item:
 
-  1. Call the learner's code: a class is built (its __init__), then run; each call has a
-     time limit, its prints are captured, randomness is seeded, exceptions are located in
-     the learner's file, and sys.exit / os._exit cannot end Python.
+  1. Call the learner's code: a class is built (its __init__), then run (a class that is
+     not an nn.Module, such as chapter 13's TextStream, is handed to the item's `run`
+     as it is, which makes its objects); each call has a time limit, its prints are
+     captured, randomness is seeded, exceptions are located in the learner's file, and
+     sys.exit / os._exit cannot end Python.
   2. Still the stub (NotImplementedError)               -> "Not implemented yet"
   3. It tried to end Python                             -> "Your code tried to end Python"
   4. Past the time limit                                -> "Too slow"
@@ -211,6 +213,12 @@ class Item:
         return isinstance(self.reference, type)
 
     @property
+    def is_module(self) -> bool:
+        """A class item whose objects are nn.Modules (built, given the reference's parameters,
+        then called); other class items are handed to `run` as classes."""
+        return self.is_class and issubclass(self.reference, nn.Module)
+
+    @property
     def catalogue(self) -> dict[str, Mistake]:
         """Every catalogued mistake of the item (the cases' own included), by key."""
         found = {}
@@ -220,6 +228,8 @@ class Item:
 
     def reference_code(self):
         """The code objects whose running means the learner called the reference."""
+        if self.is_class and not self.is_module:  # every method of a plain class
+            return {f.__code__ for f in vars(self.reference).values() if inspect.isfunction(f)}
         target = self.reference.forward if self.is_class else self.reference
         return {inspect.unwrap(target).__code__}
 
@@ -284,7 +294,7 @@ class Item:
             raise CheckFailure(found) from None
 
     def _reference_object(self, case):
-        if not self.is_class:
+        if not self.is_module:
             return self.reference
         with torch.random.fork_rng(devices=[]):
             seed_torch(case.seed)
@@ -324,8 +334,8 @@ class Item:
 
     def _learner_object(self, target, case, watch, printed):
         """The learner's function, or the learner's class built (as learner code) and
-        given the reference's parameters."""
-        if not self.is_class:
+        given the reference's parameters (a plain class: as it is, for `run`)."""
+        if not self.is_module:
             return target
         init = ", ".join([*map(repr, case.init), *(f"{k}={v!r}" for k, v in case.init_kwargs.items())])
         name = f"{self.name}({init})"
@@ -395,7 +405,7 @@ class Item:
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
                     found.append((mistake, compute))
-            if found and (obj is None or self.is_class):
+            if found and (obj is None or self.is_module):
                 break
         if len({id(m) for m, _ in found}) > 1:  # several mistakes: the later cases decide
             return max(found, key=lambda f: self._later_agreement(f, obj, case))  # the first of equals
@@ -424,7 +434,7 @@ class Item:
 
     def _raising(self, mistakes, error, reference, case, passed):
         """The first mistake whose own computation raises like `error` on this case, and
-        runs on the cases passed so far, or None."""
+        runs on the cases passed so far, and that computation, or (None, None)."""
         for mistake in mistakes:
             for compute in mistake.computes:
                 try:
@@ -432,8 +442,8 @@ class Item:
                 except Exception as own:
                     if same_error(error, own) and self._agrees(
                             mistake, compute, passed, case.run or self.run, values=False):
-                        return mistake
-        return None
+                        return mistake, compute
+        return None, None
 
     def _shown(self, case, result=None, expected=None):
         """What the item's `show` says of a result ('' when the result cannot be shown)."""
@@ -473,17 +483,18 @@ class Item:
             return
         if reference is not None:
             self._fail_if_state_kept(obj, case, passed, name, "with its state as before the first case")
-            mistake = self._raising(mistakes, error, reference, case, passed)
+            mistake, compute = self._raising(mistakes, error, reference, case, passed)
             mistake = mistake or self._probing(mistakes, error, case, obj)
-            if mistake is not None:
+            if mistake is not None:  # a computation of a family says which member it is
                 mistake.fail(f"{self._details(case)}\n  it raised {type(error).__name__}: "
-                             f"{first_line(error)}", at=outcome.where, label=case.label)
+                             f"{first_line(error)}", at=outcome.where, label=case.label,
+                             **getattr(compute, "fields", {}))
             self._fail_if_batch_of_one(obj, case, name, f"raised {type(error).__name__}",
                                        f"\n  it raised {type(error).__name__}: {first_line(error)}")
         fail_on_error(outcome, name, case.label, _inputs(case), news=news_of(case, passed))
 
     def _diagnose(self, outcome, case, passed, mistakes, reference, expected, given, before, obj):
-        name = f"{self.name}.forward" if self.is_class else self.name
+        name = f"{self.name}.forward" if self.is_module else self.name
         self._fail_on_error(outcome, name, name, case, mistakes, passed, reference, obj)
         changed = [n for n, a, b in zip(case.names, given, case.args) if n and not unchanged(a, b)]
         if changed:
@@ -584,7 +595,7 @@ class Item:
     def _default(self, name):
         """The default of the reference's argument `name`, or None."""
         try:
-            function = self.reference.forward if self.is_class else self.reference
+            function = self.reference.forward if self.is_module else self.reference
             default = inspect.signature(function).parameters[name].default
         except (KeyError, TypeError, ValueError):  # no such argument, or no signature
             return None

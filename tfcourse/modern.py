@@ -2,7 +2,7 @@
 Its kin differ in details: Mistral 7B adds sliding-window attention (chapter 10); Qwen (1 to
 2.5) has biases on the q, k and v projections; Gemma (1) uses GeGLU (tanh GELU) for SwiGLU,
 multiplies the token vectors by sqrt(d), scales its RMSNorm by (1 + w), and has heads 256
-wide whatever d / heads.
+wide whatever d / heads (LlamaConfig's head_dim holds that one).
 
     x = Embed(tokens)                                  no positions added, no sqrt(d) scale
     x = x + Attention(RMSNorm(x))                      grouped-query (chapter 10), no biases,

@@ -84,6 +84,17 @@ def test_rotary_scores_depend_on_the_offset_only(pairs):
     torch.testing.assert_close(RotaryEmbedding(16, pairs=pairs)(x, 3).norm(dim=-1), x.norm(dim=-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_halves_rotate_each_pair_as_the_formula_bit_for_bit(dtype):
+    """apply_rotary computes x cos + (-b, a) sin (whole heads, faster): the pairs' rotation
+    (a cos - b sin, a sin + b cos), written out here, to the last bit."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 7, 3, 16).transpose(1, 2).to(dtype)  # (batch, heads, seq, d_head), as split_heads
+    cos, sin = rotary_cos_sin(torch.arange(4, 11), 16, dtype=dtype)
+    a, b = x[..., :8], x[..., 8:]
+    assert torch.equal(apply_rotary(x, cos, sin), torch.cat((a * cos - b * sin, a * sin + b * cos), -1))
+
+
 def test_rotary_tables_are_kept_grown_and_made_again_where_they_cannot_serve():
     rope = RotaryEmbedding(8, base=500.0)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)

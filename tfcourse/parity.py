@@ -147,9 +147,9 @@ def llama_config_from_transformers(c, **overrides):
     return LlamaConfig(
         vocab_size=c.vocab_size, d_model=c.hidden_size, n_heads=c.num_attention_heads,
         n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, d_ff=c.intermediate_size,
-        n_layers=c.num_hidden_layers,
-        max_len=c.max_position_embeddings, rope_base=float(rope["rope_theta"]),
-        norm_eps=c.rms_norm_eps, tie_output=c.tie_word_embeddings,
+        n_layers=c.num_hidden_layers, max_len=c.max_position_embeddings,
+        rope_base=float(rope["rope_theta"]), norm_eps=c.rms_norm_eps,
+        tie_output=c.tie_word_embeddings,
         pad_id=c.pad_token_id if c.pad_token_id is not None else LlamaConfig.pad_id, **overrides)
 
 

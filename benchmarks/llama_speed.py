@@ -15,7 +15,8 @@ Sizes (vocabulary 1,024, as a BPE model's): "tiny" LlamaConfig.tiny (d_model 64,
 6 layers, 6 query and 2 key/value heads, SwiGLU 1,024 wide (10.2M). Each side runs with
 `threads` torch threads; CPU time is process time, all threads summed, so that another
 program on the machine slows the wall clock more than the count; the two sides run in turn,
-three times, and each keeps its least time.
+five times, and each keeps its least time; a training run is STEPS[size] steps (8 of the
+tiny model's: a run of 2 took 0.04 s, and its ratio moved by 5% from one pair to the next).
 """
 
 import time
@@ -33,6 +34,7 @@ SIZES = {
     "1M": dict(d_model=128, n_heads=4, n_kv_heads=2, d_ff=392, n_layers=4),
     "10M": dict(d_model=384, n_heads=6, n_kv_heads=2, d_ff=1024, n_layers=6),
 }
+STEPS = {"tiny": 8, "1M": 2, "10M": 2}  # training steps per run: 0.15 s or more on one thread
 
 
 def llama(size, seed=0):
@@ -51,7 +53,7 @@ def _pair(size, seed):
     return ours, theirs
 
 
-def _cpu_seconds(runs, threads, repeats=3):
+def _cpu_seconds(runs, threads, repeats=5):
     """The CPU seconds of each of ``runs`` (functions): each run once to warm up, then all of
     them in turn ``repeats`` times, the least time of each (on a shared machine the others'
     programs only ever add time)."""
@@ -90,10 +92,10 @@ def _tokens(seed):
     return torch.randint(4, VOCAB, (BATCH, SEQ + 1), generator=torch.Generator().manual_seed(seed))
 
 
-def step_pair(seed, size, threads, steps=2):
+def step_pair(seed, size, threads, steps=None):
     """Training tokens per CPU second: the course's LlamaLM, then LlamaForCausalLM."""
     ours, theirs = _pair(size, seed)
-    tokens = _tokens(seed)
+    tokens, steps = _tokens(seed), steps or STEPS[size]
     runs = [_steps(ours, tokens, lambda m, x: m(x), steps),
             _steps(theirs, tokens, lambda m, x: m(x).logits, steps)]
     return [steps * BATCH * SEQ / t for t in _cpu_seconds(runs, threads)]
@@ -120,7 +122,7 @@ def generate_pair(seed, size, threads):
     return results
 
 
-def llama_gpt_pair(seed, size, threads, steps=2):
+def llama_gpt_pair(seed, size, threads, steps=None):
     """Training tokens per CPU second: the course's LlamaLM, then its GPT block (DecoderLM,
     learned positions, GELU FFN 4 d_model wide, the same d_model, heads and layers)."""
     ours = llama(size, seed)
@@ -129,6 +131,6 @@ def llama_gpt_pair(seed, size, threads, steps=2):
     gpt = DecoderLM(DecoderLMConfig.tiny(VOCAB, d_model=c.d_model, n_heads=c.n_heads,
                                          d_ff=4 * c.d_model, n_layers=c.n_layers, dropout=0.0,
                                          max_len=SEQ, attn_impl="sdpa"))
-    tokens = _tokens(seed)
+    tokens, steps = _tokens(seed), steps or STEPS[size]
     runs = [_steps(model, tokens, lambda m, x: m(x), steps) for model in (ours, gpt)]
     return [steps * BATCH * SEQ / t for t in _cpu_seconds(runs, threads)]

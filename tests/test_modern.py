@@ -84,6 +84,17 @@ def test_rotary_scores_depend_on_the_offset_only(pairs):
     torch.testing.assert_close(RotaryEmbedding(16, pairs=pairs)(x, 3).norm(dim=-1), x.norm(dim=-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_halves_rotate_each_pair_as_the_formula_bit_for_bit(dtype):
+    """apply_rotary computes x cos + (-b, a) sin (whole heads, faster): the pairs' rotation
+    (a cos - b sin, a sin + b cos), written out here, to the last bit."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 7, 3, 16).transpose(1, 2).to(dtype)  # (batch, heads, seq, d_head), as split_heads
+    cos, sin = rotary_cos_sin(torch.arange(4, 11), 16, dtype=dtype)
+    a, b = x[..., :8], x[..., 8:]
+    assert torch.equal(apply_rotary(x, cos, sin), torch.cat((a * cos - b * sin, a * sin + b * cos), -1))
+
+
 def test_rotary_tables_are_kept_grown_and_made_again_where_they_cannot_serve():
     rope = RotaryEmbedding(8, base=500.0)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
@@ -229,6 +240,27 @@ def test_config_is_a_block_config_with_llamas_settings_checked():
     assert LlamaLM(llama).positional is not None and LlamaLM(LlamaConfig.tiny(10)).positional is None
 
 
+def test_head_dim_is_d_model_over_heads_unless_given():
+    config = LlamaConfig.tiny(10)
+    assert config.head_dim == 16 and LlamaConfig.tiny(10, head_dim=16) == config
+    # a checkpoint saved before the field records no head_dim: it means what it meant
+    saved = {k: v for k, v in dataclasses.asdict(config).items() if k != "head_dim"}
+    assert LlamaConfig(**saved) == config
+    torch.manual_seed(0)
+    wide = LlamaLM(LlamaConfig.tiny(10, head_dim=24)).eval()  # 4 heads of 24 in 64
+    attn = wide.layers[0].self_attn
+    assert (attn.w_q.weight.shape, attn.w_k.weight.shape, attn.w_o.weight.shape) == (
+        (96, 64), (48, 64), (64, 96))
+    assert attn.rotary.d_head == 24
+    tokens = torch.randint(0, 10, (2, 9))
+    with torch.no_grad():
+        cache = wide.init_cache()
+        steps = torch.cat([wide(tokens[:, [t]], cache=cache) for t in range(9)], 1)
+        torch.testing.assert_close(steps, wide(tokens))
+    with pytest.raises(ValueError, match="head_dim = 9 must be even"):
+        LlamaConfig.tiny(10, head_dim=9)
+
+
 def test_the_llama_kind_checkpoints_and_the_cli_trains_and_samples_it(tmp_path, capsys):
     assert checkpoint.model_class("llama") is LlamaLM
     task, model, config = build("lm-llama", model=dict(d_model=32, n_heads=4, d_ff=64,
@@ -244,6 +276,13 @@ def test_the_llama_kind_checkpoints_and_the_cli_trains_and_samples_it(tmp_path, 
                      "--out", out, "--threads", "1"]) == 0
     saved = checkpoint.read_checkpoint(out)
     assert (saved["model_config"]["n_kv_heads"], saved["task"]) == (1, "lm-llama")  # --resume's
+    # a checkpoint saved before head_dim was a field starts a run (--init) of the same model
+    del saved["model_config"]["head_dim"]
+    torch.save(checkpoint.seal(saved), str(tmp_path / "old.pt"))
+    assert cli.main(["train", "--task", "lm-llama", "--steps", "1", "--eval-every", "1",
+                     "--d-model", "32", "--n-layers", "1", "--d-ff", "64", "--n-kv-heads", "1",
+                     "--init", str(tmp_path / "old.pt"), "--out", str(tmp_path / "from_old.pt"),
+                     "--threads", "1"]) == 0
     capsys.readouterr()
     assert cli.main(["sample", "--checkpoint", out, "--prompt", "def ", "--max-new", "5",
                      "--threads", "1"]) == 0

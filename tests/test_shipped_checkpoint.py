@@ -20,6 +20,7 @@ from tfcourse.corpora import unfamiliar_texts
 from tfcourse.data import dates_task, unfamiliar_dates
 from tfcourse.inference import NOT_SURE, auroc, classify, complete, exact_match, output_confidence, predict
 from tfcourse.model import TransformerConfig
+from tfcourse.modern import LlamaConfig
 from tfcourse.recipes import RECIPES
 from tfcourse.training import TrainConfig
 
@@ -223,6 +224,8 @@ def test_llm_checkpoint_carries_its_tokenizer_and_beats_the_baselines():
     assert state["history"]["lr"][-1] == pytest.approx(expected.lr * expected.min_lr_ratio, rel=1e-3)
     assert vocab == RECIPES["llm"].make_task(seed=0).vocab  # its BPE, not a character vocabulary
     assert len(vocab) == 1024 and vocab.decode(vocab.encode("    return x\n")) == "    return x\n"
+    # saved before LlamaConfig had head_dim: read as d_model / n_heads, as it was trained
+    assert model.config.head_dim == 32 and model.layers[0].self_attn.w_q.weight.shape == (128, 128)
     bpb = _llm_bits_per_byte(model)
     assert bpb == pytest.approx(LLM_BPB, abs=5e-4)
     assert bpb < LLM_BEATS
@@ -241,6 +244,7 @@ def test_llm_stated_command_makes_it_again(tmp_path, capsys):
     model, _, state = load_checkpoint(out)
     shipped = torch.load(LLM_CHECKPOINT, weights_only=True)
     assert _llm_settings(state["train_config"]) == _llm_settings(shipped["train_config"])
-    assert state["model_config"] == shipped["model_config"]
+    # the same model: fields added since (with their defaults) do not count
+    assert LlamaConfig(**state["model_config"]) == LlamaConfig(**shipped["model_config"])
     assert state["tokenizer"] == shipped["tokenizer"]
     assert _llm_bits_per_byte(model) == pytest.approx(LLM_BPB, abs=0.01)

@@ -408,9 +408,9 @@ def _load_init(path, model, task):
     if vocab != task.vocab:
         raise ValueError(f"--init {path} has another vocabulary than --task {task.name}'s "
                          f"({_difference(vocab, task.vocab)})")
-    ours, theirs = asdict(model.config), state["model_config"]
-    differ = [f"{_option(k)} {theirs.get(k)} (this run: {v})" for k, v in ours.items()
-              if theirs.get(k) != v]
+    ours, theirs = asdict(model.config), asdict(start.config)  # fields added since: defaults
+    differ = [f"{_option(k)} {theirs[k]} (this run: {v})" for k, v in ours.items()
+              if theirs[k] != v]
     if differ:
         raise ValueError(f"--init {path} has other model settings: {'; '.join(differ)}")
     model.load_state_dict(start.state_dict())

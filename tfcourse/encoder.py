@@ -54,7 +54,8 @@ class Embeddings(nn.Module):
                 f"tokens must be ids in [0, vocab_size={vocab_size}), "
                 f"got values from {tokens.min().item()} to {tokens.max().item()}"
             )
-        return self.embedding(tokens) * self.scale  # (batch, seq, d_model)
+        x = self.embedding(tokens)  # (batch, seq, d_model)
+        return x * self.scale if self.scale != 1.0 else x  # unscaled: no pass multiplying by 1
 
 
 class EncoderLayer(nn.Module):

@@ -37,29 +37,32 @@ class GroupedQueryAttention(nn.Module):
     With n_kv_heads = n_heads and the same weights it computes what
     tfcourse.multi_head.MultiHeadAttention (attn_impl="explicit") computes.
 
-    W^Q, W^O: d_model x d_model; W^K, W^V: d_model x (n_kv_heads d_head), d_head = d_model /
-    n_heads: n_heads / n_kv_heads times fewer keys and values to project and to cache.
+    W^Q: d_model x (n_heads d_head), W^K, W^V: d_model x (n_kv_heads d_head), W^O: (n_heads
+    d_head) x d_model: n_heads / n_kv_heads times fewer keys and values to project and to
+    cache. d_head: each head's width, d_model / n_heads unless given (Gemma's heads are 256
+    wide whatever d_model / n_heads; transformers' LlamaConfig calls it head_dim).
     rotary: a RotaryEmbedding for the queries and keys (chapter 12), or None. attn_impl:
     "explicit" (chapter 01's) or "sdpa" (torch's fused kernel), as MultiHeadAttention's.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int, bias: bool = True,
-                 rotary: RotaryEmbedding | None = None, attn_impl: str = "explicit"):
+                 rotary: RotaryEmbedding | None = None, attn_impl: str = "explicit",
+                 d_head: int | None = None):
         super().__init__()
         if attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}")
         d_model, n_heads = integer("d_model", d_model), integer("n_heads", n_heads)
         n_kv_heads = integer("n_kv_heads", n_kv_heads)
-        if d_model % n_heads != 0:
+        if d_head is None and d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.d_head = d_model // n_heads if d_head is None else integer("d_head", d_head)
+        self.w_q = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
         self.w_v = nn.Linear(d_model, n_kv_heads * self.d_head, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(n_heads * self.d_head, d_model, bias=bias)
         self.rotary, self.attn_impl = rotary, attn_impl
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -28,7 +28,7 @@ with tokenizer_config.json. Three things carry over as the course computes them:
   course reads a sliding window of the last max_len tokens; transformers reads them all).
 
 Importing refuses, in one line naming it, what LlamaLM does not have (another architecture,
-biases, RoPE scaling, another head width: parity.llama_config_from_transformers).
+biases, RoPE scaling: parity.llama_config_from_transformers).
 """
 
 import json

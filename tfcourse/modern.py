@@ -2,7 +2,7 @@
 Its kin differ in details: Mistral 7B adds sliding-window attention (chapter 10); Qwen (1 to
 2.5) has biases on the q, k and v projections; Gemma (1) uses GeGLU (tanh GELU) for SwiGLU,
 multiplies the token vectors by sqrt(d), scales its RMSNorm by (1 + w), and has heads 256
-wide whatever d / heads.
+wide whatever d / heads (LlamaConfig's head_dim holds that one).
 
     x = Embed(tokens)                                  no positions added, no sqrt(d) scale
     x = x + Attention(RMSNorm(x))                      grouped-query (chapter 10), no biases,
@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from torch import nn
 
-from tfcourse.config import Activation, BlockConfig, check_pad_id, default, setting
+from tfcourse.config import Activation, BlockConfig, check_pad_id, default, set_field, setting
 from tfcourse.encoder import Embeddings
 from tfcourse.feed_forward import SwiGLU
 from tfcourse.grouped_query import GroupedQueryAttention
@@ -51,6 +51,8 @@ class LlamaConfig(BlockConfig):
     vocab_size: int = setting(MISSING, "tokens of the vocabulary", "[1, inf)")
     n_kv_heads: int = setting(8, "key/value heads, shared by n_heads / n_kv_heads query heads "
                               "each (grouped-query attention)", "[1, inf)")
+    head_dim: int = setting(0, "width of each attention head; 0: d_model / n_heads (Gemma's "
+                            "are 256 wide whatever d_model)", "[0, inf)")
     max_len: int = setting(8192, "positions the model has (the longest text it reads)",
                            "[1, inf)")
     positions: Positions = setting("rotary", "rotary positions inside attention (Llama's), or "
@@ -63,14 +65,16 @@ class LlamaConfig(BlockConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.head_dim == 0:  # the default, as transformers'; checkpoints saved before it too
+            set_field(self, "head_dim", self.d_model // self.n_heads)
         if not self.norm_first:
             raise ValueError("norm_first must be True: the Llama block is pre-norm")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads={self.n_heads} is not divisible by "
                              f"n_kv_heads={self.n_kv_heads}")
-        if self.positions == "rotary" and (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"d_model / n_heads = {self.d_model // self.n_heads} must be even "
-                             "(RoPE rotates the features of a head in pairs)")
+        if self.positions == "rotary" and self.head_dim % 2:
+            raise ValueError(f"head_dim = {self.head_dim} must be even (RoPE rotates the "
+                             "features of a head in pairs)")
         if self.positions == "sinusoidal":
             check_even(self.d_model)
         check_pad_id(self, self.vocab_size)
@@ -97,10 +101,10 @@ class LlamaLayer(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         c = config
-        d_head = c.d_model // c.n_heads
-        rotary = RotaryEmbedding(d_head, c.rope_base) if c.positions == "rotary" else None
+        rotary = RotaryEmbedding(c.head_dim, c.rope_base) if c.positions == "rotary" else None
         self.self_attn = GroupedQueryAttention(c.d_model, c.n_heads, c.n_kv_heads, bias=False,
-                                               rotary=rotary, attn_impl=c.attn_impl)
+                                               rotary=rotary, attn_impl=c.attn_impl,
+                                               d_head=c.head_dim)
         self.feed_forward = SwiGLU(c.d_model, c.d_ff, c.dropout, c.activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(c.d_model, c.dropout, norm_first=True,

@@ -131,14 +131,13 @@ def llama_state_dict_to_transformers(state):
 
 def llama_config_from_transformers(c, **overrides):
     """The tfcourse.modern.LlamaConfig of a transformers LlamaConfig ``c``; ValueError in one
-    line naming each setting LlamaLM does not have (biases, an activation other than SiLU, a
-    head width other than d_model / n_heads, RoPE scaling, partial rotary)."""
+    line naming each setting LlamaLM does not have (biases, an activation other than SiLU,
+    RoPE scaling, partial rotary)."""
     from tfcourse.modern import LlamaConfig
 
     rope = c.rope_parameters or {}
     differ = {"attention_bias": (c.attention_bias, False), "mlp_bias": (c.mlp_bias, False),
               "hidden_act": (c.hidden_act, "silu"),
-              "head_dim": (c.head_dim, c.hidden_size // c.num_attention_heads),
               "rope_type": (rope.get("rope_type", "default"), "default"),
               "partial_rotary_factor": (rope.get("partial_rotary_factor", 1.0), 1.0)}
     unlike = [f"{name}={got!r} (LlamaLM: {want!r})" for name, (got, want) in differ.items()
@@ -147,9 +146,10 @@ def llama_config_from_transformers(c, **overrides):
         raise ValueError(f"LlamaLM has no equivalent of {', '.join(unlike)}")
     return LlamaConfig(
         vocab_size=c.vocab_size, d_model=c.hidden_size, n_heads=c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads, d_ff=c.intermediate_size, n_layers=c.num_hidden_layers,
-        max_len=c.max_position_embeddings, rope_base=float(rope["rope_theta"]),
-        norm_eps=c.rms_norm_eps, tie_output=c.tie_word_embeddings,
+        n_kv_heads=c.num_key_value_heads, head_dim=c.head_dim, d_ff=c.intermediate_size,
+        n_layers=c.num_hidden_layers, max_len=c.max_position_embeddings,
+        rope_base=float(rope["rope_theta"]), norm_eps=c.rms_norm_eps,
+        tie_output=c.tie_word_embeddings,
         pad_id=c.pad_token_id if c.pad_token_id is not None else LlamaConfig.pad_id, **overrides)
 
 
@@ -161,7 +161,7 @@ def llama_config_to_transformers(config):
                          "positions only")
     c = config
     return dict(vocab_size=c.vocab_size, hidden_size=c.d_model, num_attention_heads=c.n_heads,
-                num_key_value_heads=c.n_kv_heads, head_dim=c.d_model // c.n_heads,
+                num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
                 intermediate_size=c.d_ff, num_hidden_layers=c.n_layers, hidden_act=c.activation,
                 max_position_embeddings=c.max_len, rms_norm_eps=c.norm_eps,
                 rope_parameters={"rope_type": "default", "rope_theta": c.rope_base},

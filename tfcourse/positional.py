@@ -111,7 +111,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          f"to match cos and sin {tuple(cos.shape)}, got {tuple(x.shape)}")
     if pairs == "halves":
         a, b = x.chunk(2, dim=-1)  # (..., seq, d_head / 2) each
-        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+        # (a cos - b sin, b cos + a sin) as x cos + (-b, a) sin: whole-head products, faster
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (seq, d_head)
+        return x * cos + torch.cat((-b, a), dim=-1) * sin
     if pairs == "adjacent":
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)

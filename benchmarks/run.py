@@ -622,7 +622,7 @@ BENCHMARKS += [
 
 
 # Chapter 13's rows; their measuring functions are in benchmarks/llm.py, which also stores
-# every run in benchmarks/llm.json (python benchmarks/llm.py): about 3 CPU minutes a run.
+# every run in benchmarks/llm.json (python benchmarks/llm.py): about 5 CPU minutes a run.
 import llm  # noqa: E402
 
 _LLM_OTHERS = {"adam2017": "the same model, tokens and steps with 2017's recipe (Adam, noam, "

@@ -119,10 +119,10 @@ def cldr_names(language):
         data = Locale.parse(language)._data
     except (UnknownLocaleError, ValueError):
         raise ValueError(f"unknown language {language!r}: use a CLDR code such as 'fr'") from None
-    for category, field in (("language", "languages"), ("territory", "territories"),
-                            ("script", "scripts"), ("variant", "variants"),
-                            ("currency", "currency_names")):
-        for item, name in data[field].items():
+    for category, key in (("language", "languages"), ("territory", "territories"),
+                          ("script", "scripts"), ("variant", "variants"),
+                          ("currency", "currency_names")):
+        for item, name in data[key].items():
             yield (category, item), name
     for item, forms in data["currency_names_plural"].items():  # "dollars des États-Unis"
         for name in forms.values():

@@ -70,6 +70,19 @@ def count_up_to_len_minus_two(words):
     return dict(counts)
 
 
+@wrong("merge.return_kind")
+def merge_into_a_list(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if tuple(word[i:i + 2]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return out  # a list: learn_merges cannot use it as a dict key
+
+
 @wrong("merge.second_kept")
 def merge_step_one(word, pair, new_id):
     out, i = [], 0
@@ -575,7 +588,7 @@ def merge_by_list_building(word, pair, new_id):
         if out[i] == pair[0] and out[i + 1] == pair[1]:
             out[i:i + 2] = [new_id]
         i += 1
-    return out
+    return tuple(out)
 
 
 def learn_with_min_and_a_tuple_key(text, n_merges, special_tokens=()):

@@ -166,6 +166,9 @@ WRONG_ORDER = Mistake(
     "{label}.")
 WRONG_LENGTH = Mistake("wrong_length", "Wrong length: {length}", "{story}, {prep} {label}")
 SEQUENCE_DIFFERS = Mistake("sequence_differs", "Wrong {what} {prep} {label}", "{story}")
+RETURN_KIND = Mistake(
+    "return_kind", "Wrong kind of result: {got} returned where {want} is expected",
+    "{what} on {label} has the right values but the wrong kind: {why}")
 STATE_KEPT = Mistake(
     "state_kept", "Right when called first, wrong after earlier calls: state kept between calls",
     "{name} gets {label} right {first}, and wrong {later}: {kept} changed from one call to the "
@@ -173,7 +176,7 @@ STATE_KEPT = Mistake(
     "call; a module-level cache or table must be keyed on everything the result depends on "
     "(not the length alone, not one argument alone), or built in each call.")
 SHARED = (NOT_IMPLEMENTED, EXITED, TOO_SLOW, RAISED, SEQ_FIRST, BATCH_OF_ONE, LOWER_PRECISION,
-          WRONG_LENGTH, SEQUENCE_DIFFERS, STATE_KEPT, WRONG_ORDER, OFF_BY_ONE,
+          WRONG_LENGTH, SEQUENCE_DIFFERS, RETURN_KIND, STATE_KEPT, WRONG_ORDER, OFF_BY_ONE,
           MASK_READ_INVERTED, READ_SEQ_FIRST, RECURSION, IN_PLACE,
           PARAMETERS_CHANGED, NOTHING_RETURNED, WRONG_TYPE, WRONG_SHAPE, WRONG_DTYPE, NOT_FINITE, NO_MATCH,
           RESEMBLES, REFERENCE_USED, RENAMED)

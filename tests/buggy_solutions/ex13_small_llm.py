@@ -253,6 +253,22 @@ def cosine_warmup_plus_one(step, warmup, total_steps, min_ratio=0.0):
     return _decay(step, warmup, total_steps, min_ratio)
 
 
+@wrong("cosine_lr.warmup_off_by_one")
+def cosine_zero_based_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return (step + 1) / (warmup + 1)  # a 0-based loop's formula on 1-based steps
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.decay_off_by_one")
+def cosine_decay_from_the_next_step(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    done = step - (warmup + 1)
+    c = math.cos(math.pi * min(1.0, done / max(1, total_steps - warmup)))
+    return min_ratio + (1 - min_ratio) * (1 + c) / 2
+
+
 @wrong("cosine_lr.floor_ignored")
 def cosine_to_zero(step, warmup, total_steps, min_ratio=0.0):
     if step <= warmup:

@@ -277,7 +277,7 @@ ADAMW = Item(
 
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
-            divide_first=False, unguarded=False):
+            divide_first=False, unguarded=False, decay_shift=0):
     """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
     warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
     (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
@@ -285,7 +285,8 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
     (0.5: half); warm "linear" or "none" (the peak during warm-up); divide_first: step /
     warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
-    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total)."""
+    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total); decay_shift:
+    added to the decay's step count (-1: one step late)."""
     if divide_first:
         ratio = step / warmup
         if step <= warmup:
@@ -297,7 +298,7 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
         else total
-    progress = (step - begin) / length
+    progress = (step - begin + decay_shift) / length
     if clamp == "min":
         progress = min(1.0, progress)
     elif clamp == "zero" and step > total:
@@ -351,7 +352,8 @@ COSINE_MISTAKES = (
         tuple(member(_all_cosine(warm_shift=s, warm_extra=e), how=h) for s, e, h in (
             (-1, 0, "(step - 1) / warmup, 0 at the first step"),
             (0, 1, "step / (warmup + 1), below the peak at step = warmup"),
-            (1, 0, "(step + 1) / warmup"))),
+            (1, 0, "(step + 1) / warmup"),
+            (1, 1, "(step + 1) / (warmup + 1), nanoGPT's form for steps counted from 0"))),
     ),
     Mistake(
         "floor_ignored", "Decays to 0, not to the floor",
@@ -384,6 +386,14 @@ COSINE_MISTAKES = (
          member(_all_cosine(start="zero"), how="progress counted from step 0")),
     ),
     Mistake(
+        "decay_off_by_one", "Decay off by one step: {how}",
+        "the decay starts right after the warm-up: progress = (step - warmup) / (total_steps - "
+        "warmup), 1 / (total_steps - warmup) at step warmup + 1 and 1 at total_steps.",
+        (member(_all_cosine(decay_shift=-1), how="one step late, progress counted from warmup + 1 "
+                "(the peak held two steps)"),
+         member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1")),
+    ),
+    Mistake(
         "full_cosine", "A whole cosine period: it climbs back to the peak",
         "half a period goes from 1 down to the floor: cos(pi * progress) for progress in [0, 1], "
         "not cos(2 pi progress).",
@@ -411,6 +421,8 @@ _COSINE_LADDER = {
     "not_clamped": (None, "print your factor at total_steps, total_steps + 1 and 2 * "
                     "total_steps: all min_ratio."),
     "cosine_span": (None, "print your factor at step warmup + 1: just below 1."),
+    "decay_off_by_one": (None, "print your factor at steps warmup, warmup + 1 and total_steps: 1, "
+                         "just below 1, min_ratio."),
     "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
     "zero_division": (None, "call cosine_lr(1, 0, 10) and cosine_lr(6, 5, 5)."),

@@ -525,6 +525,25 @@ def attention_strictly_earlier(q, k, v, past_k=None, past_v=None, base=10000.0):
     return _attend(q, k, v, allowed).nan_to_num(0.0)
 
 
+@wrong("rotary_attention.softmax_wrong_axis")
+def attention_normalized_over_queries(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    future = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).triu(start + 1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=2) @ v
+
+
+@wrong("rotary_attention.mask_inverted")
+def attention_hiding_the_allowed(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    hidden = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).triu(start + 1)  # True = hidden
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=hidden)  # reads True as allowed
+
+
 @wrong("rotary_attention.wrong_scale")
 def attention_unscaled(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)

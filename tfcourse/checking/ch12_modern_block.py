@@ -592,14 +592,17 @@ ROTATE = Item(
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
-               diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed=""):
+               diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed="",
+               dim=-1, inverted=False):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
     causal mask only when there is no cache; pairs: RoPE's pair convention; shift: added to
     the new positions' start; rotated_dims: the leading features that are rotated (GPT-NeoX's
     rotary_pct), the others left as they are; own_base: the base the new tokens are rotated
-    with instead; fixed: "q" or "k", rotated from position 0 whatever the cache."""
+    with instead; fixed: "q" or "k", rotated from position 0 whatever the cache; dim: the softmax's;
+    inverted: the mask's True read as hidden (a True = masked mask given to
+    scaled_dot_product_attention, whose bool attn_mask is True = may attend)."""
     start = 0 if past_k is None else past_k.size(-2)
     at = max((start if offset else 0) + shift, 0)
 
@@ -624,8 +627,8 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
                "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril()}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
     if allowed is not None:
-        scores = scores.masked_fill(~allowed, -math.inf)
-    return scores.softmax(-1) @ v  # (batch, heads, seq, d_head)
+        scores = scores.masked_fill(allowed if inverted else ~allowed, -math.inf)
+    return scores.softmax(dim) @ v  # (batch, heads, seq, d_head)
 
 
 def _attention_with(**bug):
@@ -760,6 +763,20 @@ ATTENTION_MISTAKES = (
         tuple(member(_attention_with(which=w), which=name) for w, name in (
             ("q", "the queries"), ("k", "the keys"), ("", "nothing"))),
     ),
+    Mistake(
+        "softmax_wrong_axis", "Softmax over the wrong axis: over the queries",
+        "each query's weights must sum to 1 over the keys: the last axis of the scores "
+        "(dim=-1); dim=-2 makes each key's weights sum to 1 over the queries.",
+        (_attention_with(dim=-2),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted: True taken as hidden",
+        "scaled_dot_product_attention's bool attn_mask is True where a query MAY attend (the "
+        "opposite of nn.MultiheadAttention's key_padding_mask): pass the lower triangle, "
+        ".tril(start), not the upper one; by hand, masked_fill(~allowed, -inf).",
+        (_attention_with(inverted=True),
+         lambda *a, **kw: _attention_with(inverted=True)(*a, **kw).nan_to_num(0.0)),
+    ),
 )
 
 _ATTENTION_LADDER = {
@@ -791,6 +808,9 @@ _ATTENTION_LADDER = {
                         "[1 1 1 1 0] and [1 1 1 1 1]."),
     "wrong_scale": (None, "print the number you divide the scores by, next to "
                     "math.sqrt(q.size(-1))."),
+    "softmax_wrong_axis": (None, "print your weights' sum over the last axis: 1 for every query."),
+    "mask_inverted": (None, "print your mask for 2 new tokens after 3 cached ones: which entries "
+                      "are True, the keys a query may read or the ones it may not?"),
     "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
                          "scores must not change."),
 }

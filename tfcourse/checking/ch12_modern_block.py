@@ -480,11 +480,11 @@ ROTATE_MISTAKES = (
         tuple(_rotate_with(own_base=b) for b in (10000.0, 500000.0)),
     ),
     Mistake(
-        "wrong_exponent", "Wrong frequencies: theta_i = base^(-{power})",
+        "wrong_exponent", "Wrong frequencies: theta_i = base^({power})",
         "theta_i = base ** (-2i / d_head) for i = 0, 1, ..., d_head/2 - 1: the first pair turns "
         "by 1 radian per position, the last by nearly 1 / base.",
-        tuple(member(_rotate_with(exponent=e), power=e) for e in ("i/d", "-2i/d", "2i/(d-2)",
-                                                                  "4i/d", "2(i+1)/d")),
+        tuple(member(_rotate_with(exponent=e), power="+" + e[1:] if e.startswith("-")
+                     else "-" + e) for e in ("i/d", "-2i/d", "2i/(d-2)", "4i/d", "2(i+1)/d")),
     ),
     Mistake(
         "low_precision", "cos and sin built in {dtype}",

@@ -94,6 +94,29 @@ def rms_axis(self, x):
     return self.weight * x / torch.sqrt(x.pow(2).mean(-2, keepdim=True) + self.eps)
 
 
+@wrong("RMSNorm.not_cast_back")
+@_norm
+def rms_left_in_float32(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    return self.weight * (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps))
+
+
+@wrong("RMSNorm.std_not_rms")
+@_norm
+def rms_by_root_of_std(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    spread = torch.std(h, dim=-1, keepdim=True)
+    return self.weight * (h / (spread + self.eps).sqrt()).to(x.dtype)
+
+
+@wrong("RMSNorm.wrong_power")
+@_norm
+def rms_rooted_twice(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    rms = h.pow(2).mean(-1, keepdim=True).sqrt()
+    return self.weight * (h / torch.sqrt(rms + self.eps)).to(x.dtype)
+
+
 @wrong("RMSNorm.no_gain")
 @_norm
 def rms_no_gain(self, x):

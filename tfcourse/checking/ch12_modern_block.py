@@ -47,14 +47,16 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None, keepdim=True, compute=None, count=None):
+         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
     Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
     the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
     whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
-    by instead of d_model (d_model -> number)."""
+    by instead of d_model (d_model -> number); inner: the statistic's own power before eps is
+    added (0.5: already a root, the std or the rms, then rooted again); cast False: the result
+    left in the dtype computed in, not cast back to x's."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -65,6 +67,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
         if count is not None:
             square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
+    square = square ** inner
     e = module.eps
     if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
         e, eps = torch.finfo(h.dtype).eps, "inside"
@@ -74,7 +77,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         root = (square + e) ** power
     else:
         root = square ** power + (e if eps == "outside" else 0)
-    y = (h / root).to(x.dtype)
+    y = (h / root).to(x.dtype) if cast else h / root
     return {True: lambda: y * module.weight, False: lambda: y,
             "plus_one": lambda: y * (1 + module.weight)}[gain]()
 
@@ -100,7 +103,8 @@ RMS_MISTAKES = (
         "std_not_rms", "Divided by the standard deviation, not the root mean square",
         "x.var() and x.std() subtract the mean inside; RMSNorm's mean(x^2) does not: divide x "
         "by sqrt(mean(x^2) + eps), the mean of the squares themselves.",
-        tuple(_rms_with(spread=c, eps=e) for c in (1, 0) for e in ("inside", "outside")),
+        tuple(_rms_with(spread=c, eps=e, inner=i) for c in (1, 0) for e in ("inside", "outside")
+              for i in (1, 0.5)),  # inner 0.5: x.std(), then rooted again
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
@@ -126,7 +130,10 @@ RMS_MISTAKES = (
             (1, "no square root", "Dividing by the mean square leaves rows of root mean square "
              "1 / rms, not 1."),
             (-0.5, "the reciprocal square root, then divided by it", "(mean(x^2) + eps) ** -0.5 "
-             "(torch.rsqrt) is 1 / rms already: multiply by it."))),
+             "(torch.rsqrt) is 1 / rms already: multiply by it."))) + tuple(
+            member(_rms_with(inner=0.5, eps=e), which="a second square root: sqrt(rms + eps), the "
+                   "rms already rooted", effect="Take one root: of mean(x^2) + eps.")
+            for e in ("inside", "outside")),
     ),
     Mistake(
         "l2_norm", "Divided by the L2 norm, not the root mean square",
@@ -176,6 +183,13 @@ RMS_MISTAKES = (
         (_rms_with(compute=torch.float32),),
     ),
     Mistake(
+        "not_cast_back", "Not cast back to x's dtype: computed in float32 and returned so",
+        "compute in float32 at least, then cast the normalized x back to x's dtype BEFORE the "
+        "gain, as Hugging Face's LlamaRMSNorm does: self.weight * h.to(x.dtype). A float16 model "
+        "must get float16 out of its norms.",
+        (_rms_with(cast=False),),
+    ),
+    Mistake(
         "no_gain", "Gain missing",
         "multiply the normalized x by the learned gain self.weight (it starts at 1, so the "
         "mistake shows only once it is trained).",
@@ -187,6 +201,7 @@ _RMS_LADDER = {
     "builtin": (None, "write the mean of the squares and the division yourself."),
     "mean_subtracted": (None, "normalize the row [1., 2., 3.] with weight 1: RMSNorm gives "
                         "[0.46, 0.93, 1.39] (its mean stays positive); print yours."),
+    "not_cast_back": (None, "run your norm on a float16 x and print the output's dtype."),
     "std_not_rms": (None, "for the row [1., 2., 3.] print x.var(-1) and x.pow(2).mean(-1): "
                     "1.0 against 4.67; RMSNorm divides by the root of the second."),
     "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "

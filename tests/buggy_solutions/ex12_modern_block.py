@@ -172,6 +172,27 @@ def _ffn(forward):
     return type(forward.__name__, (given.SwiGLU,), {"forward": forward})
 
 
+@wrong("SwiGLU.one_projection_twice")
+@_ffn
+def swiglu_gate_only(self, x):
+    g = self.gate(x)
+    return self.down(self.dropout(self.activation(g) * g))
+
+
+@wrong("SwiGLU.one_projection_split")
+@_ffn
+def swiglu_fused_halves(self, x):
+    a, b = torch.split(self.up(x), self.up.out_features // 2, dim=-1)
+    return self.down(self.dropout(self.activation(a) * b))
+
+
+@wrong("SwiGLU.weight_layout")
+@_ffn
+def swiglu_kernels(self, x):
+    hidden = self.activation(torch.matmul(x, self.gate.weight)) * torch.matmul(x, self.up.weight)
+    return self.down(self.dropout(hidden))
+
+
 @wrong("SwiGLU.gate_up_swapped")
 @_ffn
 def swiglu_swapped(self, x):

@@ -269,14 +269,25 @@ RMS = Item(
 # SwiGLU
 
 
-def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True):
+def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True, twice="",
+            split="", layout=False):
     """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
     activation on "gate", "both", "product" or "none"; combine: "mul" or "add"; drop: the
-    dropout applied (True), not (False), or "after" self.down."""
+    dropout applied (True), not (False), or "after" self.down; twice: "gate" or "up", the one
+    projection used for both branches; split: "gate" or "up", the one projection whose output
+    is chunked in two halves (a fused gate_up layer's code); layout: x @ weight, each linear's
+    weight read as (in, out) (Flax's kernel, TensorFlow's) though torch's is (out, in)."""
     act = act or ffn.activation
+    if layout:
+        h = act(x @ ffn.gate.weight) * (x @ ffn.up.weight)
+        return ffn.dropout(h) @ ffn.down.weight
     gate, up = ffn.gate(x), ffn.up(x)
     if swap:
         gate, up = up, gate
+    if twice:
+        gate = up = {"gate": gate, "up": up}[twice]
+    if split:
+        up, gate = {"gate": gate, "up": up}[split].chunk(2, dim=-1)
     if where == "product":
         h = act(gate * up)
     else:
@@ -293,6 +304,27 @@ def _swiglu_with(**bug):
 
 
 SWIGLU_MISTAKES = (
+    Mistake(
+        "one_projection_twice", "self.{which} used in both branches, self.{other} never",
+        "SwiGLU has two projections of x: activation(self.gate(x)) * self.up(x), each layer "
+        "once. With one of them twice, the other layer's weights never act.",
+        tuple(member(_swiglu_with(twice=w), which=w, other=o) for w, o in (("up", "gate"),
+                                                                            ("gate", "up"))),
+    ),
+    Mistake(
+        "one_projection_split", "One projection split in two halves: gate and up are two layers here",
+        "a fused layer (one Linear to 2 d_ff, chunked in two, as some codebases store SwiGLU) "
+        "is not this module's: self.gate and self.up are each (d_ff, d_model); apply each to x, "
+        "whole: activation(self.gate(x)) * self.up(x).",
+        tuple(_swiglu_with(split=w) for w in ("gate", "up")),
+    ),
+    Mistake(
+        "weight_layout", "x @ weight: nn.Linear's weight is (out_features, in_features)",
+        "torch stores a Linear's weight as (out, in) and computes x @ weight.T + bias (Flax's and "
+        "TensorFlow's kernels are (in, out)): call the layers, self.gate(x), self.up(x) and "
+        "self.down(h).",
+        (_swiglu_with(layout=True),),
+    ),
     Mistake(
         "gate_up_swapped", "Gate and up swapped",
         "the activation goes on self.gate(x), and self.up(x) is multiplied as it is: "
@@ -365,6 +397,10 @@ SWIGLU_MISTAKES = (
 )
 
 _SWIGLU_LADDER = {
+    "one_projection_twice": (None, "print which layers your forward calls: self.gate, self.up "
+                             "and self.down, each once."),
+    "one_projection_split": (None, "print self.gate(x).shape: (..., d_ff), the whole gate."),
+    "weight_layout": (None, "print self.gate.weight.shape next to x.shape."),
     "gate_up_swapped": (None, "print which of self.gate(x) and self.up(x) your activation "
                         "receives."),
     "wrong_activation": (None, "print self.activation(torch.tensor(-1.0)) and your activation "

@@ -395,6 +395,31 @@ def _start(past_k):
     return 0 if past_k is None else past_k.size(-2)
 
 
+@wrong("rotate.table_sliced_at_start")
+def rotate_table_of_x_positions(x, start=0, base=10000.0, pairs="halves"):
+    n, d = x.size(-2), x.size(-1)
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)[start:start + n]
+    c, s = torch.cat((freqs, freqs), -1).cos().to(x.dtype), torch.cat((freqs, freqs), -1).sin().to(x.dtype)
+    if pairs == "halves":
+        turned = torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+        return c * x + s * turned
+    c, s = freqs.cos().to(x.dtype), freqs.sin().to(x.dtype)
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+
+
+@wrong("rotary_attention.square_mask")
+def attention_square_mask(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    n = q.size(-2)
+    causal = torch.tril(torch.ones(64, 64, dtype=torch.bool))[:n, :n]  # a buffer made for no cache
+    scores = torch.where(causal, q @ k.mT / math.sqrt(q.size(-1)), float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
 @wrong("rotate.off_by_one")
 def rotate_from_position_one(x, start=0, base=10000.0, pairs="halves"):
     return RotaryEmbedding(x.size(-1), base, pairs)(x, start + 1)  # "positions count from 1"

@@ -24,6 +24,7 @@ llama, GPT-NeoX, course repositories), each reached by at least one case:
 The function items run their cases again in reverse order once all passed (`again`).
 """
 
+import dataclasses
 import math
 
 import torch
@@ -35,6 +36,7 @@ from ..normalization import RMSNorm
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
 from .ch04_feed_forward_and_norm import _randn
 from .comparison import close, describe, same
+from .errors import BROADCAST
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
@@ -510,7 +512,31 @@ def _always(fixed):
     return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, fixed)
 
 
+def _sizes_clash(error, a, b):
+    """Whether `error` is torch's broadcast error between sizes a and b (in either order)."""
+    found = BROADCAST.search(str(error))
+    return bool(found) and {int(found[1]), int(found[2])} == {a, b}
+
+
+def _from_zero(case, error):
+    """The rotate case at start 0, when `error` is a clash of seq with the seq - start
+    positions left of a table of seq positions sliced at start (None otherwise)."""
+    x, start = case.args[0], case.kwargs.get("start", 0)
+    seq = x.size(-2)
+    if not start or not _sizes_clash(error, seq, max(seq - start, 0)):
+        return None
+    return dataclasses.replace(case, kwargs={**case.kwargs, "start": 0}, label=case.label + " (at start=0)")
+
+
 ROTATE_MISTAKES = (
+    Mistake(
+        "table_sliced_at_start", "A table of seq positions sliced at start: short, or empty, "
+        "once start > 0",
+        "the angles must cover positions start ... start + seq - 1: build them from those "
+        "positions (torch.arange(start, start + seq)), or from a table of at least start + seq "
+        "positions; a table of x's seq positions holds only seq - start of them from start on.",
+        probe=_from_zero,
+    ),
     Mistake(
         "pairs_mixed_up", "The two pair conventions mixed up",
         "pairs='halves' rotates x[..., i] with x[..., i + d_head/2] (transformers); "
@@ -582,6 +608,8 @@ _ROTATE_LADDER = {
                    "5:6, :]: equal."),
     "base_ignored": (None, "print theta for base=500000 and base=10000: the last pair's must "
                      "differ."),
+    "table_sliced_at_start": (None, "print the positions your angles are built for with x of 3 "
+                              "positions at start=5: 5, 6, 7."),
     "wrong_exponent": (None, "print your theta for d_head=8, base=10000: [1, 0.1, 0.01, "
                        "0.001]."),
     "low_precision": (None, "print torch.tensor(3000., dtype=torch.bfloat16) + 1: the angle "
@@ -674,7 +702,7 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     seq, total = q.size(-2), rk.size(-2)
     allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(total - seq + diagonal),
                "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
-               "none": None,
+               "none": None, "square": torch.ones(seq, seq, dtype=torch.bool).tril(),
                "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril()}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
     if allowed is not None:
@@ -687,7 +715,26 @@ def _attention_with(**bug):
             _attention(q, k, v, past_k, past_v, base, **bug))
 
 
+def _without_cache(case, error):
+    """The attention case without its cache, when `error` is a clash of the seq new queries'
+    mask with the start + seq keys' scores (None otherwise)."""
+    past = case.kwargs.get("past_k")
+    seq = case.args[0].size(-2)
+    if past is None or not _sizes_clash(error, seq, past.size(-2) + seq):
+        return None
+    kwargs = {k: v for k, v in case.kwargs.items() if k not in ("past_k", "past_v")}
+    return dataclasses.replace(case, kwargs=kwargs, label=case.label + " (without the cache)")
+
+
 ATTENTION_MISTAKES = (
+    Mistake(
+        "square_mask", "A (seq, seq) causal mask on (seq, start + seq) scores",
+        "with a cache the new queries read start + seq keys: the mask is (seq, start + seq), "
+        "torch.ones(seq, start + seq, dtype=torch.bool).tril(start); slicing a square mask to "
+        "[:seq, :seq] (the shape without a cache) no longer fits the scores.",
+        (_attention_with(mask="square"),),
+        probe=_without_cache,
+    ),
     Mistake(
         "values_rotated", "RoPE applied to the values too",
         "rotary positions act on the scores, q . k: rotate the queries and the keys only. The "
@@ -831,6 +878,8 @@ ATTENTION_MISTAKES = (
 )
 
 _ATTENTION_LADDER = {
+    "square_mask": (None, "print your mask's shape next to the scores' for 2 new tokens after 3 "
+                    "cached ones: (2, 5)."),
     "values_rotated": (None, "print which tensors you pass to rotate: q and k, not v."),
     "not_offset": (None, "print the start you rotate the new tokens at, next to "
                    "past_k.size(-2)."),

@@ -70,6 +70,44 @@ def count_up_to_len_minus_two(words):
     return dict(counts)
 
 
+@wrong("count_pairs.assigned")
+def count_by_assignment(words):
+    counts = {}
+    for word, freq in words.items():
+        for a, b in zip(word[:-1], word[1:]):
+            counts[(a, b)] = freq  # overwrites
+    return counts
+
+
+@wrong("count_pairs.return_kind")
+def count_with_text_keys(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for i in range(len(word) - 1):
+            counts[f"{word[i]},{word[i + 1]}"] += freq
+    return dict(counts)
+
+
+@wrong("merge.touching_missed")
+def merge_padded_replace(word, pair, new_id):
+    joined = "|" + "|".join(str(t) for t in word) + "|"
+    joined = joined.replace(f"|{pair[0]}|{pair[1]}|", f"|{new_id}|")
+    return tuple(int(t) for t in joined.strip("|").split("|") if t)
+
+
+@wrong("merge.either_order")
+def merge_sorted_pair(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and sorted(word[i:i + 2]) == sorted(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
 @wrong("merge.return_kind")
 def merge_into_a_list(word, pair, new_id):
     out, i = [], 0

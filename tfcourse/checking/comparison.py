@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -77,16 +78,20 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
     container or number: a list for a tuple, a 0-d tensor for a Python number, a Python
     number for a tensor; else None."""
     if isinstance(expected, tuple) and isinstance(value, list):
-        return ("a list", "a tuple", what, "a list cannot be a dict key or a set member (it is "
+        return ("a list", "a tuple is", what, "a list cannot be a dict key or a set member (it is "
                 "unhashable): return tuple(...)")
     if isinstance(expected, float) and isinstance(value, torch.Tensor):
-        return ("a 0-d tensor", "a Python float", what, "a tensor where a float is expected "
+        return ("a 0-d tensor", "a Python float is", what, "a tensor where a float is expected "
                 "(an optimizer's lr, a schedule) carries a dtype and a device along: float(...) it")
     if isinstance(expected, torch.Tensor) and expected.dim() == 0 and isinstance(value, (int, float)) \
             and not isinstance(value, bool):
-        return ("a Python number", "a 0-d tensor", what, "torch returns such a value as a tensor "
+        return ("a Python number", "a 0-d tensor is", what, "torch returns such a value as a tensor "
                 "(torch.nn.utils.clip_grad_norm_ returns the total norm as one); .item() or float() "
                 "drops its dtype and device and forces a device sync")
+    if isinstance(expected, dict) and isinstance(value, dict) and expected and all(
+            isinstance(k, tuple) for k in expected) and all(isinstance(k, str) for k in value):
+        return ("string keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is text, "
+                "and a lookup by the pair (a, b) finds nothing: key the dict by the tuple itself")
     if isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)) \
             and len(value) == len(expected):
         for i, (v, e) in enumerate(zip(value, expected)):
@@ -101,6 +106,8 @@ def as_kind_of(value, expected):
     tuple, a 0-d tensor into a float, a number into a tensor), to see if its values are right."""
     if isinstance(expected, tuple) and isinstance(value, list):
         value = tuple(value)
+    if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {tuple(int(t) for t in re.findall(r"-?\d+", k)): v for k, v in value.items()}
     if isinstance(expected, float) and isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     if isinstance(expected, torch.Tensor) and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -167,7 +167,7 @@ WRONG_ORDER = Mistake(
 WRONG_LENGTH = Mistake("wrong_length", "Wrong length: {length}", "{story}, {prep} {label}")
 SEQUENCE_DIFFERS = Mistake("sequence_differs", "Wrong {what} {prep} {label}", "{story}")
 RETURN_KIND = Mistake(
-    "return_kind", "Wrong kind of result: {got} returned where {want} is expected",
+    "return_kind", "Wrong kind of result: {got} returned where {want} expected",
     "{what} on {label} has the right values but the wrong kind: {why}")
 STATE_KEPT = Mistake(
     "state_kept", "Right when called first, wrong after earlier calls: state kept between calls",

@@ -108,6 +108,40 @@ def merge_sorted_pair(word, pair, new_id):
     return tuple(out)
 
 
+@wrong("encode.rank_default_zero")
+def encode_unknown_pairs_first(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) > 1:
+            best = sorted(zip(word, word[1:]), key=lambda p: merges.get(p, 0))[0]
+            if best not in merges:
+                break
+            word = _merge(word, best, merges[best])
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.return_kind")
+def encode_a_list_per_piece(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while True:
+            known = [p for p in zip(word, word[1:]) if p in merges]
+            if not known:
+                break
+            pair = min(known, key=merges.__getitem__)
+            word = _merge(word, pair, merges[pair])
+        out.append(list(word))
+    return out
+
+
+@wrong("decode.ids_as_bytes")
+def decode_ids_as_bytes(ids, vocab):
+    return bytearray(ids).decode(errors="replace")
+
+
 @wrong("merge.return_kind")
 def merge_into_a_list(word, pair, new_id):
     out, i = [], 0

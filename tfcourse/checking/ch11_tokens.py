@@ -655,7 +655,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
     merge; "leftmost_one": only that occurrence of it), "count" (the pair most frequent in
     the piece, training's rule; ties to the first seen), "count_rank" (the same, ties to the
-    lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds`
+    lowest rank), "default_zero" (the lowest of merges.get(pair, 0) over every adjacent pair,
+    stopping at a pair that is no merge), or "greedy" (no pairs: the longest known token at
+    each position); `rounds`
     at most that many merges per piece; `prefix` put before the text; `shortest` the length at
     which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
     `normalize` applied to the text first."""
@@ -685,6 +687,12 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 word = (*word[:j], merges[word[j], word[j + 1]], *word[j + 2:])
                 done += 1
                 continue
+            if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
+                pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
+                if pair not in merges:
+                    break
+                word, done = merge(word, pair, merges[pair]), done + 1
+                continue
             counts = Counter(found)  # in order of first occurrence
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
                     "leftmost": found[0], "count": max(counts, key=counts.get),
@@ -700,6 +708,13 @@ def _encode_with(**bug):
 
 
 ENCODE_MISTAKES = (
+    Mistake(
+        "rank_default_zero", "Pairs that are no merge ranked 0: the lowest, so merging stops early",
+        "in the min over the piece's pairs, a pair that is no merge must lose: merges.get(pair, "
+        "float('inf')), not 0 (ranks start at 256, so 0 beats every real merge and the loop "
+        "stops at the first pair that is no merge).",
+        (_encode_with(pick="default_zero"),),
+    ),
     Mistake(
         "characters_not_bytes", "Characters' code points used instead of their UTF-8 bytes",
         "ord(c) is a byte only for ASCII: 'é' is 233 but its UTF-8 bytes are 195, 169, and "
@@ -761,6 +776,8 @@ ENCODE_MISTAKES = (
     ),
 )
 _ENCODE_LADDER = {
+    "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "
+                          "be above every merge's."),
     "characters_not_bytes": (("11_tokens", "1. Bytes and UTF-8"),
                              "print list('é'.encode('utf-8')) next to ord('é')."),
     "no_pre_tokens": (("11_tokens", "2. Pre-tokens: where merges stop"),
@@ -857,6 +874,15 @@ def _decode_with(**bug):
 
 DECODE_MISTAKES = (
     Mistake(
+        "ids_as_bytes", "The ids read as bytes, the vocabulary ignored",
+        "bytes(ids) takes each id for one byte: a merged token (256 and above) is no byte "
+        "(bytes() raises), and the ids below 256 only happen to be theirs. Look each id up: "
+        "b''.join(vocab[i] for i in ids).",
+        (lambda ids, vocab: bytes(ids).decode("utf-8", "replace"),
+         lambda ids, vocab: bytes(ids).decode("utf-8"),
+         lambda ids, vocab: bytearray(ids).decode("utf-8", "replace")),
+    ),
+    Mistake(
         "token_by_token", "Tokens decoded one by one: a character cut between tokens is lost",
         "a token may hold part of a character ('é' is 2 bytes, and a merge can take one "
         "of them): decoded alone, each part raises, or becomes U+FFFD, or vanishes. Join "
@@ -914,6 +940,7 @@ DECODE_MISTAKES = (
     ),
 )
 _DECODE_LADDER = {
+    "ids_as_bytes": (None, "print vocab[256] next to what your decode makes of [256]."),
     "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "
                        "character?"),
     "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),

@@ -92,6 +92,9 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
             isinstance(k, tuple) for k in expected) and all(isinstance(k, str) for k in value):
         return ("string keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is text, "
                 "and a lookup by the pair (a, b) finds nothing: key the dict by the tuple itself")
+    if _nested(value, expected):
+        return ("a list of lists", "one flat list is", what, "each part's list was appended as "
+                "one item: extend the result with it (out += part), not append it")
     if isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)) \
             and len(value) == len(expected):
         for i, (v, e) in enumerate(zip(value, expected)):
@@ -101,11 +104,20 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
     return None
 
 
+def _nested(value, expected) -> bool:
+    """Whether `value` is a list of lists where `expected` is a flat list of numbers."""
+    return isinstance(expected, list) and isinstance(value, list) and bool(value) and all(
+        isinstance(v, (list, tuple)) for v in value) and not any(
+        isinstance(e, (list, tuple)) for e in expected)
+
+
 def as_kind_of(value, expected):
     """`value` turned into `expected`'s kinds where wrong_kind finds them wrong (a list into a
     tuple, a 0-d tensor into a float, a number into a tensor), to see if its values are right."""
     if isinstance(expected, tuple) and isinstance(value, list):
         value = tuple(value)
+    if _nested(value, expected):
+        return [x for part in value for x in part]
     if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {tuple(int(t) for t in re.findall(r"-?\d+", k)): v for k, v in value.items()}
     if isinstance(expected, float) and isinstance(value, torch.Tensor) and value.numel() == 1:

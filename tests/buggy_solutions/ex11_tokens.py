@@ -3,6 +3,7 @@ merges, encoding, decoding), and the diagnosis each must get; then RIGHT: correc
 in other styles than the reference's, which every check must pass
 (tests/test_right_solutions.py)."""
 
+import codecs
 import re
 import unicodedata
 from collections import Counter, defaultdict
@@ -140,6 +141,33 @@ def encode_a_list_per_piece(text, merges):
 @wrong("decode.ids_as_bytes")
 def decode_ids_as_bytes(ids, vocab):
     return bytearray(ids).decode(errors="replace")
+
+
+_MERGED = {}
+
+
+@wrong("merge.state_kept")
+def merge_remembered_by_word_and_pair(word, pair, new_id):
+    key = (tuple(word), tuple(pair))  # new_id left out of the key
+    if key not in _MERGED:
+        out, i = [], 0
+        while i < len(word):
+            if i + 1 < len(word) and (word[i], word[i + 1]) == tuple(pair):
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        _MERGED[key] = tuple(out)
+    return _MERGED[key]
+
+
+_UTF8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+
+@wrong("decode.state_changes")
+def decode_through_one_decoder(ids, vocab):
+    return _UTF8.decode(b"".join(vocab[i] for i in ids))  # never final=True
 
 
 @wrong("merge.return_kind")

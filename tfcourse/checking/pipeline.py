@@ -102,7 +102,7 @@ from .mistakes import (
 )
 from .readings import fail_if_float32, fail_if_read_otherwise
 from .sandbox import Printed, call, first_line, makes_half, seed_torch
-from .state import Snapshot
+from .state import Snapshot, fail_if_unrepeatable, vary_each_argument
 
 
 @dataclass
@@ -508,6 +508,7 @@ class Item:
         if not kind and safely(compare, result, expected):
             return
         self._fail_if_state_kept(obj, case, passed, name, "with its state as before the first case")
+        fail_if_unrepeatable(self, obj, case, result, name)
         mistake, compute = self._matching(mistakes, result, reference, case, passed, obj)
         if mistake is not None:  # a computation of a family says which member it is (`fields`)
             mistake.fail(self._details(case, result, expected), label=case.label,
@@ -576,6 +577,7 @@ class Item:
             STATE_KEPT.fail(self._details(case), name=self.name, first="in the cases' order",
                             later="in reverse order, from the state before the first case", kept=kept,
                             label=case.label)
+        vary_each_argument(self, target, passed)
 
     def _fail_if_batch_of_one(self, obj, case, name, how, raised=""):
         """BATCH_OF_ONE when the case is a batch of one and the learner's code gets it right

@@ -24,8 +24,14 @@ fixed, the same for every item:
   7. An input (or the module's own parameters) changed in place -> "Input modified in place"
   8. Equal to the reference                              -> the case passes
   9. It returned None                                    -> "Nothing returned"
+     (A result with the reference's values in another kind, a list for a tuple, a 0-d
+     tensor for a float, a list of lists for a flat list, is not equal: it goes on, and is
+     named after step 10 -> "Wrong kind of result".) A function wrong here that gets the
+     case right with its module's state put back, or gives another result when called
+     again on the same inputs -> "state kept between calls" (state.py).
  10. A catalogued mistake computes the same result (and agrees with the reference on the
-     cases passed so far)                                -> its title and hint
+     cases passed so far; a computation equal to the reference here is not looked at)
+                                                         -> its title and hint
  11. A tuple whose parts are the expected ones in another order -> "Results returned in the
      wrong order"; wrong type, shape or dtype            -> "Wrong type" / "Wrong shape" / ...
      A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,

@@ -158,7 +158,7 @@ def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
 
 
 LAYERS = ("diagnosis", "mistakes", "comparison", "sandbox", "errors", "explanation", "sequences", "state",
-          "gradients", "pipeline", "entry")
+          "readings", "gradients", "pipeline", "entry")
 
 
 def test_each_module_of_the_checker_imports_only_those_above_it():
@@ -411,7 +411,7 @@ LEARNER_FILES = {  # each exercise: some items right, some wrong, some left as s
         "    for pair in zip(word, word[1:]):\n        counts[pair] += freq\nreturn counts",
         "out, i = [], 0\nwhile i < len(word) - 1:\n"
         "    if (word[i], word[i + 1]) == pair:\n        out.append(new_id)\n        i += 2\n"
-        "    else:\n        out.append(word[i])\n        i += 1\nreturn out",
+        "    else:\n        out.append(word[i])\n        i += 1\nreturn tuple(out)",
         None, None,
         "return ''.join(vocab[i].decode('utf-8') for i in ids)"],
     "ex12_modern_block": [

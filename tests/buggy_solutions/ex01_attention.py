@@ -124,6 +124,17 @@ def masked_to_zero(query, key, value, mask=None):
 
 
 @wrong("scaled_dot_product_attention.masked_to_zero")
+def mask_as_a_factor_then_zeroed(query, key, value, mask=None):
+    scores = torch.matmul(query, key.mT) * query.size(-1) ** -0.5
+    if mask is not None:
+        scores = scores * mask.to(scores.dtype)
+    weights = scores.softmax(-1)
+    if mask is not None:
+        weights = torch.where(mask, weights, torch.zeros_like(weights))
+    return weights @ value, weights
+
+
+@wrong("scaled_dot_product_attention.masked_to_zero")
 def mask_multiplied_into_scores(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:

@@ -3,6 +3,7 @@ merges, encoding, decoding), and the diagnosis each must get; then RIGHT: correc
 in other styles than the reference's, which every check must pass
 (tests/test_right_solutions.py)."""
 
+import codecs
 import re
 import unicodedata
 from collections import Counter, defaultdict
@@ -68,6 +69,118 @@ def count_up_to_len_minus_two(words):
         for i in range(len(word) - 2):  # one pair short
             counts[word[i], word[i + 1]] += freq
     return dict(counts)
+
+
+@wrong("count_pairs.assigned")
+def count_by_assignment(words):
+    counts = {}
+    for word, freq in words.items():
+        for a, b in zip(word[:-1], word[1:]):
+            counts[(a, b)] = freq  # overwrites
+    return counts
+
+
+@wrong("count_pairs.return_kind")
+def count_with_text_keys(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for i in range(len(word) - 1):
+            counts[f"{word[i]},{word[i + 1]}"] += freq
+    return dict(counts)
+
+
+@wrong("merge.touching_missed")
+def merge_padded_replace(word, pair, new_id):
+    joined = "|" + "|".join(str(t) for t in word) + "|"
+    joined = joined.replace(f"|{pair[0]}|{pair[1]}|", f"|{new_id}|")
+    return tuple(int(t) for t in joined.strip("|").split("|") if t)
+
+
+@wrong("merge.either_order")
+def merge_sorted_pair(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and sorted(word[i:i + 2]) == sorted(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("encode.rank_default_zero")
+def encode_unknown_pairs_first(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) > 1:
+            best = sorted(zip(word, word[1:]), key=lambda p: merges.get(p, 0))[0]
+            if best not in merges:
+                break
+            word = _merge(word, best, merges[best])
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.return_kind")
+def encode_a_list_per_piece(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while True:
+            known = [p for p in zip(word, word[1:]) if p in merges]
+            if not known:
+                break
+            pair = min(known, key=merges.__getitem__)
+            word = _merge(word, pair, merges[pair])
+        out.append(list(word))
+    return out
+
+
+@wrong("decode.ids_as_bytes")
+def decode_ids_as_bytes(ids, vocab):
+    return bytearray(ids).decode(errors="replace")
+
+
+_MERGED = {}
+
+
+@wrong("merge.state_kept")
+def merge_remembered_by_word_and_pair(word, pair, new_id):
+    key = (tuple(word), tuple(pair))  # new_id left out of the key
+    if key not in _MERGED:
+        out, i = [], 0
+        while i < len(word):
+            if i + 1 < len(word) and (word[i], word[i + 1]) == tuple(pair):
+                out.append(new_id)
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        _MERGED[key] = tuple(out)
+    return _MERGED[key]
+
+
+_UTF8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+
+@wrong("decode.state_changes")
+def decode_through_one_decoder(ids, vocab):
+    return _UTF8.decode(b"".join(vocab[i] for i in ids))  # never final=True
+
+
+@wrong("merge.return_kind")
+def merge_into_a_list(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if tuple(word[i:i + 2]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return out  # a list: learn_merges cannot use it as a dict key
 
 
 @wrong("merge.second_kept")
@@ -575,7 +688,7 @@ def merge_by_list_building(word, pair, new_id):
         if out[i] == pair[0] and out[i + 1] == pair[1]:
             out[i:i + 2] = [new_id]
         i += 1
-    return out
+    return tuple(out)
 
 
 def learn_with_min_and_a_tuple_key(text, n_merges, special_tokens=()):

@@ -94,6 +94,29 @@ def rms_axis(self, x):
     return self.weight * x / torch.sqrt(x.pow(2).mean(-2, keepdim=True) + self.eps)
 
 
+@wrong("RMSNorm.not_cast_back")
+@_norm
+def rms_left_in_float32(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    return self.weight * (h * torch.rsqrt(h.square().mean(-1, keepdim=True) + self.eps))
+
+
+@wrong("RMSNorm.std_not_rms")
+@_norm
+def rms_by_root_of_std(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    spread = torch.std(h, dim=-1, keepdim=True)
+    return self.weight * (h / (spread + self.eps).sqrt()).to(x.dtype)
+
+
+@wrong("RMSNorm.wrong_power")
+@_norm
+def rms_rooted_twice(self, x):
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    rms = h.pow(2).mean(-1, keepdim=True).sqrt()
+    return self.weight * (h / torch.sqrt(rms + self.eps)).to(x.dtype)
+
+
 @wrong("RMSNorm.no_gain")
 @_norm
 def rms_no_gain(self, x):
@@ -147,6 +170,27 @@ def rms_always_float32(self, x):
 
 def _ffn(forward):
     return type(forward.__name__, (given.SwiGLU,), {"forward": forward})
+
+
+@wrong("SwiGLU.one_projection_twice")
+@_ffn
+def swiglu_gate_only(self, x):
+    g = self.gate(x)
+    return self.down(self.dropout(self.activation(g) * g))
+
+
+@wrong("SwiGLU.one_projection_split")
+@_ffn
+def swiglu_fused_halves(self, x):
+    a, b = torch.split(self.up(x), self.up.out_features // 2, dim=-1)
+    return self.down(self.dropout(self.activation(a) * b))
+
+
+@wrong("SwiGLU.weight_layout")
+@_ffn
+def swiglu_kernels(self, x):
+    hidden = self.activation(torch.matmul(x, self.gate.weight)) * torch.matmul(x, self.up.weight)
+    return self.down(self.dropout(hidden))
 
 
 @wrong("SwiGLU.gate_up_swapped")
@@ -351,6 +395,31 @@ def _start(past_k):
     return 0 if past_k is None else past_k.size(-2)
 
 
+@wrong("rotate.table_sliced_at_start")
+def rotate_table_of_x_positions(x, start=0, base=10000.0, pairs="halves"):
+    n, d = x.size(-2), x.size(-1)
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)[start:start + n]
+    c, s = torch.cat((freqs, freqs), -1).cos().to(x.dtype), torch.cat((freqs, freqs), -1).sin().to(x.dtype)
+    if pairs == "halves":
+        turned = torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1)
+        return c * x + s * turned
+    c, s = freqs.cos().to(x.dtype), freqs.sin().to(x.dtype)
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack((a * c - b * s, a * s + b * c), -1).flatten(-2)
+
+
+@wrong("rotary_attention.square_mask")
+def attention_square_mask(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    n = q.size(-2)
+    causal = torch.tril(torch.ones(64, 64, dtype=torch.bool))[:n, :n]  # a buffer made for no cache
+    scores = torch.where(causal, q @ k.mT / math.sqrt(q.size(-1)), float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
 @wrong("rotate.off_by_one")
 def rotate_from_position_one(x, start=0, base=10000.0, pairs="halves"):
     return RotaryEmbedding(x.size(-1), base, pairs)(x, start + 1)  # "positions count from 1"
@@ -523,6 +592,25 @@ def attention_strictly_earlier(q, k, v, past_k=None, past_v=None, base=10000.0):
     k, v = _cat(past_k, k), _cat(past_v, v)
     allowed = torch.arange(k.size(-2)) < torch.arange(start, start + q.size(-2))[:, None]
     return _attend(q, k, v, allowed).nan_to_num(0.0)
+
+
+@wrong("rotary_attention.softmax_wrong_axis")
+def attention_normalized_over_queries(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+    future = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).triu(start + 1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=2) @ v
+
+
+@wrong("rotary_attention.mask_inverted")
+def attention_hiding_the_allowed(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    hidden = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).triu(start + 1)  # True = hidden
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=hidden)  # reads True as allowed
 
 
 @wrong("rotary_attention.wrong_scale")

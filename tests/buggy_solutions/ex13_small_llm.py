@@ -230,6 +230,15 @@ def _decay(step, warmup, total_steps, min_ratio):
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+@wrong("cosine_lr.return_kind")
+def cosine_as_a_tensor(step, warmup, total_steps, min_ratio=0.0):
+    step = torch.tensor(float(step))
+    if step <= warmup:
+        return step / warmup
+    progress = torch.clamp((step - warmup) / max(1, total_steps - warmup), max=1.0)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + torch.cos(math.pi * progress))
+
+
 @wrong("cosine_lr.warmup_off_by_one")
 def cosine_from_zero(step, warmup, total_steps, min_ratio=0.0):
     if step <= warmup:
@@ -242,6 +251,22 @@ def cosine_warmup_plus_one(step, warmup, total_steps, min_ratio=0.0):
     if step <= warmup:
         return step / (warmup + 1)
     return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.warmup_off_by_one")
+def cosine_zero_based_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return (step + 1) / (warmup + 1)  # a 0-based loop's formula on 1-based steps
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.decay_off_by_one")
+def cosine_decay_from_the_next_step(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    done = step - (warmup + 1)
+    c = math.cos(math.pi * min(1.0, done / max(1, total_steps - warmup)))
+    return min_ratio + (1 - min_ratio) * (1 + c) / 2
 
 
 @wrong("cosine_lr.floor_ignored")
@@ -423,6 +448,15 @@ def clip_by_value(parameters, max_norm):
     return total
 
 
+@wrong("clip_grad_norm.return_kind")
+def clip_returns_a_float(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads).item()
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total + 1e-6)))
+    return total
+
+
 @wrong("clip_grad_norm.no_grad_fails")
 def clip_every_parameter(parameters, max_norm):
     total = torch.sqrt(sum(p.grad.pow(2).sum() for p in parameters))
@@ -480,6 +514,25 @@ def groups_swapped(model, weight_decay):
     params = list(model.parameters())
     return [{"params": [p for p in params if id(p) in linear], "weight_decay": 0.0},
             {"params": [p for p in params if id(p) not in linear], "weight_decay": weight_decay}]
+
+
+@wrong("param_groups.frozen_included")
+def groups_with_frozen(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    decay, other = [], []
+    for p in model.parameters():
+        (decay if id(p) in linear else other).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.groups_reversed")
+def groups_no_decay_first(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in trained if id(p) not in linear], "weight_decay": 0.0},
+            {"params": [p for p in trained if id(p) in linear], "weight_decay": weight_decay}]
 
 
 # ----------------------------------------------------------------------------- TextStream
@@ -811,7 +864,7 @@ def groups_by_isinstance(model, weight_decay):
     embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
-            if id(p) in seen:
+            if id(p) in seen or not p.requires_grad:
                 continue
             seen.add(id(p))
             linear_weight = isinstance(module, nn.Linear) and name == "weight"

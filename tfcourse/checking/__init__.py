@@ -18,6 +18,7 @@ One module per job, each importing only those above it in this list:
     explanation.py  what a wrong result tells (shape_story, structure_problem, resemblance, ...)
     sequences.py    what a wrong sequence of tokens tells (chapter 11: counts, merges, ranks, text)
     state.py        state kept between calls: the learner's module as it was, put back
+    readings.py     other readings of a case a wrong result may match: float32, masks inverted, seq-first
     gradients.py    cases that backpropagate (gradient_case), no_gradient
     pipeline.py     Case, Item and the order of diagnosis (in its docstring)
     entry.py        the entry points: run_check, check, items, load_exercise

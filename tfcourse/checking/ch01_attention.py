@@ -40,6 +40,16 @@ def _attend(q, k, v, m=None, *, scale=_scale, fill=float("-inf"), after=False, d
     return output, (scores if give == "scores" else weights)
 
 
+def _zeroed(q, k, v, m=None, weights_too=True):
+    """The scores times the bool mask (masked scores 0, not -inf), and with `weights_too` the
+    weights of masked keys zeroed after the softmax (rows no longer summing to 1)."""
+    scores = q @ k.transpose(-2, -1) / _scale(q, k, v)
+    weights = torch.softmax(scores if m is None else scores * m, dim=-1)
+    if m is not None and weights_too:
+        weights = weights.masked_fill(~m, 0.0)
+    return weights @ v, weights
+
+
 def _not(mask):
     return None if mask is None else ~mask
 
@@ -361,7 +371,7 @@ MISTAKES = (
         "masked_to_zero", "Masked scores set to 0 instead of -inf",
         "exp(0) = 1, so masked keys still get weight. Fill masked scores with -inf (or a very "
         "negative number) so that exp() makes them 0.",
-        (_with(fill=0.0),),
+        (_with(fill=0.0), _with(fill=0.0, empty=False), _zeroed),
     ),
     Mistake(
         "fill_not_low_enough", "Masked scores filled with a number real scores can go below",

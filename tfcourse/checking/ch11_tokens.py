@@ -84,12 +84,13 @@ def _same_merges(actual, expected):
 # ---------------------------------------------------------------------------- count_pairs
 
 
-def _count(words, *, overlap=True, freq=True, once=False, skip=None):
+def _count(words, *, overlap=True, freq=True, once=False, skip=None, assign=False):
     """count_pairs with the variations mistakes make: `overlap` False counts a run a, a, a
     as one (a, a), as bytes.count does; `freq` False counts each distinct word once; `once`
     counts a pair once per word that holds it (times its frequency), "jump": the position
     after a counted (a, a) skipped, whatever pair starts there; `skip` "last" or "first":
-    each word's last (or first) pair left out, a range off by one."""
+    each word's last (or first) pair left out, a range off by one; `assign`: counts[pair] =
+    freq, the last word's frequency kept, not added."""
     counts = Counter()
     for word, f in words.items():
         seen, last = set(), None  # last: where the previous (a, a) counted started
@@ -105,7 +106,7 @@ def _count(words, *, overlap=True, freq=True, once=False, skip=None):
             if pair[0] == pair[1]:
                 last = i
             seen.add(pair)
-            counts[pair] += f if freq else 1
+            counts[pair] = (0 if assign else counts[pair]) + (f if freq else 1)
     return counts
 
 
@@ -148,8 +149,15 @@ COUNT_MISTAKES = (
         "(a, b) twice.",
         (_count_with(once=True), _count_with(once=True, freq=False)),
     ),
+    Mistake(
+        "assigned", "A pair's count assigned, not added: the last word's frequency kept",
+        "counts[pair] = freq replaces what the earlier words (and the earlier positions of this "
+        "one) counted: add to it, counts[pair] = counts.get(pair, 0) + freq.",
+        (_count_with(assign=True), _count_with(assign=True, freq=False)),
+    ),
 )
 _COUNT_LADDER = {
+    "assigned": (None, "print count_pairs({(1, 2): 1, (1, 2, 3): 2}): (1, 2) counted 3 times."),
     "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
                         "starts at positions 0 and 1."),
     "no_frequency": (None, "print your counts for {(1, 2): 5}: the word occurs 5 times."),
@@ -187,17 +195,19 @@ COUNT = Item(
 
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
-           same=lambda a, b: a == b):
+           same=lambda a, b: a == b, either=False):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
-    the first occurrence alone."""
+    the first occurrence alone; `either`: the pair matched in either order."""
     word = list(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last else 1):
-        if i + 1 < len(word) and same(word[i], pair[0]) and same(word[i + 1], pair[1]) and not done:
+        if i + 1 < len(word) and not done and (
+                same(word[i], pair[0]) and same(word[i + 1], pair[1])
+                or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
             i += step
             done = first_only
@@ -217,7 +227,27 @@ def _as_text(word, pair, new_id):
     return tuple(int(t) for t in text.split())
 
 
+def _as_padded_text(word, pair, new_id):
+    """merge with str.replace on ' a b ' in the ranks written with a space on each side: the
+    space between two touching occurrences is taken by the first, so the second is missed."""
+    text = f" {' '.join(map(str, word))} ".replace(f" {pair[0]} {pair[1]} ", f" {new_id} ")
+    return tuple(int(t) for t in text.split())
+
+
 MERGE_MISTAKES = (
+    Mistake(
+        "touching_missed", "An occurrence that touches the previous one not merged",
+        "in (a, b, a, b) the pair (a, b) occurs twice, back to back: both merge, giving (new, "
+        "new). A text replace of ' a b ' with its spaces takes the space the next occurrence "
+        "starts with; scan the ranks themselves, left to right.",
+        (_as_padded_text,),
+    ),
+    Mistake(
+        "either_order", "The pair matched in either order",
+        "a merge is ordered: (a, b) merges a followed by b, never b followed by a (a set, or "
+        "sorted tokens, lose the order): word[i] == pair[0] and word[i + 1] == pair[1].",
+        (_merge_with(either=True),),
+    ),
     Mistake(
         "second_kept", "The pair's second token kept after the new one",
         "a merge replaces BOTH tokens of the pair by the new id: after a match, skip two "
@@ -267,6 +297,8 @@ MERGE_MISTAKES = (
     ),
 )
 _MERGE_LADDER = {
+    "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
+    "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),
     "second_kept": (None, "print merge((1, 2, 3), (1, 2), 9): two tokens become one."),
     "last_dropped": (None, "print merge((1, 2, 3), (1, 2), 9): the 3 stays."),
     "first_only": (None, "print merge((1, 2, 1, 2), (1, 2), 9)."),
@@ -623,7 +655,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
     merge; "leftmost_one": only that occurrence of it), "count" (the pair most frequent in
     the piece, training's rule; ties to the first seen), "count_rank" (the same, ties to the
-    lowest rank), or "greedy" (no pairs: the longest known token at each position); `rounds`
+    lowest rank), "default_zero" (the lowest of merges.get(pair, 0) over every adjacent pair,
+    stopping at a pair that is no merge), or "greedy" (no pairs: the longest known token at
+    each position); `rounds`
     at most that many merges per piece; `prefix` put before the text; `shortest` the length at
     which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
     `normalize` applied to the text first."""
@@ -653,6 +687,12 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 word = (*word[:j], merges[word[j], word[j + 1]], *word[j + 2:])
                 done += 1
                 continue
+            if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
+                pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
+                if pair not in merges:
+                    break
+                word, done = merge(word, pair, merges[pair]), done + 1
+                continue
             counts = Counter(found)  # in order of first occurrence
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
                     "leftmost": found[0], "count": max(counts, key=counts.get),
@@ -668,6 +708,13 @@ def _encode_with(**bug):
 
 
 ENCODE_MISTAKES = (
+    Mistake(
+        "rank_default_zero", "Pairs that are no merge ranked 0: the lowest, so merging stops early",
+        "in the min over the piece's pairs, a pair that is no merge must lose: merges.get(pair, "
+        "float('inf')), not 0 (ranks start at 256, so 0 beats every real merge and the loop "
+        "stops at the first pair that is no merge).",
+        (_encode_with(pick="default_zero"),),
+    ),
     Mistake(
         "characters_not_bytes", "Characters' code points used instead of their UTF-8 bytes",
         "ord(c) is a byte only for ASCII: 'é' is 233 but its UTF-8 bytes are 195, 169, and "
@@ -729,6 +776,8 @@ ENCODE_MISTAKES = (
     ),
 )
 _ENCODE_LADDER = {
+    "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "
+                          "be above every merge's."),
     "characters_not_bytes": (("11_tokens", "1. Bytes and UTF-8"),
                              "print list('é'.encode('utf-8')) next to ord('é')."),
     "no_pre_tokens": (("11_tokens", "2. Pre-tokens: where merges stop"),
@@ -825,6 +874,15 @@ def _decode_with(**bug):
 
 DECODE_MISTAKES = (
     Mistake(
+        "ids_as_bytes", "The ids read as bytes, the vocabulary ignored",
+        "bytes(ids) takes each id for one byte: a merged token (256 and above) is no byte "
+        "(bytes() raises), and the ids below 256 only happen to be theirs. Look each id up: "
+        "b''.join(vocab[i] for i in ids).",
+        (lambda ids, vocab: bytes(ids).decode("utf-8", "replace"),
+         lambda ids, vocab: bytes(ids).decode("utf-8"),
+         lambda ids, vocab: bytearray(ids).decode("utf-8", "replace")),
+    ),
+    Mistake(
         "token_by_token", "Tokens decoded one by one: a character cut between tokens is lost",
         "a token may hold part of a character ('é' is 2 bytes, and a merge can take one "
         "of them): decoded alone, each part raises, or becomes U+FFFD, or vanishes. Join "
@@ -882,6 +940,7 @@ DECODE_MISTAKES = (
     ),
 )
 _DECODE_LADDER = {
+    "ids_as_bytes": (None, "print vocab[256] next to what your decode makes of [256]."),
     "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "
                        "character?"),
     "strict": (None, "print bytes([195]).decode('utf-8', errors='replace')."),

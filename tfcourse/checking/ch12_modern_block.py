@@ -24,6 +24,7 @@ llama, GPT-NeoX, course repositories), each reached by at least one case:
 The function items run their cases again in reverse order once all passed (`again`).
 """
 
+import dataclasses
 import math
 
 import torch
@@ -35,6 +36,7 @@ from ..normalization import RMSNorm
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
 from .ch04_feed_forward_and_norm import _randn
 from .comparison import close, describe, same
+from .errors import BROADCAST
 from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, gradient_case
 
@@ -47,14 +49,16 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None, keepdim=True, compute=None, count=None):
+         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
     Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
     the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
     whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
-    by instead of d_model (d_model -> number)."""
+    by instead of d_model (d_model -> number); inner: the statistic's own power before eps is
+    added (0.5: already a root, the std or the rms, then rooted again); cast False: the result
+    left in the dtype computed in, not cast back to x's."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -65,6 +69,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
         if count is not None:
             square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
+    square = square ** inner
     e = module.eps
     if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
         e, eps = torch.finfo(h.dtype).eps, "inside"
@@ -74,7 +79,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         root = (square + e) ** power
     else:
         root = square ** power + (e if eps == "outside" else 0)
-    y = (h / root).to(x.dtype)
+    y = (h / root).to(x.dtype) if cast else h / root
     return {True: lambda: y * module.weight, False: lambda: y,
             "plus_one": lambda: y * (1 + module.weight)}[gain]()
 
@@ -100,7 +105,8 @@ RMS_MISTAKES = (
         "std_not_rms", "Divided by the standard deviation, not the root mean square",
         "x.var() and x.std() subtract the mean inside; RMSNorm's mean(x^2) does not: divide x "
         "by sqrt(mean(x^2) + eps), the mean of the squares themselves.",
-        tuple(_rms_with(spread=c, eps=e) for c in (1, 0) for e in ("inside", "outside")),
+        tuple(_rms_with(spread=c, eps=e, inner=i) for c in (1, 0) for e in ("inside", "outside")
+              for i in (1, 0.5)),  # inner 0.5: x.std(), then rooted again
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
@@ -126,7 +132,10 @@ RMS_MISTAKES = (
             (1, "no square root", "Dividing by the mean square leaves rows of root mean square "
              "1 / rms, not 1."),
             (-0.5, "the reciprocal square root, then divided by it", "(mean(x^2) + eps) ** -0.5 "
-             "(torch.rsqrt) is 1 / rms already: multiply by it."))),
+             "(torch.rsqrt) is 1 / rms already: multiply by it."))) + tuple(
+            member(_rms_with(inner=0.5, eps=e), which="a second square root: sqrt(rms + eps), the "
+                   "rms already rooted", effect="Take one root: of mean(x^2) + eps.")
+            for e in ("inside", "outside")),
     ),
     Mistake(
         "l2_norm", "Divided by the L2 norm, not the root mean square",
@@ -176,6 +185,13 @@ RMS_MISTAKES = (
         (_rms_with(compute=torch.float32),),
     ),
     Mistake(
+        "not_cast_back", "Not cast back to x's dtype: computed in float32 and returned so",
+        "compute in float32 at least, then cast the normalized x back to x's dtype BEFORE the "
+        "gain, as Hugging Face's LlamaRMSNorm does: self.weight * h.to(x.dtype). A float16 model "
+        "must get float16 out of its norms.",
+        (_rms_with(cast=False),),
+    ),
+    Mistake(
         "no_gain", "Gain missing",
         "multiply the normalized x by the learned gain self.weight (it starts at 1, so the "
         "mistake shows only once it is trained).",
@@ -187,6 +203,7 @@ _RMS_LADDER = {
     "builtin": (None, "write the mean of the squares and the division yourself."),
     "mean_subtracted": (None, "normalize the row [1., 2., 3.] with weight 1: RMSNorm gives "
                         "[0.46, 0.93, 1.39] (its mean stays positive); print yours."),
+    "not_cast_back": (None, "run your norm on a float16 x and print the output's dtype."),
     "std_not_rms": (None, "for the row [1., 2., 3.] print x.var(-1) and x.pow(2).mean(-1): "
                     "1.0 against 4.67; RMSNorm divides by the root of the second."),
     "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
@@ -254,14 +271,25 @@ RMS = Item(
 # SwiGLU
 
 
-def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True):
+def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True, twice="",
+            split="", layout=False):
     """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
     activation on "gate", "both", "product" or "none"; combine: "mul" or "add"; drop: the
-    dropout applied (True), not (False), or "after" self.down."""
+    dropout applied (True), not (False), or "after" self.down; twice: "gate" or "up", the one
+    projection used for both branches; split: "gate" or "up", the one projection whose output
+    is chunked in two halves (a fused gate_up layer's code); layout: x @ weight, each linear's
+    weight read as (in, out) (Flax's kernel, TensorFlow's) though torch's is (out, in)."""
     act = act or ffn.activation
+    if layout:
+        h = act(x @ ffn.gate.weight) * (x @ ffn.up.weight)
+        return ffn.dropout(h) @ ffn.down.weight
     gate, up = ffn.gate(x), ffn.up(x)
     if swap:
         gate, up = up, gate
+    if twice:
+        gate = up = {"gate": gate, "up": up}[twice]
+    if split:
+        up, gate = {"gate": gate, "up": up}[split].chunk(2, dim=-1)
     if where == "product":
         h = act(gate * up)
     else:
@@ -278,6 +306,27 @@ def _swiglu_with(**bug):
 
 
 SWIGLU_MISTAKES = (
+    Mistake(
+        "one_projection_twice", "self.{which} used in both branches, self.{other} never",
+        "SwiGLU has two projections of x: activation(self.gate(x)) * self.up(x), each layer "
+        "once. With one of them twice, the other layer's weights never act.",
+        tuple(member(_swiglu_with(twice=w), which=w, other=o) for w, o in (("up", "gate"),
+                                                                            ("gate", "up"))),
+    ),
+    Mistake(
+        "one_projection_split", "One projection split in two halves: gate and up are two layers here",
+        "a fused layer (one Linear to 2 d_ff, chunked in two, as some codebases store SwiGLU) "
+        "is not this module's: self.gate and self.up are each (d_ff, d_model); apply each to x, "
+        "whole: activation(self.gate(x)) * self.up(x).",
+        tuple(_swiglu_with(split=w) for w in ("gate", "up")),
+    ),
+    Mistake(
+        "weight_layout", "x @ weight: nn.Linear's weight is (out_features, in_features)",
+        "torch stores a Linear's weight as (out, in) and computes x @ weight.T + bias (Flax's and "
+        "TensorFlow's kernels are (in, out)): call the layers, self.gate(x), self.up(x) and "
+        "self.down(h).",
+        (_swiglu_with(layout=True),),
+    ),
     Mistake(
         "gate_up_swapped", "Gate and up swapped",
         "the activation goes on self.gate(x), and self.up(x) is multiplied as it is: "
@@ -350,6 +399,10 @@ SWIGLU_MISTAKES = (
 )
 
 _SWIGLU_LADDER = {
+    "one_projection_twice": (None, "print which layers your forward calls: self.gate, self.up "
+                             "and self.down, each once."),
+    "one_projection_split": (None, "print self.gate(x).shape: (..., d_ff), the whole gate."),
+    "weight_layout": (None, "print self.gate.weight.shape next to x.shape."),
     "gate_up_swapped": (None, "print which of self.gate(x) and self.up(x) your activation "
                         "receives."),
     "wrong_activation": (None, "print self.activation(torch.tensor(-1.0)) and your activation "
@@ -459,7 +512,31 @@ def _always(fixed):
     return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, fixed)
 
 
+def _sizes_clash(error, a, b):
+    """Whether `error` is torch's broadcast error between sizes a and b (in either order)."""
+    found = BROADCAST.search(str(error))
+    return bool(found) and {int(found[1]), int(found[2])} == {a, b}
+
+
+def _from_zero(case, error):
+    """The rotate case at start 0, when `error` is a clash of seq with the seq - start
+    positions left of a table of seq positions sliced at start (None otherwise)."""
+    x, start = case.args[0], case.kwargs.get("start", 0)
+    seq = x.size(-2)
+    if not start or not _sizes_clash(error, seq, max(seq - start, 0)):
+        return None
+    return dataclasses.replace(case, kwargs={**case.kwargs, "start": 0}, label=case.label + " (at start=0)")
+
+
 ROTATE_MISTAKES = (
+    Mistake(
+        "table_sliced_at_start", "A table of seq positions sliced at start: short, or empty, "
+        "once start > 0",
+        "the angles must cover positions start ... start + seq - 1: build them from those "
+        "positions (torch.arange(start, start + seq)), or from a table of at least start + seq "
+        "positions; a table of x's seq positions holds only seq - start of them from start on.",
+        probe=_from_zero,
+    ),
     Mistake(
         "pairs_mixed_up", "The two pair conventions mixed up",
         "pairs='halves' rotates x[..., i] with x[..., i + d_head/2] (transformers); "
@@ -480,11 +557,11 @@ ROTATE_MISTAKES = (
         tuple(_rotate_with(own_base=b) for b in (10000.0, 500000.0)),
     ),
     Mistake(
-        "wrong_exponent", "Wrong frequencies: theta_i = base^(-{power})",
+        "wrong_exponent", "Wrong frequencies: theta_i = base^({power})",
         "theta_i = base ** (-2i / d_head) for i = 0, 1, ..., d_head/2 - 1: the first pair turns "
         "by 1 radian per position, the last by nearly 1 / base.",
-        tuple(member(_rotate_with(exponent=e), power=e) for e in ("i/d", "-2i/d", "2i/(d-2)",
-                                                                  "4i/d", "2(i+1)/d")),
+        tuple(member(_rotate_with(exponent=e), power="+" + e[1:] if e.startswith("-")
+                     else "-" + e) for e in ("i/d", "-2i/d", "2i/(d-2)", "4i/d", "2(i+1)/d")),
     ),
     Mistake(
         "low_precision", "cos and sin built in {dtype}",
@@ -531,6 +608,8 @@ _ROTATE_LADDER = {
                    "5:6, :]: equal."),
     "base_ignored": (None, "print theta for base=500000 and base=10000: the last pair's must "
                      "differ."),
+    "table_sliced_at_start": (None, "print the positions your angles are built for with x of 3 "
+                              "positions at start=5: 5, 6, 7."),
     "wrong_exponent": (None, "print your theta for d_head=8, base=10000: [1, 0.1, 0.01, "
                        "0.001]."),
     "low_precision": (None, "print torch.tensor(3000., dtype=torch.bfloat16) + 1: the angle "
@@ -592,14 +671,17 @@ ROTATE = Item(
 
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
-               diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed=""):
+               diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed="",
+               dim=-1, inverted=False):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
     causal mask only when there is no cache; pairs: RoPE's pair convention; shift: added to
     the new positions' start; rotated_dims: the leading features that are rotated (GPT-NeoX's
     rotary_pct), the others left as they are; own_base: the base the new tokens are rotated
-    with instead; fixed: "q" or "k", rotated from position 0 whatever the cache."""
+    with instead; fixed: "q" or "k", rotated from position 0 whatever the cache; dim: the softmax's;
+    inverted: the mask's True read as hidden (a True = masked mask given to
+    scaled_dot_product_attention, whose bool attn_mask is True = may attend)."""
     start = 0 if past_k is None else past_k.size(-2)
     at = max((start if offset else 0) + shift, 0)
 
@@ -620,12 +702,12 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     seq, total = q.size(-2), rk.size(-2)
     allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(total - seq + diagonal),
                "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
-               "none": None,
+               "none": None, "square": torch.ones(seq, seq, dtype=torch.bool).tril(),
                "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril()}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
     if allowed is not None:
-        scores = scores.masked_fill(~allowed, -math.inf)
-    return scores.softmax(-1) @ v  # (batch, heads, seq, d_head)
+        scores = scores.masked_fill(allowed if inverted else ~allowed, -math.inf)
+    return scores.softmax(dim) @ v  # (batch, heads, seq, d_head)
 
 
 def _attention_with(**bug):
@@ -633,7 +715,26 @@ def _attention_with(**bug):
             _attention(q, k, v, past_k, past_v, base, **bug))
 
 
+def _without_cache(case, error):
+    """The attention case without its cache, when `error` is a clash of the seq new queries'
+    mask with the start + seq keys' scores (None otherwise)."""
+    past = case.kwargs.get("past_k")
+    seq = case.args[0].size(-2)
+    if past is None or not _sizes_clash(error, seq, past.size(-2) + seq):
+        return None
+    kwargs = {k: v for k, v in case.kwargs.items() if k not in ("past_k", "past_v")}
+    return dataclasses.replace(case, kwargs=kwargs, label=case.label + " (without the cache)")
+
+
 ATTENTION_MISTAKES = (
+    Mistake(
+        "square_mask", "A (seq, seq) causal mask on (seq, start + seq) scores",
+        "with a cache the new queries read start + seq keys: the mask is (seq, start + seq), "
+        "torch.ones(seq, start + seq, dtype=torch.bool).tril(start); slicing a square mask to "
+        "[:seq, :seq] (the shape without a cache) no longer fits the scores.",
+        (_attention_with(mask="square"),),
+        probe=_without_cache,
+    ),
     Mistake(
         "values_rotated", "RoPE applied to the values too",
         "rotary positions act on the scores, q . k: rotate the queries and the keys only. The "
@@ -760,9 +861,25 @@ ATTENTION_MISTAKES = (
         tuple(member(_attention_with(which=w), which=name) for w, name in (
             ("q", "the queries"), ("k", "the keys"), ("", "nothing"))),
     ),
+    Mistake(
+        "softmax_wrong_axis", "Softmax over the wrong axis: over the queries",
+        "each query's weights must sum to 1 over the keys: the last axis of the scores "
+        "(dim=-1); dim=-2 makes each key's weights sum to 1 over the queries.",
+        (_attention_with(dim=-2),),
+    ),
+    Mistake(
+        "mask_inverted", "Mask polarity inverted: True taken as hidden",
+        "scaled_dot_product_attention's bool attn_mask is True where a query MAY attend (the "
+        "opposite of nn.MultiheadAttention's key_padding_mask): pass the lower triangle, "
+        ".tril(start), not the upper one; by hand, masked_fill(~allowed, -inf).",
+        (_attention_with(inverted=True),
+         lambda *a, **kw: _attention_with(inverted=True)(*a, **kw).nan_to_num(0.0)),
+    ),
 )
 
 _ATTENTION_LADDER = {
+    "square_mask": (None, "print your mask's shape next to the scores' for 2 new tokens after 3 "
+                    "cached ones: (2, 5)."),
     "values_rotated": (None, "print which tensors you pass to rotate: q and k, not v."),
     "not_offset": (None, "print the start you rotate the new tokens at, next to "
                    "past_k.size(-2)."),
@@ -791,6 +908,9 @@ _ATTENTION_LADDER = {
                         "[1 1 1 1 0] and [1 1 1 1 1]."),
     "wrong_scale": (None, "print the number you divide the scores by, next to "
                     "math.sqrt(q.size(-1))."),
+    "softmax_wrong_axis": (None, "print your weights' sum over the last axis: 1 for every query."),
+    "mask_inverted": (None, "print your mask for 2 new tokens after 3 cached ones: which entries "
+                      "are True, the keys a query may read or the ones it may not?"),
     "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
                          "scores must not change."),
 }

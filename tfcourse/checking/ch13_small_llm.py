@@ -277,7 +277,7 @@ ADAMW = Item(
 
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
-            divide_first=False, unguarded=False):
+            divide_first=False, unguarded=False, decay_shift=0):
     """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
     warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
     (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
@@ -285,7 +285,8 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
     (0.5: half); warm "linear" or "none" (the peak during warm-up); divide_first: step /
     warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
-    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total)."""
+    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total); decay_shift:
+    added to the decay's step count (-1: one step late)."""
     if divide_first:
         ratio = step / warmup
         if step <= warmup:
@@ -297,7 +298,7 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
         else total
-    progress = (step - begin) / length
+    progress = (step - begin + decay_shift) / length
     if clamp == "min":
         progress = min(1.0, progress)
     elif clamp == "zero" and step > total:
@@ -312,12 +313,10 @@ def _all_cosine(**bug):
 
 def _rates(fn, args, case):
     """The learner's factor at every (step, warmup, total_steps, min_ratio), as floats where
-    they are numbers."""
+    they are numbers (a tensor stays one: the checks name it)."""
     rates = []
     for step, warmup, total, r in args[0]:
         value = fn(step, warmup, total, r)
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
         rates.append(float(value) if isinstance(value, (int, float)) and
                      not isinstance(value, bool) else value)
     return rates
@@ -353,7 +352,8 @@ COSINE_MISTAKES = (
         tuple(member(_all_cosine(warm_shift=s, warm_extra=e), how=h) for s, e, h in (
             (-1, 0, "(step - 1) / warmup, 0 at the first step"),
             (0, 1, "step / (warmup + 1), below the peak at step = warmup"),
-            (1, 0, "(step + 1) / warmup"))),
+            (1, 0, "(step + 1) / warmup"),
+            (1, 1, "(step + 1) / (warmup + 1), nanoGPT's form for steps counted from 0"))),
     ),
     Mistake(
         "floor_ignored", "Decays to 0, not to the floor",
@@ -386,6 +386,14 @@ COSINE_MISTAKES = (
          member(_all_cosine(start="zero"), how="progress counted from step 0")),
     ),
     Mistake(
+        "decay_off_by_one", "Decay off by one step: {how}",
+        "the decay starts right after the warm-up: progress = (step - warmup) / (total_steps - "
+        "warmup), 1 / (total_steps - warmup) at step warmup + 1 and 1 at total_steps.",
+        (member(_all_cosine(decay_shift=-1), how="one step late, progress counted from warmup + 1 "
+                "(the peak held two steps)"),
+         member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1")),
+    ),
+    Mistake(
         "full_cosine", "A whole cosine period: it climbs back to the peak",
         "half a period goes from 1 down to the floor: cos(pi * progress) for progress in [0, 1], "
         "not cos(2 pi progress).",
@@ -413,6 +421,8 @@ _COSINE_LADDER = {
     "not_clamped": (None, "print your factor at total_steps, total_steps + 1 and 2 * "
                     "total_steps: all min_ratio."),
     "cosine_span": (None, "print your factor at step warmup + 1: just below 1."),
+    "decay_off_by_one": (None, "print your factor at steps warmup, warmup + 1 and total_steps: 1, "
+                         "just below 1, min_ratio."),
     "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
     "zero_division": (None, "call cosine_lr(1, 0, 10) and cosine_lr(6, 5, 5)."),
@@ -454,13 +464,15 @@ def _as_float(value):
 
 def _clipping(fn, args, case):
     """Parameters made from the case (weights and gradients, None for no gradient), clipped
-    by `fn`: (the norm it returned, as a float; the gradients after; the weights after)."""
+    by `fn`: (the norm it returned, a 0-d tensor as it is, else as a float; the gradients after;
+    the weights after)."""
     weights, grads, max_norm = args
     params = [nn.Parameter(w.clone()) for w in weights]
     for p, g in zip(params, grads):
         p.grad = None if g is None else g.clone()
     norm = fn(params, max_norm)
-    return (_as_float(norm), [p.grad for p in params], [p.detach() for p in params])
+    norm = norm if isinstance(norm, torch.Tensor) and norm.dim() == 0 else _as_float(norm)
+    return (norm, [p.grad for p in params], [p.detach() for p in params])
 
 
 def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", returned="before",
@@ -532,8 +544,9 @@ def _clip_same(actual, expected):
     if expected[0] is None:  # a mistake that returns nothing
         return isinstance(actual, tuple) and actual[0] is None and same(list(actual[1:]),
                                                                        list(expected[1:]))
-    return (isinstance(actual, tuple) and len(actual) == 3 and isinstance(actual[0], float)
-            and math.isclose(actual[0], expected[0], rel_tol=1e-5)
+    return (isinstance(actual, tuple) and len(actual) == 3 and (isinstance(actual[0], float) or (
+        isinstance(actual[0], torch.Tensor) and actual[0].dim() == 0))
+            and math.isclose(float(actual[0]), float(expected[0]), rel_tol=1e-5)
             and same(list(actual[1:]), list(expected[1:])))
 
 
@@ -665,13 +678,14 @@ def _grouping(fn, args, case):
 
 
 def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
-            swapped=False, both=False):
+            swapped=False, both=False, frozen=False, reversed_=False):
     """param_groups with the variations mistakes make, as _names gives them. rule "linear"
     (nn.Linear weights, not embeddings), "2d" (every matrix: nanoGPT's), "all", "not_bias"
     (every tensor whose name does not end in bias); norms: their gains decay; biases: theirs
     decay ("all", or "linear": the linear layers' only); tied "twice": a tied embedding
     listed in both groups; swapped: the decay on the other group; both: weight_decay on both
-    groups."""
+    groups; frozen: parameters with requires_grad=False listed too; reversed_: the undecayed
+    group first (timm's param_groups_weight_decay order)."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     linear_biases = {id(m.bias) for m in model.modules() if isinstance(m, nn.Linear)
@@ -679,6 +693,8 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
     named = dict(model.named_parameters())
     decay, rest = [], []
     for name, p in named.items():
+        if not (p.requires_grad or frozen):
+            continue
         if rule == "2d":
             yes = p.dim() >= 2
         elif rule == "all":
@@ -698,7 +714,7 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
     groups = [dict(params=decay, weight_decay=wd), dict(params=rest, weight_decay=wd if both else 0.0)]
     if swapped:
         groups = [dict(params=decay, weight_decay=0.0), dict(params=rest, weight_decay=wd)]
-    return _names(model, groups)
+    return _names(model, groups[::-1] if reversed_ else groups)
 
 
 def _groups_with(**bug):
@@ -707,6 +723,11 @@ def _groups_with(**bug):
 
 def _model(kind, seed):
     torch.manual_seed(seed)
+    if kind == "frozen":  # every third tensor frozen: matrices, gains and the embedding among them
+        model = _model("untied", seed)
+        for p in list(model.parameters())[::3]:
+            p.requires_grad_(False)
+        return model
     if kind == "gpt":
         return DecoderLM(DecoderLMConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, max_len=8))
     return LlamaLM(LlamaConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, n_kv_heads=1,
@@ -756,6 +777,19 @@ GROUPS_MISTAKES = (
         "the first group (the linear layers' weights) gets weight_decay, the second 0.0.",
         (_groups_with(swapped=True),),
     ),
+    Mistake(
+        "frozen_included", "Frozen parameters (requires_grad=False) put in the groups",
+        "a parameter that requires no gradient is not trained: it goes in no group (a model "
+        "partly frozen, for fine-tuning, gives the optimizer only what it trains). Skip "
+        "p.requires_grad False.",
+        (_groups_with(frozen=True),),
+    ),
+    Mistake(
+        "groups_reversed", "The groups in the other order: the undecayed group first",
+        "the first group holds the decayed weights (weight_decay), the second the rest (0.0): "
+        "code that reads groups[0] as the decayed one (a schedule, a log) depends on the order.",
+        (_groups_with(reversed_=True),),
+    ),
 )
 _GROUPS_LADDER = {
     "everything_decayed": (None, "print the names in your second group: the norms, the "
@@ -766,6 +800,8 @@ _GROUPS_LADDER = {
     "biases_decayed": (None, "print the names in your first group: none ends in 'bias'."),
     "tied_twice": (None, "print len(set(map(id, all params))) next to the number you listed."),
     "groups_swapped": (None, "print each group's weight_decay."),
+    "frozen_included": (None, "print [p.requires_grad for p in group['params']] for each group."),
+    "groups_reversed": (None, "print [g['weight_decay'] for g in groups]: the first is weight_decay."),
 }
 GROUPS = Item(
     EXERCISE, "param_groups", reference_groups,
@@ -773,6 +809,7 @@ GROUPS = Item(
         _groups_case("untied", 0.1, "a Llama-style LM with its own output layer"),
         _groups_case("gpt", 0.1, "chapter 09's LM (LayerNorm, biases, learned positions)"),
         _groups_case("tied", 0.05, "a Llama-style LM with its output tied to the embedding"),
+        _groups_case("frozen", 0.1, "a Llama-style LM with every third parameter frozen"),
     ],
     laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups",
     formula="Put each nn.Linear's weight (not an embedding's) in a group with weight_decay, "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 
 import torch
@@ -70,6 +71,63 @@ def safely(compare: Callable, actual, expected) -> bool:
 def kind_of(value) -> str:
     """How messages name the type of a value: 'Tensor', 'tuple', 'None'."""
     return "None" if value is None else type(value).__name__
+
+
+def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
+    """(got, want, what, why) when `value` has `expected`'s values in another kind of
+    container or number: a list for a tuple, a 0-d tensor for a Python number, a Python
+    number for a tensor; else None."""
+    if isinstance(expected, tuple) and isinstance(value, list):
+        return ("a list", "a tuple is", what, "a list cannot be a dict key or a set member (it is "
+                "unhashable): return tuple(...)")
+    if isinstance(expected, float) and isinstance(value, torch.Tensor):
+        return ("a 0-d tensor", "a Python float is", what, "a tensor where a float is expected "
+                "(an optimizer's lr, a schedule) carries a dtype and a device along: float(...) it")
+    if isinstance(expected, torch.Tensor) and expected.dim() == 0 and isinstance(value, (int, float)) \
+            and not isinstance(value, bool):
+        return ("a Python number", "a 0-d tensor is", what, "torch returns such a value as a tensor "
+                "(torch.nn.utils.clip_grad_norm_ returns the total norm as one); .item() or float() "
+                "drops its dtype and device and forces a device sync")
+    if isinstance(expected, dict) and isinstance(value, dict) and expected and all(
+            isinstance(k, tuple) for k in expected) and all(isinstance(k, str) for k in value):
+        return ("string keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is text, "
+                "and a lookup by the pair (a, b) finds nothing: key the dict by the tuple itself")
+    if _nested(value, expected):
+        return ("a list of lists", "one flat list is", what, "each part's list was appended as "
+                "one item: extend the result with it (out += part), not append it")
+    if isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)) \
+            and len(value) == len(expected):
+        for i, (v, e) in enumerate(zip(value, expected)):
+            found = wrong_kind(v, e, f"{what}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _nested(value, expected) -> bool:
+    """Whether `value` is a list of lists where `expected` is a flat list of numbers."""
+    return isinstance(expected, list) and isinstance(value, list) and bool(value) and all(
+        isinstance(v, (list, tuple)) for v in value) and not any(
+        isinstance(e, (list, tuple)) for e in expected)
+
+
+def as_kind_of(value, expected):
+    """`value` turned into `expected`'s kinds where wrong_kind finds them wrong (a list into a
+    tuple, a 0-d tensor into a float, a number into a tensor), to see if its values are right."""
+    if isinstance(expected, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if _nested(value, expected):
+        return [x for part in value for x in part]
+    if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {tuple(int(t) for t in re.findall(r"-?\d+", k)): v for k, v in value.items()}
+    if isinstance(expected, float) and isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    if isinstance(expected, torch.Tensor) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(value, dtype=expected.dtype)
+    if isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)) \
+            and len(value) == len(expected):
+        return type(value)(as_kind_of(v, e) for v, e in zip(value, expected))
+    return value
 
 
 def clone(value):

@@ -24,8 +24,14 @@ fixed, the same for every item:
   7. An input (or the module's own parameters) changed in place -> "Input modified in place"
   8. Equal to the reference                              -> the case passes
   9. It returned None                                    -> "Nothing returned"
+     (A result with the reference's values in another kind, a list for a tuple, a 0-d
+     tensor for a float, a list of lists for a flat list, is not equal: it goes on, and is
+     named after step 10 -> "Wrong kind of result".) A function wrong here that gets the
+     case right with its module's state put back, or gives another result when called
+     again on the same inputs -> "state kept between calls" (state.py).
  10. A catalogued mistake computes the same result (and agrees with the reference on the
-     cases passed so far)                                -> its title and hint
+     cases passed so far; a computation equal to the reference here is not looked at)
+                                                         -> its title and hint
  11. A tuple whose parts are the expected ones in another order -> "Results returned in the
      wrong order"; wrong type, shape or dtype            -> "Wrong type" / "Wrong shape" / ...
      A wrong shape says what it tells (shape_story): an extra or missing axis, axes swapped,
@@ -60,16 +66,16 @@ import torch
 from torch import nn
 
 from .comparison import (
+    as_kind_of,
     clone,
     describe,
-    float32_equal,
     kind_of,
     module_state,
     randomize,
     safely,
     same,
-    seq_first_back,
     unchanged,
+    wrong_kind,
 )
 from .diagnosis import CheckFailure
 from .errors import fail_if_stopped, fail_on_error, same_error
@@ -86,24 +92,23 @@ from .mistakes import (
     BATCH_OF_ONE,
     FILE_MISTAKES,
     IN_PLACE,
-    LOWER_PRECISION,
-    MASK_READ_INVERTED,
     NO_MATCH,
     NOT_FINITE,
     NOTHING_RETURNED,
     OFF_BY_ONE,
     PARAMETERS_CHANGED,
-    READ_SEQ_FIRST,
     REFERENCE_USED,
     RENAMED,
     RESEMBLES,
+    RETURN_KIND,
     SHARED,
     STATE_KEPT,
     WRONG_TYPE,
     Mistake,
 )
+from .readings import fail_if_float32, fail_if_read_otherwise
 from .sandbox import Printed, call, first_line, makes_half, seed_torch
-from .state import Snapshot
+from .state import Snapshot, fail_if_unrepeatable, vary_each_argument
 
 
 @dataclass
@@ -392,7 +397,7 @@ class Item:
         mistakes compute it, a function's later cases decide: the one that also computes
         the learner's results there wins (`obj`: the learner's function)."""
         compare = self.match or case.same or self.same
-        expected = self._expected(reference, case) if self.match else None
+        expected = self._expected(reference, case)
         found = []  # (mistake, a computation of it that gives `result`)
         for mistake in mistakes:
             for compute in mistake.computes:
@@ -400,8 +405,8 @@ class Item:
                     predicted = self._compute(compute, reference, case)
                 except Exception:  # the mistake cannot run on these inputs
                     continue
-                if self.match and safely(case.same or self.same, predicted, expected):
-                    continue  # no mistake here: a looser `match` must not name it
+                if safely(case.same or self.same, predicted, expected):
+                    continue  # no mistake here: a looser `match` (or a result of the wrong kind)
                 if safely(compare, result, predicted) and self._agrees(
                         mistake, compute, passed, case.run or self.run):
                     found.append((mistake, compute))
@@ -504,13 +509,18 @@ class Item:
             if moved:
                 PARAMETERS_CHANGED.fail(f"  on {case.label}", names=", ".join(moved), label=case.label)
         result, compare = outcome.value, case.same or self.same
-        if safely(compare, result, expected):
+        kind = wrong_kind(result, expected, case.what or self.what)  # right values, wrong kind
+        kind = kind and safely(compare, as_kind_of(result, expected), expected) and kind
+        if not kind and safely(compare, result, expected):
             return
         self._fail_if_state_kept(obj, case, passed, name, "with its state as before the first case")
+        fail_if_unrepeatable(self, obj, case, result, name)
         mistake, compute = self._matching(mistakes, result, reference, case, passed, obj)
         if mistake is not None:  # a computation of a family says which member it is (`fields`)
             mistake.fail(self._details(case, result, expected), label=case.label,
                          **getattr(compute, "fields", {}))
+        if kind:
+            RETURN_KIND.fail(label=case.label, got=kind[0], want=kind[1], what=kind[2], why=kind[3])
         if result is None and expected is not None:
             NOTHING_RETURNED.fail(name=name, label=case.label)
         try:
@@ -522,8 +532,8 @@ class Item:
         what, parts = case.what or self.what, case.parts or self.parts
         self._fail_if_batch_of_one(obj, case, name, f"got the {what.removeprefix('the ')} wrong")
         self._fail_if_shifted(result, reference, case, what)
-        self._fail_if_read_otherwise(result, reference, case, what)
-        self._fail_if_float32(result, reference, case, what)
+        fail_if_read_otherwise(self, result, reference, case, what)
+        fail_if_float32(self, result, reference, case, what)
         problem = structure_problem(result, expected, what, parts, _inputs(case), self.axes)
         if problem:
             fail_if_reordered(result, expected, what, parts, compare, case.label)
@@ -573,6 +583,7 @@ class Item:
             STATE_KEPT.fail(self._details(case), name=self.name, first="in the cases' order",
                             later="in reverse order, from the state before the first case", kept=kept,
                             label=case.label)
+        vary_each_argument(self, target, passed)
 
     def _fail_if_batch_of_one(self, obj, case, name, how, raised=""):
         """BATCH_OF_ONE when the case is a batch of one and the learner's code gets it right
@@ -627,59 +638,6 @@ class Item:
                                     moved=f"= {moved} (not {value})" if isinstance(value, int)
                                     else f"{sign} 1 (not {name})", label=case.label,
                                     how="too many" if delta > 0 else "too few")
-
-    def _fail_if_float32(self, result, reference, case, what):
-        """LOWER_PRECISION when a function's float64 inputs give `result`, float64, equal to
-        the reference's on those inputs cast to float32, to float32's precision."""
-        if self.is_class or not any(isinstance(a, torch.Tensor) and a.dtype == torch.float64
-                                    for a in case.args):
-            return
-        down = dataclasses.replace(case, args=tuple(
-            a.float() if isinstance(a, torch.Tensor) and a.dtype == torch.float64 else a
-            for a in case.args))
-        try:
-            expected = self._expected(reference, down)
-        except Exception:  # the reference refuses float32 inputs
-            return
-        if safely(float32_equal, result, expected):
-            LOWER_PRECISION.fail(self._details(case, result), what=what.removeprefix("the "),
-                                 label=case.label)
-
-    def _fail_if_read_otherwise(self, result, reference, case, what):
-        """MASK_READ_INVERTED when `result` is the reference's for the case's bool masks
-        inverted (all of them, or one of several); READ_SEQ_FIRST when it is the reference's
-        for its (batch, seq, ...) inputs read seq-first (each input's axes 0 and 1 swapped,
-        and the output's back)."""
-        named = [(i, n) for i, (n, a) in enumerate(zip(case.names, case.args))
-                 if n and isinstance(a, torch.Tensor)]
-        masks = [(i, n) for i, n in named if case.args[i].dtype == torch.bool
-                 and 0 < int(case.args[i].sum()) < case.args[i].numel()]
-        seq = [(i, n) for i, n in named if case.args[i].is_floating_point()
-               and case.args[i].dim() == 3 and case.args[i].size(0) > 1]
-        if seq:  # and the inputs (a mask, ids) that share their (batch, seq) axes
-            lead = case.args[seq[0][0]].shape[:2]
-            seq += [(i, n) for i, n in named if (i, n) not in seq and case.args[i].dim() >= 2
-                    and case.args[i].shape[:2] == lead]
-        compare = case.same or self.same
-        singly = [[m] for m in masks] if len(masks) > 1 else []
-        for mistake, chosen, change, back in (
-                *((MASK_READ_INVERTED, c, lambda a: ~a, lambda r: r) for c in [masks, *singly]),
-                (READ_SEQ_FIRST, seq, lambda a: a.transpose(0, 1), seq_first_back)):
-            if not chosen:
-                continue
-            args = list(case.args)
-            for i, _ in chosen:
-                args[i] = change(args[i])
-            try:
-                expected = back(self._expected(reference, dataclasses.replace(case, args=tuple(args))))
-            except Exception:  # the reference refuses the inputs read otherwise
-                continue
-            if safely(compare, result, expected):
-                names = [n for _, n in chosen]
-                mistake.fail(self._details(case, result), what=what.removeprefix("the "),
-                             label=case.label, are="are" if len(names) > 1 else "is",
-                             gives="give" if len(names) > 1 else "gives",
-                             names=" and ".join(filter(None, (", ".join(names[:-1]), names[-1]))))
 
 
 

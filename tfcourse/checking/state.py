@@ -8,12 +8,25 @@ results happen to resemble."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 import types
 
 import torch
 
+from .comparison import clone, safely
+from .mistakes import STATE_CHANGES, STATE_KEPT
+from .sandbox import call
+
 _KEPT = (dict, list, set, bytearray, torch.Tensor)  # containers a call can fill (and subclasses)
+_NOT_STATE = (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType)
+
+
+def _object(value) -> bool:
+    """Whether `value` is an object with attributes a call can change (an incremental decoder,
+    an instance of the learner's class), not a function, class or module."""
+    return not isinstance(value, _NOT_STATE) and hasattr(value, "__dict__") and not isinstance(
+        value, _KEPT)
 
 
 def _copy(value):
@@ -25,6 +38,8 @@ def _copy(value):
 
 def _same(a, b) -> bool:
     try:
+        if _object(a) or _object(b):
+            return type(a) is type(b) and _same(vars(a), vars(b))
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
                     and a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b))
@@ -44,7 +59,8 @@ class Snapshot:
         for key, value in list(self.names.items()):
             if key.startswith("__") or isinstance(value, types.ModuleType):
                 continue
-            if isinstance(value, _KEPT) or value is None or isinstance(value, (int, float, str)):
+            if isinstance(value, _KEPT) or value is None or isinstance(value, (int, float, str)) \
+                    or _object(value):
                 self.values[key] = _copy(value)
             own = getattr(value, "__module__", None) == self.names.get("__name__")
             if hasattr(value, "cache_clear") and own:
@@ -84,3 +100,47 @@ class Snapshot:
         for cls, saved in self.attributes.values():
             for a, v in saved.items():
                 setattr(cls, a, _copy(v))
+
+
+def fail_if_unrepeatable(item, obj, case, result, name) -> None:
+    """STATE_CHANGES when the learner's function, wrong on `case`, gives another result when
+    called again on the same inputs (seeded alike): it keeps state from call to call."""
+    snapshot = getattr(item, "_snapshot", None)
+    compare = case.same or item.same
+    if snapshot is None or item.is_module or result is None or not safely(compare, result, result):
+        return
+    again = call(item._run, obj, clone(case.args), case, seed=case.seed)
+    kept = snapshot.changed()
+    if kept and again.error is None and not safely(compare, again.value, result):
+        STATE_CHANGES.fail(item._details(case), name=name, label=case.label, kept=" and ".join(kept))
+
+
+def vary_each_argument(item, target, passed) -> None:
+    """STATE_KEPT when a function right on each case gets one of them wrong with one argument
+    changed (taken from another case) right after the case itself: a cache keyed on some of
+    its arguments only (a word and a pair, not the new id)."""
+    for case in passed:
+        for j, value in enumerate(case.args):
+            other = next((c.args[j] for c in passed if len(c.args) == len(case.args)
+                          and not _same(c.args[j], value)), None)
+            if other is None:
+                continue
+            varied = dataclasses.replace(case, args=(*case.args[:j], other, *case.args[j + 1:]),
+                                         label=f"{case.label}, with {case.names[j] or f'argument {j + 1}'}"
+                                               f" = {other!r}"[:300])
+            try:
+                expected = item._expected(item._reference_object(varied), varied)
+            except Exception:  # the reference refuses the mixed inputs
+                continue
+            item._snapshot.restore()
+            call(item._run, target, clone(case.args), case, seed=case.seed)
+            outcome = call(item._run, target, clone(varied.args), varied, seed=varied.seed)
+            if outcome.error is None and safely(varied.same or item.same, outcome.value, expected):
+                continue
+            kept = " and ".join(item._snapshot.changed())
+            item._snapshot.restore()
+            alone = call(item._run, target, clone(varied.args), varied, seed=varied.seed)
+            if kept and alone.error is None and safely(varied.same or item.same, alone.value, expected):
+                STATE_KEPT.fail(item._details(varied), name=item.name, first="when called first",
+                                later="right after the same call with its other arguments as they were",
+                                kept=kept, label=varied.label)

@@ -33,6 +33,7 @@ kept between calls shows there. Where no catalogued mistake matches, sequences.p
 the learner's sequence first differs.
 """
 
+import re
 import unicodedata
 from collections import Counter
 
@@ -155,8 +156,16 @@ COUNT_MISTAKES = (
         "one) counted: add to it, counts[pair] = counts.get(pair, 0) + freq.",
         (_count_with(assign=True), _count_with(assign=True, freq=False)),
     ),
+    Mistake(
+        "reversed_pair", "Pairs stored the other way round: (b, a) for a followed by b",
+        "a pair is (word[i], word[i + 1]), the left token first: (1, 2, 3) holds (1, 2) and (2, "
+        "3). A key written (b, a), or read from the end of the word, names pairs that do not "
+        "occur, and merge would then look for them.",
+        (lambda words: Counter({(b, a): c for (a, b), c in _count(words).items()}),),
+    ),
 )
 _COUNT_LADDER = {
+    "reversed_pair": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}, the left token first."),
     "assigned": (None, "print count_pairs({(1, 2): 1, (1, 2, 3): 2}): (1, 2) counted 3 times."),
     "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
                         "starts at positions 0 and 1."),
@@ -195,21 +204,23 @@ COUNT = Item(
 
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
-           same=lambda a, b: a == b, either=False):
+           same=lambda a, b: a == b, either=False, half=None, runs=False):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
-    the first occurrence alone; `either`: the pair matched in either order."""
-    word = list(word)
+    the first occurrence alone; `either`: the pair matched in either order; `half` 0 or 1:
+    only that token of the pair compared; `runs`: after a match, one step only when the
+    next position matches too (a run a, a, a merged twice, the middle a in both)."""
+    word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last else 1):
         if i + 1 < len(word) and not done and (
-                same(word[i], pair[0]) and same(word[i + 1], pair[1])
+                (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
-            i += step
+            i += 1 if runs and word[i + 1:i + 3] == tuple(pair) else step
             done = first_only
         else:
             out.append(word[i])
@@ -295,8 +306,23 @@ MERGE_MISTAKES = (
         "the counts you learn from assume it.",
         (_merge_with(direction="right"),),
     ),
+    Mistake(
+        "half_compared", "Only the pair's {which} token compared",
+        "a position matches when BOTH tokens match: word[i] == pair[0] and word[i + 1] == "
+        "pair[1]. Comparing the {which} one alone merges {what} too.",
+        (member(_merge_with(half=0), which="first", what="the first token followed by any other"),
+         member(_merge_with(half=1), which="second", what="any token followed by the second")),
+    ),
+    Mistake(
+        "overlaps_merged", "Overlapping occurrences in a run both merged: a token taken by two merges",
+        "in a, a, a the pair (a, a) starts at positions 0 and 1, but the middle a can go to one "
+        "merge only: after a match, skip both tokens (i += 2), so (a, a, a) gives (new, a).",
+        (_merge_with(runs=True),),
+    ),
 )
 _MERGE_LADDER = {
+    "half_compared": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
+    "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
     "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),
     "second_kept": (None, "print merge((1, 2, 3), (1, 2), 9): two tokens become one."),
@@ -328,7 +354,9 @@ MERGE = Item(
      _merge_case((2, 1, 2, 1, 2), (1, 2), 9, " (the pair reversed around it)"),
      _merge_case((3, 1, 2), (1, 2), 9, " (the pair at the end)"),
      _merge_case(tuple(int(r) for r in "300 301 300 301".split()), (int("300"), int("301")), 400,
-                 " (ranks above 256 made at run time: equal, not the same objects)")],
+                 " (ranks above 256 made at run time: equal, not the same objects)"),
+     _merge_case((1, 3, 1, 2, 4, 2), (1, 2), 9,
+                 " (the pair's first token before another, its second after another)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
@@ -352,10 +380,15 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
     count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
     raises); `pattern` the pre-tokenizer's; `normalize` applied to the text first; `longest`
-    False: the special tokens tried in the order given, not the longest first."""
+    False: the special tokens tried in the order given, not the longest first; `cut` "" or " ":
+    the special tokens replaced by it (re.sub), the text around them joined; `update` "first":
+    only the first word that holds the pair merged, "once": only the pair's first occurrence
+    in each word."""
     text = prefix + (normalize or str)(text)
     found = "|".join(map(regex.escape if escape else str,
                          sorted(special_tokens, key=len, reverse=True) if longest else special_tokens))
+    if isinstance(cut, str) and found:
+        text, cut = regex.sub(found, cut, text), False
     parts = regex.split(found, text) if cut and found else [text]
     cut_up = {True: pattern if callable(pattern) else lambda part: pre_tokenize(part, pattern),
               False: lambda part: [part], "whitespace": str.split}[split]
@@ -367,14 +400,18 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
         if stop and (not counts or max(counts.values()) < min_count):
             break
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
+               "second_first": lambda p, c=counts: (c[p], -p[1], -p[0]),
                "largest": lambda p, c=counts: (c[p], p), "first": counts.get,
                "first_element": lambda p, c=counts: (c[p], -p[0])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
         if update:
+            holder = next(w for w in words if pair in zip(w, w[1:]))
             merged = Counter()
             for w, f in words.items():
-                merged[merge(w, pair, first + i)] += f
+                merged[w if update == "first" and w != holder else
+                       _merge(w, pair, first + i, first_only=True) if update == "once" else
+                       merge(w, pair, first + i)] += f
             words = merged
     return merges
 
@@ -389,6 +426,12 @@ def _words_of(text, special_tokens=()):
 # Other tokenizers' pre-tokenizers and normalizations, as ports and assistants carry them over.
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++"""
                 r"""[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
+# GPT-4's and GPT-2's patterns as ports to Python's re write them (re has no \p{L}): [a-zA-Z]
+# for the letters, \d for the digits, \w in the classes; re.findall then drops every letter
+# outside ASCII, which no alternative matches.
+_GPT4_FOR_RE = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\w]?[a-zA-Z]+|\d{1,3}| ?[^\s\w]+[\r\n]*|\s*[\r\n]|"""
+                r"""\s+(?!\S)|\s+""")
+_GPT2_FOR_RE = r"""'s|'t|'re|'ve|'m|'ll|'d| ?[a-zA-Z]+| ?\d+| ?[^\s\w]+|\s+(?!\S)|\s+"""
 _PATTERNS = (
     (GPT4_PATTERN, "GPT-4's pattern (cl100k_base)",
      "cl100k cuts digits into runs of 1 to 3, takes contractions in any case and keeps "
@@ -411,6 +454,15 @@ _PATTERNS = (
     (lambda part: [p for line in part.splitlines() for p in pre_tokenize(line)],
      "the text cut into lines first", "the newlines are part of the text: pre_tokenize the whole "
      "text, newlines included"),
+    (lambda part: list(part), "single characters: BPE run on each character alone",
+     "a pre-token is a word with its leading space (' cat'), and merges join the bytes of "
+     "several characters within it"),
+    (lambda part: re.findall(_GPT4_FOR_RE, part), "GPT-4's pattern ported to re ([a-zA-Z] for "
+     "\\p{L}, \\d for \\p{N})", "GPT-4's cuts digits in 3s and takes contractions in any case, "
+     "and re.findall drops the letters outside ASCII, which [a-zA-Z] does not match"),
+    (lambda part: re.findall(_GPT2_FOR_RE, part), "GPT-2's pattern ported to re ([a-zA-Z] for "
+     "\\p{L}, \\d for \\p{N})", "re.findall drops the letters outside ASCII, which [a-zA-Z] "
+     "does not match (regex's \\p{L} is the letters of every script)"),
 )
 _NORMALIZED = (
     (str.strip, "stripped of the whitespace at its start and end"),
@@ -547,10 +599,25 @@ LEARN_MISTAKES = (
          member(_learn_with(tie="largest"), rule="the largest pair"),
          member(_learn_with(tie="first_element"),
                 rule="the smallest a, then the first counted, not the smallest b"),
+         member(_learn_with(tie="second_first"), rule="the smallest b first, then the smallest a"),
          member(lambda text, n_merges, special_tokens=(): learn_merges(
              text, n_merges, GPT2_PATTERN, special_tokens, BYTE_ORDER),
                 rule="Hugging Face tokenizers': the bytes in GPT-2's printable order, not by "
                      "value")),
+    ),
+    Mistake(
+        "words_partly_merged", "The chosen pair merged in {where} only",
+        "after choosing a pair, replace EVERY occurrence of it in EVERY word (merge each word) "
+        "before counting again: an occurrence left unmerged is counted again at the next step.",
+        (member(_learn_with(update="first"), where="the first word that holds it"),
+         member(_learn_with(update="once"), where="its first occurrence in each word")),
+    ),
+    Mistake(
+        "specials_joined", "Special tokens deleted from the text: the text on their two sides joined",
+        "cut the text AT the special tokens (re.split): the parts between them are pre-tokenized "
+        "apart, so no pre-token and no merge spans a special token. Deleting them (re.sub with "
+        "{by!r}) joins the word before one to the word after it.",
+        tuple(member(_learn_with(cut=by), by=by) for by in ("", " ")),
     ),
     Mistake(
         "no_early_stop", "No early stop when no pair is left",
@@ -585,6 +652,10 @@ _LEARN_LADDER = {
     "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
     "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
     "no_early_stop": (None, "call learn_merges('ab', 5): one merge, then no pair is left."),
+    "words_partly_merged": (None, "print the words after each step: the chosen pair must be gone "
+                            "from every word."),
+    "specials_joined": (SPECIALS, "print your pieces of 'ab<|end|>ab' with special_tokens="
+                        "('<|end|>',): 'ab', 'ab'."),
     "tie_rule": (None, "print the counts before a step where two pairs share the largest count, "
                  "and the pair you take. max(counts, key=lambda p: (counts[p], -p[0], -p[1])) "
                  "applies the rule."),

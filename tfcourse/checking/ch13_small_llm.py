@@ -913,23 +913,27 @@ class _Stream:
     byte decoded again, the new characters cut off by count), "until_strict" (held until
     they decode without error), "until_no_fffd" (held while their text ends in U+FFFD),
     "lead_only" (only a lone lead byte at the end held), "after_lead" (only a lead byte with
-    continuation bytes after it held); errors: the decoding's ("replace", "ignore",
+    continuation bytes after it held), "until_ascii" (everything held while the last byte is
+    not ASCII); errors: the decoding's ("replace", "ignore",
     "strict"); end: "flush", "none" (None), "drop" (''), "strict" (the held bytes decoded
     strictly), "per_byte" (a U+FFFD per held byte); specials: "skip", "as_text" (every id's
     bytes), "eos_text" (PAD and BOS skipped, EOS written and the end), "no_stop" (EOS
-    skipped, not the end); unk: "decode" (tokenizer.decode([UNK])) or "token"; skip: the
-    shown bytes skipped; shared: the bytes kept in `box`, one for every stream of the case."""
+    skipped, not the end); written: PAD or BOS written as text all the same; unk: "decode"
+    (tokenizer.decode([UNK])) or "token"; skip: the shown bytes skipped (True), not (False),
+    only within the first token ("first") or from every token ("every"); shared: the bytes kept
+    in `box`, one for every stream of the case."""
 
     def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
-                 end="flush", specials="skip", unk="decode", skip=True, shared=False):
+                 end="flush", specials="skip", written=(), unk="decode", skip=True, shared=False):
         self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
         self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
+        self.written, self.skip_how = written, skip
         self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
 
     def push(self, i):
         if self.ended:
             return ""
-        if self.specials in ("skip", "eos_text", "no_stop") and i in (PAD, BOS):
+        if self.specials in ("skip", "eos_text", "no_stop") and i in (PAD, BOS) and i not in self.written:
             return ""
         if i == EOS and self.specials != "as_text":
             self.ended = self.specials != "no_stop"
@@ -937,7 +941,8 @@ class _Stream:
                 return ""
         use_decode = i == UNK and self.unk == "decode"
         data = self.tokenizer.decode([i]).encode() if use_decode else self.tokenizer.token(i)
-        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        data, self.skip = data[self.skip:], {"first": 0, "every": self.skip}.get(
+            self.skip_how, max(0, self.skip - len(data)))
         return self._text(data)
 
     def _text(self, data):
@@ -953,7 +958,11 @@ class _Stream:
             return piece
         held = state.held
         held += data
-        if self.hold == "until_strict":
+        if self.hold == "until_ascii":
+            if held and held[-1] >= 0x80:
+                return ""
+            text = bytes(held).decode("utf-8", errors)
+        elif self.hold == "until_strict":
             try:
                 text = bytes(held).decode("utf-8")
             except UnicodeDecodeError:
@@ -1158,7 +1167,11 @@ STREAM_MISTAKES = (
         "PAD and BOS stand for no text: they give ''. EOS ends the text: it gives '' and every "
         "push after it too (tokenizer.decode(ids) stops there).",
         (member(_stream_with(specials="as_text"), how="'<bos>', '<pad>', '<eos>' written out"),
-         member(_stream_with(specials="eos_text"), how="'<eos>' written out")),
+         member(_stream_with(specials="eos_text"), how="'<eos>' written out"),
+         member(_stream_with(written=(PAD, BOS)), how="'<bos>' and '<pad>' written out (only EOS "
+                "handled)"),
+         member(_stream_with(written=(BOS,)), how="'<bos>' written out (only PAD skipped)"),
+         member(_stream_with(written=(PAD,)), how="'<pad>' written out (only BOS skipped)")),
     ),
     Mistake(
         "eos_ignored", "Text after the end-of-text token shown",
@@ -1180,6 +1193,28 @@ STREAM_MISTAKES = (
         "its bytes, which are on the screen already: skip the first len(shown) bytes of the "
         "tokens' bytes.",
         (_stream_with(skip=False),),
+        section=_HEALING_SECTION,
+    ),
+    Mistake(
+        "held_while_not_ascii", "Bytes held back while the last one is not ASCII{how}",
+        "a character is finished once its last byte comes, and that byte is never ASCII "
+        "(10xxxxxx): holding until an ASCII byte comes keeps a finished 'é' back for as long as "
+        "non-ASCII text goes on. Hold back only the bytes of an unfinished last character "
+        "(a lead byte 11xxxxxx without all its continuation bytes), or use "
+        "codecs.getincrementaldecoder('utf-8')('replace').",
+        (member(_stream_with(hold="until_ascii"), how=": a finished character waits for the next "
+                "ASCII byte"),
+         member(_stream_with(hold="until_ascii", end="drop"), how=", and end() drops them: a "
+                "finished character waits for an ASCII byte, or is never shown")),
+    ),
+    Mistake(
+        "shown_skipped_otherwise", "The bytes the text already shows (shown) skipped {how}",
+        "shown can be longer than the first token (a healed prompt 'sel', then the tokens 'se' "
+        "and 'lf'): skip len(shown) bytes in all, carried from token to token (what is left "
+        "to skip: max(0, skip - len(data))), and none after them.",
+        (member(_stream_with(skip="first"), how="within the first token only: the rest of them "
+                "written again"),
+         member(_stream_with(skip="every"), how="from every token, not once")),
         section=_HEALING_SECTION,
     ),
     Mistake(
@@ -1208,6 +1243,10 @@ _STREAM_LADDER = {
     "eos_ignored": (None, "push 2 (EOS), then any id: the second push must return ''."),
     "unk_as_name": (None, "print tokenizer.decode([3]) next to tokenizer.token(3)."),
     "shown_repeated": (None, "with shown=b'se' and the token b'self', push must return 'lf'."),
+    "held_while_not_ascii": (None, "push b'\\xc3', then b'\\xa9': the second push must return "
+                             "'é', though its last byte is not ASCII."),
+    "shown_skipped_otherwise": (None, "with shown=b'sel' and the tokens b'se', b'l', b'f', push "
+                                "must return '', '', 'f'."),
     "shared_buffer": (None, "make two streams, push b'\\xc3' to the first and b'a' to the "
                      "second: the second must return 'a'."),
 }
@@ -1240,6 +1279,8 @@ STREAM = Item(
                      b"\xa9", b"a", more=[((b"\xe6", b"\x97", b"\xa5"), b"")],
                      order=[0, 1, 0, 1, 1, 0, 0, 1]),
         _many_tokens(0, 300),
+        _stream_case(_STREAM_BPE, "a healed prompt whose shown bytes span 2 tokens: the text shows "
+                     "'sel' already", b"se", b"l", b"f", b"()", shown=b"sel"),
     ],
     laddered(STREAM_MISTAKES, _STREAM_LADDER), same=_same_pieces, what="pieces",
     show=_show_piece, explain=_explain_pieces,

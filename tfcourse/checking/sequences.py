@@ -148,8 +148,8 @@ def explain_merges(words: dict, got, want, label: str, *, count: Callable, merge
 # ---------------------------------------------------------------------------------- ids
 
 
-def _changed(text: str, decoded: str) -> str:
-    """How `decoded` was made from `text`, if one of the usual changes makes it."""
+def _change(text: str, decoded: str) -> str:
+    """How `decoded` was made from `text` by one of the usual changes, or ''."""
     for change, how in (
             (lambda t: t.strip(), "stripped of the whitespace at its start and end"),
             (lambda t: t.lstrip(), "stripped of the whitespace at its start"),
@@ -163,6 +163,42 @@ def _changed(text: str, decoded: str) -> str:
             (lambda t: t.replace("\n", " "), "its newlines made spaces")):
         if change(text) == decoded != text:
             return how
+    return ""
+
+
+def _left_out(text: str, decoded: str) -> str:
+    """The characters of `text` missing from `decoded`, as a short list, when `decoded` is
+    `text` with some of its characters left out (in order); else ''."""
+    missing, k = [], 0
+    for c in text:
+        if k < len(decoded) and decoded[k] == c:
+            k += 1
+        else:
+            missing.append(c)
+    if k < len(decoded) or not missing:
+        return ""
+    return ", ".join(map(repr, dict.fromkeys(missing)))
+
+
+def _changed(text: str, decoded: str, pieces=()) -> str:
+    """How `decoded` was made from `text`, if one of the usual changes makes it: a change of
+    the whole text, a part of the pre-tokens (`pieces`) kept, or characters left out."""
+    how = _change(text, decoded)
+    if how:
+        return how
+    for kept, what in (
+            ("".join(p[-1:] for p in pieces), "only the last character of each pre-token: the ids of "
+             "the last pass of a loop over its characters (an extend after that loop, not in it?)"),
+            ("".join(p[:1] for p in pieces), "only the first character of each pre-token"),
+            (pieces[-1] if pieces else "", "only the last pre-token: the ids of the last pass of "
+             "the loop over pre-tokens (out = ... where out += ... was meant?)")):
+        if kept == decoded:
+            return what
+    dropped = _left_out(text, decoded)
+    if dropped:
+        return (f"the characters {dropped} left out: a pre-tokenizer pattern that matches none of "
+                "them drops them (re.findall skips what no alternative matches; [a-zA-Z] and re's "
+                "classes are not regex's \\p{L}, the letters of every script)")
     i = _first_difference(decoded, text)
     return f"different from character {i} on: {decoded[i:i + 12]!r} where the text has {text[i:i + 12]!r}"
 
@@ -181,8 +217,8 @@ def explain_ids(text: str, pieces: list, got, want, vocab: dict, label: str):
     data = b"".join(vocab[t] for t in got)
     if data != text.encode("utf-8"):
         decoded = data.decode("utf-8", errors="replace")
-        story = (f"your ranks decode to {decoded[:60]!r}, not the text: {_changed(text, decoded)}; "
-                 "encode the text as it is")
+        story = (f"your ranks decode to {decoded[:60]!r}, not the text: "
+                 f"{_changed(text, decoded, pieces)}; encode the text as it is")
         return _said(length, story, "ranks", "for", label)
     k = _first_difference(got, want)
     start = sum(len(vocab[t]) for t in got[:k])  # the byte where the two first differ
@@ -212,6 +248,11 @@ def explain_text(got, want: str, label: str):
     """decode: where the text first differs, and how many U+FFFD each side has."""
     if not isinstance(got, str):
         return None
+    how = _change(want, got)
+    if how:  # a change of the whole text (strip, lower, a normalization)
+        return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (
+            f"your text {got[:60]!r} is the reference's {want[:60]!r} {how}: decode gives the "
+            "tokens' text exactly as it is")}
     i = _first_difference(got, want)
     story = (f"your text {got[:60]!r}, the reference's {want[:60]!r}: they differ from character "
              f"{i} on ({got[i:i + 8]!r} where the reference has {want[i:i + 8]!r})")

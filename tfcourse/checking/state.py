@@ -94,6 +94,8 @@ class Snapshot:
             self.names[key] = _copy(value)
         for function, defaults, kwdefaults, attributes in self.defaults.values():
             function.__defaults__, function.__kwdefaults__ = _copy(defaults), _copy(kwdefaults)
+            for added in set(function.__dict__) - set(attributes):  # a cache made by a call
+                del function.__dict__[added]
             function.__dict__.update(_copy(attributes))
         for _, f in self.cached:
             f.cache_clear()

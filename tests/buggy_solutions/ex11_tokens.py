@@ -670,6 +670,122 @@ def count_into_a_default_counter(words, counts=Counter()):  # noqa: B006  (the m
     return dict(counts)
 
 
+@wrong("count_pairs.reversed_pair")
+def count_from_the_end(words):
+    counts = defaultdict(int)
+    for word, freq in words.items():
+        backwards = word[::-1]
+        for pair in zip(backwards, backwards[1:]):  # (b, a): read from the end
+            counts[pair] += freq
+    return dict(counts)
+
+
+@wrong("merge.half_compared")
+def merge_on_the_first_token(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if word[i] == pair[0] and i < len(word) - 1:  # the second token never looked at
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.half_compared")
+def merge_on_the_second_token(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and word[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.overlaps_merged")
+def merge_every_matching_position(word, pair, new_id):
+    starts = [i for i in range(len(word) - 1) if (word[i], word[i + 1]) == tuple(pair)]
+    out, i = [], 0
+    while i < len(word):
+        if i in starts:
+            out.append(new_id)
+            i += 1 if i + 1 in starts else 2  # the next start is kept: overlapping pairs both merge
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("learn_merges.words_partly_merged")
+def learn_merging_one_word(text, n_merges, special_tokens=()):
+    words, merges = dict(_words(text, special_tokens)), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        for w in list(words):
+            if pair in zip(w, w[1:]):
+                merged = _merge(w, pair, 256 + i)
+                words[merged] = words.get(merged, 0) + words.pop(w)
+                break  # the first word that holds the pair, not all of them
+    return merges
+
+
+@wrong("learn_merges.words_partly_merged")
+def learn_replacing_the_first_occurrence(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        merged = Counter()
+        for w, f in words.items():
+            at = next((j for j in range(len(w) - 1) if w[j:j + 2] == pair), None)
+            merged[w if at is None else (*w[:at], 256 + i, *w[at + 2:])] += f
+        words = merged
+    return merges
+
+
+@wrong("learn_merges.specials_joined")
+def learn_with_specials_deleted(text, n_merges, special_tokens=()):
+    for special in special_tokens:
+        text = text.replace(special, "")
+    return _learn(_words(text, ()), n_merges)
+
+
+@wrong("learn_merges.tie_rule")
+def learn_ties_by_second_token(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges,
+                  key=lambda counts: lambda p: (counts[p], -p[1], -p[0]))
+
+
+@wrong("learn_merges.other_pre_tokenizer")
+def learn_per_character(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens, pieces=list), n_merges)
+
+
+@wrong("encode.other_pre_tokenizer")
+def encode_each_character(text, merges):
+    return [r for c in text for r in _encode_word(
+        tuple(c.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.other_pre_tokenizer")
+def encode_with_a_re_port_of_gpt4(text, merges):
+    pattern = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\w]?[a-zA-Z]+|\d{1,3}| ?[^\s\w]+[\r\n]*|"""
+               r"""\s*[\r\n]|\s+(?!\S)|\s+""")  # re has no \p{L}
+    return [r for piece in re.findall(pattern, text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

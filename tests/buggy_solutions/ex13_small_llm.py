@@ -821,6 +821,55 @@ class StreamWithAModuleEnd(_ByHand):
         return super().push(i)
 
 
+@wrong("TextStream.held_while_not_ascii")
+class StreamHeldUntilAscii(_Stream):  # mattn/tensai PR 110's rule
+    def text(self, data):
+        self.buffer += data
+        if self.buffer and self.buffer[-1] >= 0x80:  # maybe unfinished: wait for more
+            return ""
+        return self.rest()
+
+
+@wrong("TextStream.held_while_not_ascii")
+class StreamHeldUntilAsciiThenLost(StreamHeldUntilAscii):
+    def end(self):
+        return ""  # what is held is never shown
+
+
+@wrong("TextStream.shown_skipped_otherwise")
+class StreamSkippingShownOnce(_ByHand):
+    def push(self, i):
+        if self.done or i in (0, 1) or i == 2:
+            self.done = self.done or i == 2
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], 0  # what the first token lacked of shown: lost
+        return self.text(data)
+
+
+@wrong("TextStream.shown_skipped_otherwise")
+class StreamSkippingShownEveryTime(_ByHand):
+    def push(self, i):
+        if self.done or i in (0, 1) or i == 2:
+            self.done = self.done or i == 2
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+        return self.text(data[self.skip:])
+
+
+@wrong("TextStream.specials_shown")
+class StreamOnlyEndingAtEos(_ByHand):
+    def push(self, i):
+        if self.done:
+            return ""
+        if i == 2:
+            self.done = True
+            return ""
+        data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self.text(data)
+
+
 @wrong("TextStream.reference_used")
 class StreamOfTheCourse(TextStream):  # the course's own, under another name
     pass

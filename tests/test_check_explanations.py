@@ -9,6 +9,7 @@ story only when a 16-bit float was made."""
 
 import dataclasses
 import math
+import re
 from collections import Counter
 
 import pytest
@@ -359,6 +360,34 @@ def test_a_token_sequence_that_differs_says_where_in_the_learners_terms():
     line = first_line(_bare("ex11_tokens.encode"), stripped)
     assert "your ranks decode to 'hello world', not the text" in line, line
     assert "stripped of the whitespace at its start and end" in line, line
+
+
+def test_ranks_of_part_of_the_text_say_which_part():
+    def last_character(text, merges):  # the ids of each pre-token's last character only
+        out = []
+        for piece in tokens.pre_tokenize(text):
+            for c in piece:
+                ids = _encode_piece(c, merges, 99)
+            out += ids
+        return out
+
+    line = first_line(_bare("ex11_tokens.encode"), last_character)
+    assert "only the last character of each pre-token" in line, line
+
+    def ascii_letters(text, merges):  # re.findall drops the letters outside ASCII
+        pieces = re.findall(r" ?[a-zA-Z]+| ?[0-9]+| ?[^\s\w]+|\s+(?!\S)|\s+", text)
+        return [r for piece in pieces for r in _encode_piece(piece, merges, 99)]
+
+    line = first_line(_bare("ex11_tokens.encode"), ascii_letters)
+    assert "the characters 'é', 'à' left out" in line and "re.findall" in line, line
+
+
+def test_a_decoded_text_changed_as_a_whole_says_how():
+    def decode(ids, vocab):
+        return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace").rstrip()
+
+    line = first_line(_bare("ex11_tokens.decode"), decode)
+    assert "is the reference's '\ufffdcé  ' stripped of the whitespace at its" in line, line
 
 
 def _learn(words, n_merges, key):

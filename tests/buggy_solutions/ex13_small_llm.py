@@ -822,7 +822,7 @@ class StreamWithAModuleEnd(_ByHand):
 
 
 @wrong("TextStream.held_while_not_ascii")
-class StreamHeldUntilAscii(_Stream):  # mattn/tensai PR 110's rule
+class StreamHeldUntilAscii(_Stream):
     def text(self, data):
         self.buffer += data
         if self.buffer and self.buffer[-1] >= 0x80:  # maybe unfinished: wait for more

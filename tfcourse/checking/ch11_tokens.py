@@ -13,7 +13,8 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
 - count_pairs: runs of one byte (overlapping pairs), frequencies above 1, a pair twice in a
   word, merged ranks above 255, a word of one token, no word.
 - merge: runs of one rank (odd and even lengths, merged ranks too), the pair at the end and
-  reversed around it, ranks whose digits meet as text (11, 2), one token, none.
+  reversed around it, ranks whose digits meet as text (11, 2), one token, none; the pair's
+  first token followed by another and its second after another (half a pair compared).
 - learn_merges: ties; letters of 2 bytes; whitespace at the start and end, runs of it,
   newlines and tabs (GPT-2's \s+(?!\S)); upper-case contractions (GPT-2's are lower-case
   only); long digit runs (GPT-4 cuts them in 3s); punctuation after a space; several special
@@ -30,7 +31,8 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
   ids starting inside one, a cut character followed by a whole one, no ids.
 Every function item runs its cases again in reverse order once all passed (`again`): state
 kept between calls shows there. Where no catalogued mistake matches, sequences.py says where
-the learner's sequence first differs.
+the learner's sequence first differs, and for encode and decode which usual change of the text
+(a strip, a normalization, a part of each pre-token, characters left out) the result shows.
 """
 
 import re

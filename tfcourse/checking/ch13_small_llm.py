@@ -832,7 +832,9 @@ GROUPS = Item(
 # a token held back whole while the text ends in U+FFFD (tokenizers' DecodeStream, PR 1677;
 # oobabooga/textgen issue 1603's workaround): right in the end, but a character the token
 # completed waits for the next one; a strict decode when generation stops inside a
-# character (Camelid PR 288, Raku nqp issue 668).
+# character (Camelid PR 288, Raku nqp issue 668). Token healing's shown bytes can span more
+# than the first token (a healed 'sel', then 'se' and 'lf'): the case of a healed prompt over
+# 2 tokens is appended last.
 
 
 def _bpe(tokens, specials=()):

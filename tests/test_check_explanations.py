@@ -390,6 +390,50 @@ def test_a_decoded_text_changed_as_a_whole_says_how():
     assert "is the reference's '\ufffdcé  ' stripped of the whitespace at its" in line, line
 
 
+def test_words_and_texts_changed_in_a_usual_way_say_how():
+    def most_common(words):
+        counts = Counter()
+        for w, f in words.items():
+            counts.update({p: n * f for p, n in Counter(zip(w, w[1:])).items()})
+        return counts.most_common()
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), most_common)
+    assert line.startswith("Wrong kind of result: a list of (pair, count) returned where a dict is "
+                           "expected"), line
+
+    def unchanged(word, pair, new_id):  # a list compared with a tuple: never equal
+        return tuple(word)
+
+    line = first_line(_bare("ex11_tokens.merge"), unchanged)
+    assert "nothing merged, the word comes back as it was" in line, line
+
+    def stopped(word, pair, new_id):  # everything after the first merge dropped
+        i = next((i for i in range(len(word) - 1) if (word[i], word[i + 1]) == pair), None)
+        return tuple(word) if i is None else (*word[:i], new_id)
+
+    line = first_line(_bare("ex11_tokens.merge"), stopped)
+    assert "the rest of the word dropped after 1 tokens" in line, line
+
+    def meta_spaces(text, merges):
+        pieces = tokens.pre_tokenize(text.replace(" ", "\u2581"))
+        return [r for piece in pieces for r in _encode_piece(piece, merges, 99)]
+
+    line = first_line(_bare("ex11_tokens.encode"), meta_spaces)
+    assert "its spaces written as '\u2581'" in line, line
+
+    def spaces_apart(text, merges):
+        return [r for piece in re.findall(r"\w+|[^\w\s]+|\s+", text)
+                for r in _encode_piece(piece, merges, 99)]
+
+    assert "a space cut off its word" in first_line(_bare("ex11_tokens.encode"), spaces_apart)
+
+    def question_marks(ids, vocab):
+        return b"".join(vocab[i] for i in ids).decode("utf-8", "replace").replace("\ufffd", "?")
+
+    line = first_line(_bare("ex11_tokens.decode"), question_marks)
+    assert "with each U+FFFD written as '?'" in line, line
+
+
 def _learn(words, n_merges, key):
     merges = []
     for i in range(n_merges):

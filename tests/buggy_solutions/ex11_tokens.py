@@ -786,6 +786,86 @@ def encode_with_a_re_port_of_gpt4(text, merges):
         tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
 
 
+@wrong("count_pairs.short_words_skipped")
+def count_words_of_three_or_more(words):
+    counts = Counter()
+    for word, freq in words.items():
+        if len(word) <= 2:  # "no pair to count" one token too early
+            continue
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return dict(counts)
+
+
+@wrong("count_pairs.read_past_the_end")
+def count_every_position(words):
+    counts = defaultdict(int)
+    for word, freq in words.items():
+        for i in range(len(word)):
+            counts[word[i], word[i + 1]] += freq
+    return counts
+
+
+@wrong("learn_merges.pattern_in_re")
+def learn_with_re(text, n_merges, special_tokens=()):
+    pieces = re.compile(GPT2_PATTERN).findall
+    return _learn(_words(text, special_tokens, pieces=pieces), n_merges)
+
+
+@wrong("learn_merges.stand_ins_as_ranks")
+def learn_on_printable_stand_ins(text, n_merges, special_tokens=()):
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    table = dict(zip(printable, printable)) | {
+        b: 256 + n for n, b in enumerate(b for b in range(256) if b not in printable)}
+    return _learn(_words(text, special_tokens, ranks=lambda p: tuple(table[b] for b in p.encode())),
+                  n_merges)
+
+
+@wrong("learn_merges.vocab_size")
+def learn_up_to_a_vocabulary_size(text, n_merges, special_tokens=()):
+    return _learn(_words(text, special_tokens), n_merges - 256)  # range() of a negative: no merge
+
+
+@wrong("encode.rank_none")
+def encode_ranked_by_get(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode())
+        while len(word) > 1:
+            pair = min(zip(word, word[1:]), key=merges.get)
+            if pair not in merges:
+                break
+            word = _merge(word, pair, merges[pair])
+        out += word
+    return out
+
+
+@wrong("encode.merges_in_pair_order")
+def encode_merges_sorted(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode())
+        for pair in sorted(merges):
+            word = _merge(word, pair, merges[pair])
+        out += word
+    return out
+
+
+@wrong("encode.pattern_in_re")
+def encode_with_re(text, merges):
+    return [r for piece in re.findall(GPT2_PATTERN, text) for r in _encode_word(
+        tuple(piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
+@wrong("encode.stand_ins_as_ranks")
+def encode_printable_stand_ins(text, merges):
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    others = [b for b in range(256) if b not in printable]
+    table = {b: b if b in printable else 256 + others.index(b) for b in range(256)}
+    return [r for piece in pre_tokenize(text) for r in _encode_word(
+        tuple(table[b] for b in piece.encode()), merges, lambda found, m: min(found, key=m.get))]
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

@@ -87,15 +87,18 @@ def _same_merges(actual, expected):
 # ---------------------------------------------------------------------------- count_pairs
 
 
-def _count(words, *, overlap=True, freq=True, once=False, skip=None, assign=False):
+def _count(words, *, overlap=True, freq=True, once=False, skip=None, assign=False, shortest=2):
     """count_pairs with the variations mistakes make: `overlap` False counts a run a, a, a
     as one (a, a), as bytes.count does; `freq` False counts each distinct word once; `once`
     counts a pair once per word that holds it (times its frequency), "jump": the position
     after a counted (a, a) skipped, whatever pair starts there; `skip` "last" or "first":
     each word's last (or first) pair left out, a range off by one; `assign`: counts[pair] =
-    freq, the last word's frequency kept, not added."""
+    freq, the last word's frequency kept, not added; `shortest`: the fewest tokens a word needs
+    to be counted (3: `if len(word) < 3: continue`, words of 2 tokens skipped)."""
     counts = Counter()
     for word, f in words.items():
+        if len(word) < shortest:
+            continue
         seen, last = set(), None  # last: where the previous (a, a) counted started
         pairs = list(zip(word, word[1:]))
         pairs = {None: pairs, "last": pairs[:-1], "first": pairs[1:]}[skip]
@@ -165,8 +168,22 @@ COUNT_MISTAKES = (
         "occur, and merge would then look for them.",
         (lambda words: Counter({(b, a): c for (a, b), c in _count(words).items()}),),
     ),
+    Mistake(
+        "short_words_skipped", "Words of two tokens skipped: their one pair not counted",
+        "a word of 2 tokens holds one pair, (word[0], word[1]): only a word of one token holds "
+        "none (len(word) < 2, not < 3).",
+        (_count_with(shortest=3),),
+    ),
+    Mistake(
+        "read_past_the_end", "Pairs read past the word's end: word[i + 1] after the last token",
+        "range(len(word)) reaches i = len(word) - 1, where word[i + 1] does not exist (IndexError): "
+        "a word of n tokens holds n - 1 pairs, range(len(word) - 1), or zip(word, word[1:]).",
+        (lambda words: Counter((w[i], w[i + 1]) for w in words for i in range(len(w))),),
+    ),
 )
 _COUNT_LADDER = {
+    "short_words_skipped": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}."),
+    "read_past_the_end": (None, "print the i your loop reaches for the word (1, 2, 3): 0 and 1."),
     "reversed_pair": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}, the left token first."),
     "assigned": (None, "print count_pairs({(1, 2): 1, (1, 2, 3): 2}): (1, 2) counted 3 times."),
     "non_overlapping": (None, "print your counts for {(97, 97, 97): 1}: the pair (97, 97) "
@@ -395,7 +412,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     cut_up = {True: pattern if callable(pattern) else lambda part: pre_tokenize(part, pattern),
               False: lambda part: [part], "whitespace": str.split}[split]
     pieces = [p for part in parts for p in cut_up(part) if p]
-    words = Counter(tuple(map(ord, p)) if chars else tuple(p.encode("utf-8")) for p in pieces)
+    words = Counter(tuple(map(ord, p)) if chars is True else tuple(_STAND_IN[b] for b in p.encode())
+                    if chars else tuple(p.encode("utf-8")) for p in pieces)
     merges = []
     for i in range(n_merges + extra):
         counts = _count(words, freq=freq, overlap=overlap)
@@ -426,6 +444,9 @@ def _words_of(text, special_tokens=()):
 
 
 # Other tokenizers' pre-tokenizers and normalizations, as ports and assistants carry them over.
+# GPT-2's printable stand-ins as numbers (its encoder.py's bytes_to_unicode, whose code points
+# ports take for ranks): a printable byte stands for itself, the others for 256, 257, ...
+_STAND_IN = {**{b: 256 + n for n, b in enumerate(BYTE_ORDER[188:])}, **{b: b for b in BYTE_ORDER[:188]}}
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++"""
                 r"""[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
 # GPT-4's and GPT-2's patterns as ports to Python's re write them (re has no \p{L}): [a-zA-Z]
@@ -472,6 +493,7 @@ _NORMALIZED = (
     (lambda t: unicodedata.normalize("NFKC", t), "normalized to NFKC"),
     (lambda t: unicodedata.normalize("NFC", t), "normalized to NFC"),
     (lambda t: " ".join(t.split()), "its runs of whitespace collapsed"),
+    (lambda t: t.replace(" ", "\u2581"), "its spaces written as '\u2581' (sentencepiece's meta symbol)"),
 )
 
 
@@ -487,6 +509,25 @@ def _text_changed(knobbed, doing, why):
         "text_changed", f"The text changed before {doing}: {{how}}",
         f"byte-level BPE takes the text exactly as it is: no normalization, no stripping; {why}.",
         tuple(member(knobbed(normalize=f), how=how) for f, how in _NORMALIZED))
+
+
+def _in_re(knobbed):
+    """GPT-2's (or GPT-4's) pattern compiled by Python's re, which has no \\p{L}: it raises."""
+    return Mistake(
+        "pattern_in_re", "{which} pattern compiled with Python's re, which has no \\p{{L}}",
+        "re raises 'bad escape \\p': GPT-2's pattern needs the regex module (import regex; "
+        "regex.findall(GPT2_PATTERN, text)), or pre_tokenize, which uses it.",
+        tuple(member(knobbed(pattern=lambda part, p=p: re.findall(p, part)), which=which)
+              for p, which in ((GPT2_PATTERN, "GPT-2's"), (GPT4_PATTERN, "GPT-4's"))))
+
+
+def _stand_ins(knobbed, doing):
+    return Mistake(
+        "stand_ins_as_ranks", "GPT-2's printable stand-ins (Ġ for a space) used as ranks, not the bytes",
+        "GPT-2's encoder.py shows each byte as a printable character (bytes_to_unicode: a space is "
+        "'Ġ', code point 288); those code points are no ranks. A byte b is rank b: "
+        f"list(piece.encode('utf-8')), {doing}.",
+        (knobbed(chars="stand_ins"),))
 
 
 def _learn_with(**bug):
@@ -607,6 +648,18 @@ LEARN_MISTAKES = (
                 rule="Hugging Face tokenizers': the bytes in GPT-2's printable order, not by "
                      "value")),
     ),
+    _in_re(_learn_with),
+    _stand_ins(_learn_with, "and merges make 256 + i"),
+    Mistake(
+        "vocab_size", "n_merges read as a vocabulary size: {n} merges",
+        "n_merges is the number of merges to learn: range(n_merges), not a vocabulary size from "
+        "which the 256 bytes{also} are taken (minbpe's train(text, vocab_size) counts them).",
+        (member(lambda text, n_merges, special_tokens=(): _learn(
+            text, max(0, n_merges - 256), special_tokens), n="n_merges - 256", also=""),
+         member(lambda text, n_merges, special_tokens=(): _learn(
+             text, max(0, n_merges - 256 - len(special_tokens)), special_tokens),
+                n="n_merges - 256 - the special tokens", also=" and the special tokens")),
+    ),
     Mistake(
         "words_partly_merged", "The chosen pair merged in {where} only",
         "after choosing a pair, replace EVERY occurrence of it in EVERY word (merge each word) "
@@ -654,6 +707,10 @@ _LEARN_LADDER = {
     "characters_not_bytes": (None, "print list('é'.encode('utf-8')) next to ord('é')."),
     "min_count": (None, "print len(learn_merges('abcd', 3)): 3."),
     "no_early_stop": (None, "call learn_merges('ab', 5): one merge, then no pair is left."),
+    "pattern_in_re": (("11_tokens", "2. Pre-tokens: where merges stop"),
+                      "print regex.findall(GPT2_PATTERN, 'the cat'), with import regex."),
+    "stand_ins_as_ranks": (None, "print list(' the'.encode('utf-8')): the space is 32."),
+    "vocab_size": (None, "print len(learn_merges('abcabc abc', 3)): 3."),
     "words_partly_merged": (None, "print the words after each step: the chosen pair must be gone "
                             "from every word."),
     "specials_joined": (SPECIALS, "print your pieces of 'ab<|end|>ab' with special_tokens="
@@ -733,7 +790,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     each position); `rounds`
     at most that many merges per piece; `prefix` put before the text; `shortest` the length at
     which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
-    `normalize` applied to the text first."""
+    `normalize` applied to the text first; `chars` "stand_ins": GPT-2's stand-ins' code points;
+    `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
+    "sorted": every merge applied once, in the order of the pairs (sorted(merges))."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -749,7 +808,13 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
         return out
     out = []
     for piece in pieces:
-        word = tuple(map(ord, piece)) if chars else tuple(piece.encode("utf-8"))
+        word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
+                if chars else tuple(piece.encode("utf-8")))
+        if pick == "sorted":
+            for pair in sorted(merges):
+                word = merge(word, pair, merges[pair])
+            out += word
+            continue
         done = 0
         while len(word) > shortest and (rounds is None or done < rounds):
             found = [p for p in zip(word, word[1:]) if p in merges]
@@ -759,6 +824,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 j = next(j for j, p in enumerate(zip(word, word[1:])) if p in merges)
                 word = (*word[:j], merges[word[j], word[j + 1]], *word[j + 2:])
                 done += 1
+                continue
+            if pick == "none_rank":  # None for a pair that is no merge: min raises
+                pair = min(zip(word, word[1:]), key=merges.get)
+                word, done = merge(word, pair, merges[pair]), done + 1
                 continue
             if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
                 pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
@@ -788,6 +857,21 @@ ENCODE_MISTAKES = (
         "stops at the first pair that is no merge).",
         (_encode_with(pick="default_zero"),),
     ),
+    Mistake(
+        "rank_none", "Pairs that are no merge ranked None: min() cannot compare None with a rank",
+        "merges.get(pair) is None for a pair that is no merge, and min(pairs, key=merges.get) "
+        "raises as soon as a piece holds one: give those pairs a rank above every merge's, "
+        "merges.get(pair, float('inf')), and stop when the min is not a merge.",
+        (_encode_with(pick="none_rank"),),
+    ),
+    Mistake(
+        "merges_in_pair_order", "Merges applied in the order of the pairs (sorted(merges)), not by rank",
+        "sorted(merges) orders the pairs by their tokens, not by when they were learned: apply "
+        "the merges by rank (the lowest first), or merge the lowest-rank pair again and again.",
+        (_encode_with(pick="sorted"),),
+    ),
+    _in_re(_encode_with),
+    _stand_ins(_encode_with, "and merges replace pairs of ranks"),
     Mistake(
         "characters_not_bytes", "Characters' code points used instead of their UTF-8 bytes",
         "ord(c) is a byte only for ASCII: 'é' is 233 but its UTF-8 bytes are 195, 169, and "
@@ -867,6 +951,11 @@ _ENCODE_LADDER = {
                             "print your pre-tokens of \"DON'T  stop 12345\" next to pre_tokenize's."),
     "text_changed": (None, "print repr(decode(encode(text))) next to repr(text)."),
     "last_pair_unmerged": (None, "encode 'th' with the merge (116, 104) -> 256: one token."),
+    "rank_none": (None, "print min([(1, 2), (97, 98)], key={(97, 98): 256}.get)."),
+    "merges_in_pair_order": (None, "print sorted(merges) next to the ranks: the order differs."),
+    "pattern_in_re": (("11_tokens", "2. Pre-tokens: where merges stop"),
+                      "print regex.findall(GPT2_PATTERN, 'the cat'), with import regex."),
+    "stand_ins_as_ranks": (None, "print list(' the'.encode('utf-8')): the space is 32."),
 }
 
 _ENCODE_TRAIN = "the cat sat on the mat; the cattle ate; aaaa abab. café déjà été\n        ok\n    ok"

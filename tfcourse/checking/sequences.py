@@ -15,7 +15,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable
 
-from .mistakes import SEQUENCE_DIFFERS, WRONG_LENGTH
+from .mistakes import RETURN_KIND, SEQUENCE_DIFFERS, WRONG_LENGTH
 
 
 def _b(data: bytes) -> str:
@@ -49,7 +49,13 @@ def _first_difference(got, want) -> int:
 
 
 def explain_counts(words: dict, got, want: dict, label: str):
-    """count_pairs: the first pair, in the order of the words, whose count differs."""
+    """count_pairs: the first pair, in the order of the words, whose count differs (or the
+    counts as a list of (pair, count), most_common's)."""
+    if isinstance(got, list) and all(isinstance(e, tuple) and len(e) == 2 for e in got) \
+            and dict(got) == dict(want):
+        return RETURN_KIND, {"got": "a list of (pair, count)", "want": "a dict is",
+                             "what": "counts", "why": "Counter.most_common() is a list sorted "
+                             "by count; return the dict (or the Counter) itself"}
     if not isinstance(got, dict) or not all(isinstance(k, tuple) and len(k) == 2 for k in got):
         return None
     got = {k: v for k, v in got.items() if v}
@@ -88,6 +94,12 @@ def explain_word(word, got, want, label: str):
     mine, theirs = got[i:i + 2] or "nothing", want[i:i + 2] or "nothing"
     story = (f"your word {got}, the reference's {want}: from position {i}, yours holds {mine} "
              f"where the reference's holds {theirs}")
+    if got == tuple(word):
+        story += (": nothing merged, the word comes back as it was: the pair is never found (a "
+                  "list never equals a tuple: [1, 2] != (1, 2))")
+    elif len(got) < len(want) and got == want[:len(got)]:
+        story += (f": the rest of the word dropped after {len(got)} tokens (a flag that skips "
+                  "the token after a merge, never set back? a break?)")
     return _said(_length(got, want, "token"), story, "word", "for", label)
 
 
@@ -160,7 +172,11 @@ def _change(text: str, decoded: str) -> str:
             (lambda t: unicodedata.normalize("NFC", t), "normalized to NFC"),
             (lambda t: unicodedata.normalize("NFKC", t), "normalized to NFKC"),
             (lambda t: unicodedata.normalize("NFD", t), "normalized to NFD"),
-            (lambda t: t.replace("\n", " "), "its newlines made spaces")):
+            (lambda t: t.replace("\n", " "), "its newlines made spaces"),
+            (lambda t: t.replace(" ", "\u2581"), "its spaces written as '\u2581' (sentencepiece's meta "
+             "symbol, which byte-level BPE does not use)"),
+            (lambda t: "\u2581" + t.replace(" ", "\u2581"), "its spaces written as '\u2581' and one put "
+             "before it (sentencepiece's meta symbol, which byte-level BPE does not use)")):
         if change(text) == decoded != text:
             return how
     return ""
@@ -232,6 +248,9 @@ def explain_ids(text: str, pieces: list, got, want, vocab: dict, label: str):
     where = f"in the pre-token {pieces[piece]!r}" if pieces else ""
     if start + len(mine) > ends[piece]:
         how = "a token across two pre-tokens: merges stop at a pre-token's end"
+    elif mine and not mine.strip() and theirs.startswith(mine) and theirs[len(mine):len(mine) + 1].strip():
+        how = ("a space cut off its word: your pre-tokens put spaces apart, GPT-2's keep a word's "
+               "leading space (' cat'), and merges join them")
     elif len(mine) > len(theirs):
         how = "merged too far: the reference keeps it in more tokens"
     else:
@@ -248,6 +267,12 @@ def explain_text(got, want: str, label: str):
     """decode: where the text first differs, and how many U+FFFD each side has."""
     if not isinstance(got, str):
         return None
+    shown = next((c for c, w in zip(got, want) if w == "\ufffd" != c), None)
+    if shown is not None and got == want.replace("\ufffd", shown):
+        return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (
+            f"your text {got[:60]!r} is the reference's {want[:60]!r} with each U+FFFD written as "
+            f"{shown!r}: errors='replace' gives U+FFFD, the character that says the bytes were no "
+            f"text, which a real {shown!r} would hide")}
     how = _change(want, got)
     if how:  # a change of the whole text (strip, lower, a normalization)
         return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (

@@ -434,6 +434,33 @@ def test_words_and_texts_changed_in_a_usual_way_say_how():
     assert "with each U+FFFD written as '?'" in line, line
 
 
+def test_a_stream_right_in_the_end_but_late_is_told_so():
+    class TextStream:  # held until a space, as transformers' TextStreamer shows whole words
+        def __init__(self, tokenizer, shown=b""):
+            self.tokenizer, self.data, self.sent, self.skip, self.done = tokenizer, b"", 0, len(shown), False
+
+        def push(self, i):
+            if self.done or i in (PAD, BOS):
+                return ""
+            if i == EOS:
+                self.done = True
+                return ""
+            self.data += self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+            text = self.data[self.skip:].decode("utf-8", "replace")
+            piece = "" if text.endswith("\ufffd") else text[self.sent:text.rfind(" ") + 1]
+            self.sent += len(piece)
+            return piece
+
+        def end(self):
+            piece = self.data[self.skip:].decode("utf-8", "replace")[self.sent:]
+            self.sent += len(piece)
+            return piece
+
+    line = first_line(_bare("ex13_small_llm.TextStream"), TextStream)
+    assert line.startswith("Finished characters held back: the right text in the end, but later: "
+                           "call 1 of 4, push("), line
+
+
 def _learn(words, n_merges, key):
     merges = []
     for i in range(n_merges):

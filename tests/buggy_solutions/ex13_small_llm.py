@@ -870,6 +870,38 @@ class StreamOnlyEndingAtEos(_ByHand):
         return self.text(data)
 
 
+@wrong("TextStream.unk_skipped")
+class StreamSkippingUnknown(_ByHand):
+    def push(self, i):
+        return "" if i == 3 else super().push(i)
+
+
+@wrong("TextStream.extra_specials_skipped")
+class StreamSkippingEverySpecial(_ByHand):
+    def push(self, i):
+        specials = getattr(self.tokenizer, "offset", 4)  # a BPE's specials come first
+        return "" if i < specials and i not in (2, 3) else super().push(i)
+
+
+@wrong("TextStream.eos_flushes")
+class StreamFlushingAtEos(_ByHand):
+    def push(self, i):
+        if i == 2 and not self.done:
+            self.done = True
+            return self.rest()
+        return super().push(i)
+
+
+@wrong("TextStream.token_by_token")
+class StreamWithADecoderPerToken(_Stream):
+    def text(self, data):
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")  # what it held is lost
+        return self.decoder.decode(data)
+
+    def rest(self):
+        return self.decoder.decode(b"", final=True) if hasattr(self, "decoder") else ""
+
+
 @wrong("TextStream.reference_used")
 class StreamOfTheCourse(TextStream):  # the course's own, under another name
     pass

@@ -916,20 +916,23 @@ class _Stream:
     they decode without error), "until_no_fffd" (held while their text ends in U+FFFD),
     "lead_only" (only a lone lead byte at the end held), "after_lead" (only a lead byte with
     continuation bytes after it held), "until_ascii" (everything held while the last byte is
-    not ASCII); errors: the decoding's ("replace", "ignore",
-    "strict"); end: "flush", "none" (None), "drop" (''), "strict" (the held bytes decoded
-    strictly), "per_byte" (a U+FFFD per held byte); specials: "skip", "as_text" (every id's
-    bytes), "eos_text" (PAD and BOS skipped, EOS written and the end), "no_stop" (EOS
-    skipped, not the end); written: PAD or BOS written as text all the same; unk: "decode"
-    (tokenizer.decode([UNK])) or "token"; skip: the shown bytes skipped (True), not (False),
-    only within the first token ("first") or from every token ("every"); shared: the bytes kept
-    in `box`, one for every stream of the case."""
+    not ASCII), "fresh" (a new incremental decoder for each token); errors: the decoding's
+    ("replace", "ignore", "strict"); end: "flush", "none" (None), "drop" (''), "strict" (the
+    held bytes decoded strictly), "per_byte" (a U+FFFD per held byte); specials: "skip",
+    "as_text" (every id's bytes), "eos_text" (PAD and BOS skipped, EOS written and the end),
+    "no_stop" (EOS skipped, not the end), "skip_all" (every special id skipped, the
+    tokenizer's extra ones too); written: PAD or BOS written as text all the same; eos:
+    "flush" (push(EOS) returns what end() would, and end() ''); unk: "decode"
+    (tokenizer.decode([UNK])), "token" or "skip"; skip: the shown bytes skipped (True), not
+    (False), only within the first token ("first") or from every token ("every"); shared: the
+    bytes kept in `box`, one for every stream of the case."""
 
     def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
-                 end="flush", specials="skip", written=(), unk="decode", skip=True, shared=False):
+                 end="flush", specials="skip", written=(), eos="end", unk="decode", skip=True,
+                 shared=False):
         self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
         self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
-        self.written, self.skip_how = written, skip
+        self.written, self.skip_how, self.eos = written, skip, eos
         self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
 
     def push(self, i):
@@ -939,8 +942,15 @@ class _Stream:
             return ""
         if i == EOS and self.specials != "as_text":
             self.ended = self.specials != "no_stop"
+            if self.eos == "flush":
+                text = self.end()
+                self.end_how = "drop"
+                return text
             if self.specials != "eos_text":
                 return ""
+        if i == UNK and self.unk == "skip" or self.specials == "skip_all" and i != UNK and i < getattr(
+                self.tokenizer, "offset", UNK + 1):
+            return ""
         use_decode = i == UNK and self.unk == "decode"
         data = self.tokenizer.decode([i]).encode() if use_decode else self.tokenizer.token(i)
         data, self.skip = data[self.skip:], {"first": 0, "every": self.skip}.get(
@@ -950,6 +960,9 @@ class _Stream:
     def _text(self, data):
         state, errors = self.bytes, self.errors
         if self.hold == "incremental":
+            return state.decoder.decode(data)
+        if self.hold == "fresh":
+            state.decoder = codecs.getincrementaldecoder("utf-8")(errors)
             return state.decoder.decode(data)
         if self.hold == "per_token":
             return data.decode("utf-8", errors)
@@ -987,7 +1000,7 @@ class _Stream:
 
     def end(self):
         state = self.bytes
-        if self.hold == "incremental":
+        if self.hold in ("incremental", "fresh"):
             rest = state.decoder.getstate()[0]
             state.decoder.reset()
         elif self.hold == "again":  # every byte was decoded already, U+FFFD included
@@ -1047,6 +1060,11 @@ def _show_piece(case, result, expected):
 
 
 _NOT_TEXT = Mistake("wrong_type", "Wrong type", "{problem}")  # the case is on the next line
+_LATE = Mistake(
+    "held_too_long", "Finished characters held back: the right text in the end, but later",
+    "{call}. Return each character as soon as its last byte comes and hold back only an "
+    "unfinished last one: waiting for a space (a whole word, as transformers' TextStreamer "
+    "does), for an ASCII byte or for more tokens delays text that is ready.")
 
 
 def _explain_pieces(case, result, expected):
@@ -1064,6 +1082,13 @@ def _explain_pieces(case, result, expected):
                 return _NOT_TEXT, {"problem": f"{call}, returned {type(piece).__name__}: push "
                                               "and end return a str, '' when there is nothing "
                                               "to show yet"}
+    if len(result) == len(expected) and all(
+            isinstance(g, list) and "".join(g) == "".join(w) for g, w in zip(result, expected)):
+        late = [(k, n) for k, (g, w) in enumerate(zip(result, expected)) for n in range(len(w))
+                if n < len(g) and g[n] != w[n]]
+        k, n = late[0] if late else (0, 0)
+        if late and result[k][n] == "" and expected[k][n]:
+            return _LATE, {"call": _first_wrong_piece(case, result, expected)}
     return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on",
                               "story": _first_wrong_piece(case, result, expected)}
 
@@ -1104,7 +1129,8 @@ STREAM_MISTAKES = (
         "decoded alone, each part is U+FFFD, or raises, and the parts never become the "
         "character again. Keep the bytes of an unfinished character until the token that "
         "completes it.",
-        (_stream_with(hold="per_token"), _stream_with(hold="per_token", errors="strict")),
+        (_stream_with(hold="per_token"), _stream_with(hold="per_token", errors="strict"),
+         _stream_with(hold="fresh")),
     ),
     Mistake(
         "bytes_dropped", "Bytes dropped (errors='ignore'): {how}",
@@ -1220,6 +1246,28 @@ STREAM_MISTAKES = (
         section=_HEALING_SECTION,
     ),
     Mistake(
+        "unk_skipped", "UNK skipped like PAD and BOS: the character it stands for lost",
+        "UNK (id 3) stands for a character the vocabulary does not have: tokenizer.decode([3]) "
+        "shows it ('?' for a character Vocab), and so does the stream. Only PAD and BOS give ''.",
+        (_stream_with(unk="skip"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "extra_specials_skipped", "Every special token skipped, the tokenizer's extra ones too",
+        "tokenizer.decode(ids) skips PAD and BOS only: an extra special token such as '<|user|>' "
+        "(id 4) is text, written as its name, and UNK shows as the tokenizer shows it. Skip "
+        "PAD and BOS, end at EOS, and write every other id's bytes.",
+        (_stream_with(specials="skip_all"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "eos_flushes", "The held bytes flushed at EOS: push(EOS) returns what end() should",
+        "EOS gives '' and ends the text; what is held (an unfinished character) comes from end(), "
+        "called once the ids are over, as U+FFFD: a push returns only the text its own id "
+        "completes.",
+        (_stream_with(eos="flush"),),
+    ),
+    Mistake(
         "shared_buffer", "One buffer of held bytes shared by every stream",
         "each TextStream keeps its own bytes, made in __init__ (self.…): a class attribute "
         "that is a list or a bytearray, or a module-level decoder, is one for every stream, "
@@ -1249,6 +1297,10 @@ _STREAM_LADDER = {
                              "'é', though its last byte is not ASCII."),
     "shown_skipped_otherwise": (None, "with shown=b'sel' and the tokens b'se', b'l', b'f', push "
                                 "must return '', '', 'f'."),
+    "unk_skipped": (None, "print tokenizer.decode([3]): the stream must return it for push(3)."),
+    "extra_specials_skipped": (None, "print tokenizer.decode([4]) for the BPE with '<|user|>': "
+                               "'<|user|>'."),
+    "eos_flushes": (None, "push b'\\xc3', then EOS, then call end(): '', '', then '\\ufffd'."),
     "shared_buffer": (None, "make two streams, push b'\\xc3' to the first and b'a' to the "
                      "second: the second must return 'a'."),
 }

@@ -902,6 +902,23 @@ class StreamWithADecoderPerToken(_Stream):
         return self.decoder.decode(b"", final=True) if hasattr(self, "decoder") else ""
 
 
+@wrong("TextStream.other_handler")
+class StreamEscapingBadBytes(_Stream):
+    def text(self, data):
+        if not hasattr(self, "decoder"):
+            self.decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        return self.decoder.decode(data)
+
+    def rest(self):
+        return self.decoder.decode(b"", final=True) if hasattr(self, "decoder") else ""
+
+
+@wrong("TextStream.other_handler")
+class StreamOfSurrogates(_Stream):  # vllm-mlx PR 195: lone surrogates for the parts of an emoji
+    def text(self, data):
+        return data.decode("utf-8", errors="surrogateescape")
+
+
 @wrong("TextStream.reference_used")
 class StreamOfTheCourse(TextStream):  # the course's own, under another name
     pass

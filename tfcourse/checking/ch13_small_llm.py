@@ -1122,6 +1122,11 @@ def _many_tokens(seed, n_chars):
                         "text (accents, CJK, emoji, ZWJ sequences), cut at random", *tokens)
 
 
+_HANDLERS = (("backslashreplace", "the byte as text, '\\xff'"),
+             ("surrogateescape", "a lone surrogate, which cannot be printed or sent as UTF-8"))
+_ONE_BY_ONE = (("incremental", ""),
+               ("per_token", ", and each token decoded on its own cuts every character split "
+                "between tokens"))
 STREAM_MISTAKES = (
     Mistake(
         "token_by_token", "Tokens decoded one by one: a character cut between tokens shows as U+FFFD",
@@ -1246,6 +1251,13 @@ STREAM_MISTAKES = (
         section=_HEALING_SECTION,
     ),
     Mistake(
+        "other_handler", "Bytes that are no character written with errors={handler!r}, not as U+FFFD",
+        "tokenizer.decode(ids) shows them as U+FFFD, one character every text can hold; "
+        "{handler!r} writes {shown} instead{how}. Decode with errors='replace'.",
+        tuple(member(_stream_with(hold=hold, errors=h), handler=h, shown=shown, how=how)
+              for h, shown in _HANDLERS for hold, how in _ONE_BY_ONE),
+    ),
+    Mistake(
         "unk_skipped", "UNK skipped like PAD and BOS: the character it stands for lost",
         "UNK (id 3) stands for a character the vocabulary does not have: tokenizer.decode([3]) "
         "shows it ('?' for a character Vocab), and so does the stream. Only PAD and BOS give ''.",
@@ -1297,6 +1309,7 @@ _STREAM_LADDER = {
                              "'é', though its last byte is not ASCII."),
     "shown_skipped_otherwise": (None, "with shown=b'sel' and the tokens b'se', b'l', b'f', push "
                                 "must return '', '', 'f'."),
+    "other_handler": (None, "print bytes([0xff]).decode('utf-8', 'replace'): '\\ufffd'."),
     "unk_skipped": (None, "print tokenizer.decode([3]): the stream must return it for push(3)."),
     "extra_specials_skipped": (None, "print tokenizer.decode([4]) for the BPE with '<|user|>': "
                                "'<|user|>'."),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable
 
+import regex
+
 from .mistakes import RETURN_KIND, SEQUENCE_DIFFERS, WRONG_LENGTH
 
 
@@ -248,7 +250,8 @@ def explain_ids(text: str, pieces: list, got, want, vocab: dict, label: str):
     where = f"in the pre-token {pieces[piece]!r}" if pieces else ""
     if start + len(mine) > ends[piece]:
         how = "a token across two pre-tokens: merges stop at a pre-token's end"
-    elif mine and not mine.strip() and theirs.startswith(mine) and theirs[len(mine):len(mine) + 1].strip():
+    elif mine and not mine.strip() and theirs.startswith(mine) and theirs[len(mine):len(mine) + 1].strip() \
+            and not any(regex.search(rb"\s\S", vocab[t]) for t in got):  # none of yours joins them
         how = ("a space cut off its word: your pre-tokens put spaces apart, GPT-2's keep a word's "
                "leading space (' cat'), and merges join them")
     elif len(mine) > len(theirs):

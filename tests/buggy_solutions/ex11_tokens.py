@@ -866,6 +866,33 @@ def encode_printable_stand_ins(text, merges):
         tuple(table[b] for b in piece.encode()), merges, lambda found, m: min(found, key=m.get))]
 
 
+@wrong("learn_merges.counts_carried")
+def learn_with_counts_made_once(text, n_merges, special_tokens=()):
+    words, merges, counts = _words(text, special_tokens), [], Counter()
+    for i in range(n_merges):
+        counts.update(_pairs(words))  # added to what earlier steps counted
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        del counts[pair]
+        words = {_merge(w, pair, 256 + i): f for w, f in words.items()}
+    return merges
+
+
+@wrong("encode.each_merge_once")
+def encode_each_merge_at_its_first_place(text, merges):
+    out = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode())
+        for pair, rank in merges.items():
+            if pair in zip(word, word[1:]):
+                j = list(zip(word, word[1:])).index(pair)
+                word[j:j + 2] = [rank]
+        out += word
+    return out
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

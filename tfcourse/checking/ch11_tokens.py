@@ -389,7 +389,7 @@ MERGE = Item(
 
 def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True, overlap=True,
            tie="smallest", first=256, extra=0, update=True, escape=True, prefix="", chars=False,
-           min_count=1, stop=True, pattern=GPT2_PATTERN, normalize=None, longest=True):
+           min_count=1, stop=True, pattern=GPT2_PATTERN, normalize=None, longest=True, carry=None):
     """learn_merges, recounting every step, with the variations mistakes make: `cut` False
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
@@ -402,7 +402,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     False: the special tokens tried in the order given, not the longest first; `cut` "" or " ":
     the special tokens replaced by it (re.sub), the text around them joined; `update` "first":
     only the first word that holds the pair merged, "once": only the pair's first occurrence
-    in each word."""
+    in each word; `carry` "drop" or "keep": the counts made once, before the loop, and each
+    step's counts added to them (the chosen pair deleted, or kept)."""
     text = prefix + (normalize or str)(text)
     found = "|".join(map(regex.escape if escape else str,
                          sorted(special_tokens, key=len, reverse=True) if longest else special_tokens))
@@ -414,9 +415,12 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     pieces = [p for part in parts for p in cut_up(part) if p]
     words = Counter(tuple(map(ord, p)) if chars is True else tuple(_STAND_IN[b] for b in p.encode())
                     if chars else tuple(p.encode("utf-8")) for p in pieces)
-    merges = []
+    merges, carried = [], Counter()
     for i in range(n_merges + extra):
         counts = _count(words, freq=freq, overlap=overlap)
+        if carry:
+            carried.update(counts)
+            counts = carried
         if stop and (not counts or max(counts.values()) < min_count):
             break
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
@@ -425,6 +429,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
                "first_element": lambda p, c=counts: (c[p], -p[0])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
+        if carry == "drop":
+            del carried[pair]
         if update:
             holder = next(w for w in words if pair in zip(w, w[1:]))
             merged = Counter()
@@ -661,6 +667,15 @@ LEARN_MISTAKES = (
                 n="n_merges - 256 - the special tokens", also=" and the special tokens")),
     ),
     Mistake(
+        "counts_carried", "The counts carried over from step to step, not counted afresh",
+        "the counts made before the loop and added to at each step keep the pairs that earlier "
+        "merges took{how}: count the pairs of the words as they are NOW, in a new dict at each "
+        "step (counts = count_pairs(words) inside the loop).",
+        (member(_learn_with(carry="drop"), how=" and count the others again and again (deleting the "
+                "chosen pair does not undo that)"),
+         member(_learn_with(carry="keep"), how=", so the same pair can win twice")),
+    ),
+    Mistake(
         "words_partly_merged", "The chosen pair merged in {where} only",
         "after choosing a pair, replace EVERY occurrence of it in EVERY word (merge each word) "
         "before counting again: an occurrence left unmerged is counted again at the next step.",
@@ -710,6 +725,7 @@ _LEARN_LADDER = {
     "pattern_in_re": (("11_tokens", "2. Pre-tokens: where merges stop"),
                       "print regex.findall(GPT2_PATTERN, 'the cat'), with import regex."),
     "stand_ins_as_ranks": (None, "print list(' the'.encode('utf-8')): the space is 32."),
+    "counts_carried": (None, "print the counts at each step: made anew from the words of that step."),
     "vocab_size": (None, "print len(learn_merges('abcabc abc', 3)): 3."),
     "words_partly_merged": (None, "print the words after each step: the chosen pair must be gone "
                             "from every word."),
@@ -792,7 +808,8 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     which a word stops merging (1: while len(word) > 1); `pattern` the pre-tokenizer's;
     `normalize` applied to the text first; `chars` "stand_ins": GPT-2's stand-ins' code points;
     `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
-    "sorted": every merge applied once, in the order of the pairs (sorted(merges))."""
+    "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
+    every merge applied once, in rank order, to its first occurrence only."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -810,9 +827,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick == "sorted":
-            for pair in sorted(merges):
-                word = merge(word, pair, merges[pair])
+        if pick in ("sorted", "each_once"):  # every merge once, in pair (or rank) order
+            for pair in sorted(merges) if pick == "sorted" else merges:
+                word = _merge(word, pair, merges[pair], first_only=pick == "each_once")
             out += word
             continue
         done = 0
@@ -869,6 +886,13 @@ ENCODE_MISTAKES = (
         "sorted(merges) orders the pairs by their tokens, not by when they were learned: apply "
         "the merges by rank (the lowest first), or merge the lowest-rank pair again and again.",
         (_encode_with(pick="sorted"),),
+    ),
+    Mistake(
+        "each_merge_once", "Each merge applied once, to its first occurrence only",
+        "applying the merges one after another in rank order is right only if each replaces "
+        "EVERY occurrence of its pair (a word can hold it twice: 'aaaa' holds (a, a) at 0 and 2); "
+        "a break after the first match leaves the others unmerged.",
+        (_encode_with(pick="each_once"),),
     ),
     _in_re(_encode_with),
     _stand_ins(_encode_with, "and merges replace pairs of ranks"),
@@ -952,6 +976,7 @@ _ENCODE_LADDER = {
     "text_changed": (None, "print repr(decode(encode(text))) next to repr(text)."),
     "last_pair_unmerged": (None, "encode 'th' with the merge (116, 104) -> 256: one token."),
     "rank_none": (None, "print min([(1, 2), (97, 98)], key={(97, 98): 256}.get)."),
+    "each_merge_once": (None, "encode 'aaaa' with the merge (97, 97) -> 256: [256, 256]."),
     "merges_in_pair_order": (None, "print sorted(merges) next to the ranks: the order differs."),
     "pattern_in_re": (("11_tokens", "2. Pre-tokens: where merges stop"),
                       "print regex.findall(GPT2_PATTERN, 'the cat'), with import regex."),

@@ -452,7 +452,9 @@ def _words_of(text, special_tokens=()):
 # Other tokenizers' pre-tokenizers and normalizations, as ports and assistants carry them over.
 # GPT-2's printable stand-ins as numbers (its encoder.py's bytes_to_unicode, whose code points
 # ports take for ranks): a printable byte stands for itself, the others for 256, 257, ...
-_STAND_IN = {**{b: 256 + n for n, b in enumerate(BYTE_ORDER[188:])}, **{b: b for b in BYTE_ORDER[:188]}}
+_SHOWN_AS_THEMSELVES = BYTE_ORDER.index(0)  # BYTE_ORDER: the printable bytes, then the others from 0
+_STAND_IN = {**{b: b for b in BYTE_ORDER[:_SHOWN_AS_THEMSELVES]},
+             **{b: 256 + n for n, b in enumerate(BYTE_ORDER[_SHOWN_AS_THEMSELVES:])}}
 GPT4_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++"""
                 r"""[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
 # GPT-4's and GPT-2's patterns as ports to Python's re write them (re has no \p{L}): [a-zA-Z]

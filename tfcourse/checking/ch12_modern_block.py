@@ -49,7 +49,7 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True):
+         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True, stat="square"):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
@@ -58,7 +58,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
     by instead of d_model (d_model -> number); inner: the statistic's own power before eps is
     added (0.5: already a root, the std or the rms, then rooted again); cast False: the result
-    left in the dtype computed in, not cast back to x's."""
+    left in the dtype computed in, not cast back to x's; stat: the statistic squared instead
+    of the mean of the squares ("abs": mean(|x|)^2, "mean": mean(x)^2)."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -69,6 +70,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
         if count is not None:
             square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
+        if stat != "square":
+            square = {"abs": h.abs(), "mean": h}[stat].mean(dim, keepdim=keepdim) ** 2
     square = square ** inner
     e = module.eps
     if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
@@ -107,6 +110,17 @@ RMS_MISTAKES = (
         "by sqrt(mean(x^2) + eps), the mean of the squares themselves.",
         tuple(_rms_with(spread=c, eps=e, inner=i) for c in (1, 0) for e in ("inside", "outside")
               for i in (1, 0.5)),  # inner 0.5: x.std(), then rooted again
+    ),
+    Mistake(
+        "statistic_squared", "{which} squared, not the mean of the squares",
+        "the root mean square squares each feature FIRST, then averages: sqrt(mean(x^2) + eps), "
+        "x.pow(2).mean(-1, keepdim=True). {why}",
+        tuple(member(_rms_with(stat=s, eps=e), which=w, why=y) for s, w, y in (
+            ("abs", "The mean absolute value", "mean(|x|)^2 is smaller whenever the features "
+             "differ in size (mean(|x|) <= rms), so the output comes out too large."),
+            ("mean", "The mean", "mean(x)^2 lets positive and negative features cancel (it is 0 "
+             "for a row of mean 0)."))
+              for e in ("inside", "outside")),
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
@@ -206,6 +220,8 @@ _RMS_LADDER = {
     "not_cast_back": (None, "run your norm on a float16 x and print the output's dtype."),
     "std_not_rms": (None, "for the row [1., 2., 3.] print x.var(-1) and x.pow(2).mean(-1): "
                     "1.0 against 4.67; RMSNorm divides by the root of the second."),
+    "statistic_squared": (None, "for the row [1., -2., 3.] print x.pow(2).mean(-1): 4.67, "
+                          "and x.abs().mean(-1) ** 2: 4.0."),
     "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
                     "square root?"),
     "no_eps": (None, "run your norm on a row of zeros: what does 0 / 0 give?"),
@@ -459,11 +475,15 @@ SWIGLU = Item(
 
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
             exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
-            rounded=None, written=None):
+            rounded=None, written=None, heads_axis=False):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
-    "halved" for adjacent: the other convention's)."""
-    seq, d = x.size(-2), x.size(-1)
+    "halved" for adjacent: the other convention's); written: `pairs` read in the other
+    layout and written in its own (written == pairs), read in its own and written in the
+    other ("other"), or the two rotated parts written in the other order ("swapped");
+    heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head))."""
+    heads_axis = heads_axis and x.dim() > 2
+    seq, d = x.size(-3 if heads_axis else -2), x.size(-1)
     base = own_base or base
     angle_dtype = x.dtype if angle_dtype == "x" else angle_dtype
     i = torch.arange(d // 2, dtype=angle_dtype)
@@ -477,6 +497,8 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     if rounded == "positions":
         positions = positions.to(x.dtype).to(angle_dtype)
     angle = positions[:, None] * theta  # (seq, d / 2)
+    if heads_axis:  # Meta's reshape_for_broadcast: (seq, 1, d / 2)
+        angle = angle[:, None, :]
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     if swap:
         cos, sin = sin, cos
@@ -488,6 +510,14 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
             return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+    if written in ("other", "swapped") or heads_axis:
+        a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "adjacent" else x.chunk(2, dim=-1)
+        first, second = a * cos - b * sin, a * sin + b * cos
+        if written == "swapped":
+            first, second = second, first
+        if (pairs == "adjacent") == (written == "other"):
+            return torch.cat((first, second), -1)
+        return torch.stack((first, second), -1).flatten(-2)
     if layout is None:
         return apply_rotary(x, cos, sin, pairs)
     if pairs == "halves":  # the angles of adjacent pairs, features paired as halves
@@ -500,8 +530,10 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     return x * cos + rotated * sin
 
 
-def _rotate_with(**bug):
-    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, pairs, **bug)
+def _rotate_with(only=None, **bug):
+    """_rotate with `bug`, for every pair convention or for the `only` one (the other right)."""
+    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(
+        x, start, base, pairs, **(bug if only in (None, pairs) else {}))
 
 
 def _other_pairs(x, start=0, base=10000.0, pairs="halves"):
@@ -590,7 +622,25 @@ ROTATE_MISTAKES = (
         "read pair i where `pairs` puts it and write its two rotated features back THERE: with "
         "adjacent pairs (2i, 2i + 1) in and out (x.unflatten(-1, (d_head // 2, 2)), not (2, "
         "d_head // 2)); with halves (i, i + d_head/2) in and out.",
-        (_rotate_with(written="adjacent"), _rotate_with(written="halves")),
+        (_rotate_with(written="adjacent"), _rotate_with(written="halves"),
+         *(_rotate_with(only, written="other") for only in (None, "adjacent", "halves"))),
+    ),
+    Mistake(
+        "parts_swapped", "The two rotated parts written back in the other order",
+        "pair (a, b) becomes (a cos - b sin, a sin + b cos), in that order: the first feature "
+        "of the pair gets a cos - b sin; written the other way round, (a sin + b cos, a cos - "
+        "b sin), every pair's features trade places (the halves swapped, or each adjacent two).",
+        tuple(_rotate_with(only, written="swapped") for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
+        "positions_on_heads", "Positions laid along the heads axis: x read as (batch, seq, "
+        "heads, d_head)",
+        "here x is (batch, heads, seq, d_head): the position is axis -2 (seq = x.size(-2)), and "
+        "the angles (seq, d_head / 2) line up with x's last two axes. Meta's llama and "
+        "flash-attention keep (batch, seq, heads, d_head), where a (seq, 1, d_head / 2) table "
+        "(reshape_for_broadcast) is right; on this layout it turns each HEAD by its own "
+        "position and every token of a head alike.",
+        (_rotate_with(heads_axis=True),),
     ),
     Mistake(
         "angles_laid_out_for_other_pairs", "Angles laid out for the other convention",
@@ -619,6 +669,10 @@ _ROTATE_LADDER = {
     "cos_sin_swapped": (None, "rotate any x at start=0: the output must be x itself."),
     "read_and_written_otherwise": (None, "rotate x = e_0 (a 1 at feature 0) at position 1 with "
                                    "pairs='adjacent': only features 0 and 1 may change."),
+    "parts_swapped": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: feature 0 "
+                      "must stay near 1."),
+    "positions_on_heads": (None, "print x.shape and which axis your positions count along: "
+                           "x.size(-2) of them."),
     "angles_laid_out_for_other_pairs": (None, "print the shape and the first row of your cos "
                                         "table next to the features it multiplies."),
 }

@@ -341,8 +341,7 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
     or "zero" (0 past the end); start: where the cosine's progress counts from ("warmup" or
     "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
-    (0.5: half); warm "linear", "none" (the peak during warm-up), "floor" (from r up to 1)
-    or "clamped" (max(r, step / warmup)); divide_first: step /
+    (0.5: half); warm "linear", "none" (the peak during warm-up) or "floor" (from r up to 1); divide_first: step /
     warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
     / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total); decay_shift:
     added to the decay's step count (-1: one step late); shape: of the decay ("cosine",
@@ -355,8 +354,8 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     if step <= warmup:
         if warm == "none":
             return 1.0
-        if warm in ("floor", "clamped"):  # from the floor r up to 1; a floor under step / warmup
-            return r + (1 - r) * step / warmup if warm == "floor" else max(r, step / warmup)
+        if warm == "floor":  # from the floor r up to 1
+            return r + (1 - r) * step / warmup
         return min(1.0, (step + warm_shift) / (warmup + warm_extra))
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
@@ -484,9 +483,7 @@ COSINE_MISTAKES = (
         "the warm-up climbs from 0 to the peak, step / warmup (1 / warmup at step 1); min_ratio "
         "is where the cosine ENDS, not where the warm-up starts (timm's warmup_lr_init is a "
         "start of its own, 0 by default).",
-        (member(_all_cosine(warm="floor"), how="r + (1 - r) * step / warmup"),
-         member(_all_cosine(warm="clamped"), how="max(r, step / warmup), the floor held at "
-                "the first steps")),
+        (member(_all_cosine(warm="floor"), how="r + (1 - r) * step / warmup"),),
     ),
     Mistake(
         "zero_division", "Division by zero when {how}",

@@ -284,6 +284,12 @@ def swiglu_with_residual(self, x):
     return x + self.down(self.dropout(self.activation(self.gate(x)) * self.up(x)))
 
 
+@wrong("SwiGLU.dropout_on_input")
+@_ffn
+def swiglu_dropped_input(self, x):
+    x = self.dropout(x)
+    return self.down(self.activation(self.gate(x)) * self.up(x))
+
 # --------------------------------------------------------------------------------- rotate
 
 
@@ -421,6 +427,11 @@ def rotate_meta_broadcast(x, start=0, base=10000.0, pairs="halves"):
     cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
     return _turn(x, cos, sin, pairs)
 
+
+@wrong("rotate.wrong_direction")
+def rotate_adjacent_backwards(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, cos, sin if pairs == "halves" else -sin, pairs)
 
 # ----------------------------------------------------------------------- rotary_attention
 

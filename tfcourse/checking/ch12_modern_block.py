@@ -291,11 +291,13 @@ def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True
             split="", layout=False):
     """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
     activation on "gate", "both", "product" or "none"; combine: "mul" or "add"; drop: the
-    dropout applied (True), not (False), or "after" self.down; twice: "gate" or "up", the one
-    projection used for both branches; split: "gate" or "up", the one projection whose output
+    dropout applied (True), not (False), "after" self.down, or on the "input" x; twice: "gate"
+    or "up", the one projection used for both branches; split: "gate" or "up", the one projection whose output
     is chunked in two halves (a fused gate_up layer's code); layout: x @ weight, each linear's
     weight read as (in, out) (Flax's kernel, TensorFlow's) though torch's is (out, in)."""
     act = act or ffn.activation
+    if drop == "input":
+        x, drop = ffn.dropout(x), False
     if layout:
         h = act(x @ ffn.gate.weight) * (x @ ffn.up.weight)
         return ffn.dropout(h) @ ffn.down.weight
@@ -407,6 +409,13 @@ SWIGLU_MISTAKES = (
         (_swiglu_with(drop="after"),),
     ),
     Mistake(
+        "dropout_on_input", "Dropout on the input x",
+        "the dropout goes on the gated hidden layer, before self.down: down(dropout(activation("
+        "gate(x)) * up(x))); the block drops the sublayer's output, and x itself reaches gate and "
+        "up whole.",
+        (_swiglu_with(drop="input"),),
+    ),
+    Mistake(
         "no_down", "Down projection missing",
         "the gated hidden layer is d_ff wide: self.down brings it back to d_model, "
         "down(dropout(activation(gate(x)) * up(x))).",
@@ -433,6 +442,8 @@ _SWIGLU_LADDER = {
     "dropout_after_down": (None, "in training mode with dropout=0.5, print how many hidden "
                            "units are 0 before self.down, and how many outputs are 0 after it."),
     "no_down": (None, "print your output's shape next to x's."),
+    "dropout_on_input": (None, "in training mode with dropout=0.5, print which tensor your "
+                         "self.dropout receives."),
     "activation_variant": (None, "print self.activation(torch.tensor(-1.0)) next to your "
                            "activation of -1.0."),
     "residual_inside": (None, "set every weight to 0: your output must be 0, not x."),
@@ -609,7 +620,7 @@ ROTATE_MISTAKES = (
         "wrong_direction", "Rotated the wrong way",
         "each pair (a, b) becomes (a cos - b sin, a sin + b cos): the minus on the first; your "
         "signs turn by -angle (rotate_half is cat(-b, a), not cat(b, -a)).",
-        (_rotate_with(sign=-1),),
+        tuple(_rotate_with(only, sign=-1) for only in (None, "halves", "adjacent")),
     ),
     Mistake(
         "cos_sin_swapped", "cos and sin swapped",
@@ -769,6 +780,16 @@ def _attention_with(**bug):
             _attention(q, k, v, past_k, past_v, base, **bug))
 
 
+def _cache_length_from(axis, mask):
+    """rotary_attention with start = past_k.size(axis): the new tokens rotated from it, and
+    (mask) the causal mask's diagonal set by it too."""
+    def compute(q, k, v, past_k=None, past_v=None, base=10000.0):
+        wrong = 0 if past_k is None else past_k.size(axis) - past_k.size(-2)
+        return _attention(q, k, v, past_k, past_v, base, shift=wrong,
+                          diagonal=wrong if mask else 0)
+    return compute
+
+
 def _without_cache(case, error):
     """The attention case without its cache, when `error` is a clash of the seq new queries'
     mask with the start + seq keys' scores (None otherwise)."""
@@ -854,12 +875,14 @@ ATTENTION_MISTAKES = (
             q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
     ),
     Mistake(
-        "cache_length_from_heads", "The cache's length read from the heads axis",
+        "cache_length_from_heads", "The cache's length read from the {axis} axis",
         "past_k is (batch, heads, start, d_head): the number of cached positions is "
-        "past_k.size(-2) (or size(2)); past_k.size(1) is the number of heads.",
-        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
-            q, k, v, past_k, past_v, base,
-            shift=0 if past_k is None else past_k.size(1) - past_k.size(-2)),),
+        "past_k.size(-2) (or size(2)); past_k.size({index}) is {what}.",
+        tuple(member(_cache_length_from(at, mask), axis=axis, index=at, what=what)
+              for at, axis, what in ((1, "heads", "the number of heads"),
+                                     (-1, "last", "d_head, each key's width"),
+                                     (0, "batch", "the batch size"))
+              for mask in (False, True)),
     ),
     Mistake(
         "partial_rotary", "Only part of each head's features rotated (GPT-NeoX's rotary_pct)",

@@ -261,6 +261,20 @@ def adamw_corrected_state(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9
     return param * (1 - lr * weight_decay) - lr * m / (v.sqrt() + eps), m, v
 
 
+@wrong("adamw_step.moments_swapped")
+def adamw_second_moment_first(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param * (1 - lr * weight_decay) - update, v, m
+
+
+@wrong("adamw_step.l2_and_decoupled")
+def adamw_l2_and_decoupled(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                           eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad + weight_decay * param, exp_avg, exp_avg_sq, step, lr, betas,
+                         eps)
+    return param * (1 - lr * weight_decay) - update, m, v
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -411,6 +425,12 @@ def cosine_floor_scaled_only(step, warmup, total_steps, min_ratio=0.0):
     progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
     return (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
+
+@wrong("cosine_lr.integer_division")
+def cosine_floor_divided_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return float(step // warmup)
+    return _decay(step, warmup, total_steps, min_ratio)
 
 # ------------------------------------------------------------------------- clip_grad_norm
 
@@ -661,6 +681,13 @@ def groups_of_names(model, weight_decay):
     return [{"params": [n for n in names if n in linear], "weight_decay": weight_decay},
             {"params": [n for n in names if n not in linear], "weight_decay": 0.0}]
 
+
+@wrong("param_groups.not_dicts")
+def groups_as_lists(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [[p for p in trained if id(p) in linear], [p for p in trained if id(p) not in linear]]
 
 # ----------------------------------------------------------------------------- TextStream
 

@@ -71,7 +71,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     sign: of the update; python_step: lr / (1 - beta1^t) computed as a Python float first
     (a ZeroDivisionError where the correction is 0); amsgrad: v the max of the old and the new
     (torch's amsgrad=True); eps_at "after": lr * m_hat / sqrt(v_hat) + eps (the division first);
-    stored "corrected": m_hat and v_hat returned as the state."""
+    stored "corrected": m_hat and v_hat returned as the state, "swapped": (param, v, m); l2
+    "both": the L2 term and the decoupled decay."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     if l2:
         g = g + wd * p
@@ -101,13 +102,15 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     else:
         update = (lr / bc1) * mm / denom if python_step else lr * (mm / bc1) / denom
     scale = lr if decay_scale is None else decay_scale(lr, bc1)
-    if decay == "before" and not l2:
+    if decay == "before" and l2 in (False, "both"):
         p = p * (1 - scale * wd)
     p = p + sign * update
     if decay == "after" and not l2:
         p = p * (1 - scale * wd)
     if stored == "corrected":
         return p, m_new / bc1, v_new / bc2
+    if stored == "swapped":
+        return p, v_new, m_new
     return p, m_new, v_new
 
 
@@ -161,6 +164,13 @@ ADAMW_MISTAKES = (
         (_adamw_with(l2=True),),
     ),
     Mistake(
+        "l2_and_decoupled", "Weight decay applied twice: added to the gradient AND decoupled",
+        "AdamW's decay is the decoupled one only, param * (1 - lr * weight_decay); adding "
+        "weight_decay * param to the gradient as well (Adam's L2, torch.optim.Adam(weight_decay="
+        "...)) decays a second time, through m / sqrt(v).",
+        (_adamw_with(l2="both"),),
+    ),
+    Mistake(
         "decay_scale", "Weight decay scaled by {which}, not by lr",
         "the decoupled decay takes lr * weight_decay of the weight at each step: param * (1 - "
         "lr * weight_decay), lr once, no bias correction.",
@@ -212,6 +222,12 @@ ADAMW_MISTAKES = (
         "new) is AMSGrad (torch.optim.AdamW(amsgrad=True), which keeps the maximum in a third "
         "buffer, max_exp_avg_sq), not this step.",
         (_adamw_with(amsgrad=True),),
+    ),
+    Mistake(
+        "moments_swapped", "The moments returned in the other order: (param, exp_avg_sq, exp_avg)",
+        "adamw_step returns (param, exp_avg, exp_avg_sq), in the order of its arguments: the "
+        "first moment (the average gradient) before the second (the average squared gradient).",
+        (_adamw_with(stored="swapped"),),
     ),
     Mistake(
         "state_corrected", "The bias-corrected moments returned as the state",
@@ -304,6 +320,8 @@ _ADAMW_LADDER = {
     "eps_after_division": (None, "write your update with its parentheses: eps is in the "
                            "denominator."),
     "amsgrad": (None, "with grad = 0 and exp_avg_sq = 1, the new exp_avg_sq must be beta2."),
+    "l2_and_decoupled": (None, "print the gradient you put into m: grad as given."),
+    "moments_swapped": (None, "print the order of the tensors you return."),
     "state_corrected": (None, "at step 1 with zero moments, exp_avg must be (1 - beta1) * grad."),
     "float32_out": (None, "print the dtype of each result for a float64 param: float64."),
 }
@@ -335,18 +353,19 @@ ADAMW = Item(
 
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
-            divide_first=False, unguarded=False, decay_shift=0, shape="cosine"):
+            divide_first=False, unguarded=False, decay_shift=0, shape="cosine", floordiv=False):
     """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
     warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
-    (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
-    or "zero" (0 past the end); start: where the cosine's progress counts from ("warmup" or
-    "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
-    (0.5: half); warm "linear", "none" (the peak during warm-up) or "floor" (from r up to 1); divide_first: step /
-    warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
-    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total); decay_shift:
-    added to the decay's step count (-1: one step late); shape: of the decay ("cosine",
-    "linear": 1 - progress, "quarter": cos(pi progress / 2)); floor also "unshifted" ((1 - r) c,
-    r never added) and "times" (r c)."""
+    (to 0), "added" (r + c), "clamped" (max(r, c)), "unshifted" ((1 - r) c, r never added),
+    "times" (r c); clamp "min" (progress at most 1), "none" or "zero" (0 past the end); start:
+    where the cosine's progress counts from ("warmup" or "zero"); span: its length ("rest":
+    total - warmup, "total"); cycles: of the cosine (0.5: half); warm "linear", "none" (the
+    peak during warm-up), "floor" (from r up to 1) or "floordiv" (step // warmup);
+    divide_first: step / warmup computed on every step (ZeroDivisionError at warmup 0);
+    unguarded: (step - warmup) / (total - warmup) without max(1, ...) (ZeroDivisionError when
+    warmup = total); decay_shift: added to the decay's step count (-1: one step late); shape:
+    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2));
+    floordiv: the progress by //."""
     if divide_first:
         ratio = step / warmup
         if step <= warmup:
@@ -356,11 +375,13 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
             return 1.0
         if warm == "floor":  # from the floor r up to 1
             return r + (1 - r) * step / warmup
+        if warm == "floordiv":
+            return float(step // warmup)
         return min(1.0, (step + warm_shift) / (warmup + warm_extra))
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
         else total
-    progress = (step - begin + decay_shift) / length
+    progress = (step - begin) // length if floordiv else (step - begin + decay_shift) / length
     if clamp == "min":
         progress = min(1.0, progress)
     elif clamp == "zero" and step > total:
@@ -460,6 +481,14 @@ COSINE_MISTAKES = (
          member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1")),
     ),
     Mistake(
+        "integer_division", "Integer division: {how}",
+        "// rounds down to a whole number: step // warmup is 0 until the warm-up ends, and "
+        "(step - warmup) // (total_steps - warmup) is 0 until the last step: use /, a true "
+        "division, for the fractions of the warm-up and of the decay.",
+        (member(_all_cosine(warm="floordiv"), how="step // warmup, 0 through the warm-up"),
+         member(_all_cosine(floordiv=True), how="the progress by //, the peak held to the end")),
+    ),
+    Mistake(
         "decay_shape", "{how}, not half a cosine",
         "the decay follows (1 + cos(pi * progress)) / 2: 1 at progress 0, 0.5 half way, 0 at "
         "progress 1 (then squeezed above the floor): flat at both ends, steepest in the middle.",
@@ -503,6 +532,7 @@ _COSINE_LADDER = {
     "cosine_span": (None, "print your factor at step warmup + 1: just below 1."),
     "decay_off_by_one": (None, "print your factor at steps warmup, warmup + 1 and total_steps: 1, "
                          "just below 1, min_ratio."),
+    "integer_division": (None, "print 3 // 10 and 3 / 10."),
     "decay_shape": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
@@ -787,7 +817,7 @@ def _names(model, groups):
         params = list(group.get("params", ())) if isinstance(group, dict) else group
         names = sorted(named.get(id(p), "str: " + p if isinstance(p, str) else "?") for p in params)
         result.append((tuple(names), group.get("weight_decay") if isinstance(group, dict)
-                       else None))
+                       else "not a dict"))
     return result
 
 
@@ -869,6 +899,8 @@ def _listed_twice(case, result, expected):
     lists = [names for names, _ in result]
     if any(n.startswith("str: ") for names in lists for n in names):
         return mistakes["names_not_tensors"], {}
+    if any(wd == "not a dict" for _, wd in result):
+        return mistakes["not_dicts"], {}
     model = case.args[0]
     for name in dict.fromkeys(n for names in lists for n in names):
         counts = [names.count(name) for names in lists]
@@ -941,6 +973,12 @@ GROUPS_MISTAKES = (
          member(_groups_with(unset=(0, 1)), which="The groups")),
     ),
     Mistake(
+        "not_dicts", "Lists of parameters, not parameter groups",
+        "torch.optim takes parameter groups, dicts that each hold their params and their own "
+        "settings: dict(params=[...], weight_decay=weight_decay), then dict(params=[...], "
+        "weight_decay=0.0). Bare lists carry no weight_decay: each would get the optimizer's.",
+    ),
+    Mistake(
         "names_not_tensors", "Parameter names listed, not the parameters",
         "an optimizer's groups hold the tensors themselves, params=[p, ...]; "
         "named_parameters() gives (name, p) pairs: choose by the name, then list p.",
@@ -976,6 +1014,7 @@ _GROUPS_LADDER = {
                      "names) and which group holds it."),
     "groups_swapped": (None, "print each group's weight_decay."),
     "decay_unset": (None, "print [g.get('weight_decay') for g in groups]."),
+    "not_dicts": (None, "print type(groups[0]): a dict."),
     "names_not_tensors": (None, "print type(groups[0]['params'][0]): a Parameter."),
     "frozen_included": (None, "print [p.requires_grad for p in group['params']] for each group."),
     "groups_reversed": (None, "print [g['weight_decay'] for g in groups]: the first is weight_decay."),

@@ -433,6 +433,11 @@ def rotate_adjacent_backwards(x, start=0, base=10000.0, pairs="halves"):
     cos, sin = _angles(x, start, base)
     return _turn(x, cos, sin if pairs == "halves" else -sin, pairs)
 
+@wrong("rotate.float32_tables")
+def rotate_float32_tables(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = (t.float() for t in _angles(x.double(), start, base))  # Meta's float32 freqs_cis
+    return _turn(x, cos, sin, pairs)
+
 # ----------------------------------------------------------------------- rotary_attention
 
 

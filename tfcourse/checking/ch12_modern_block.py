@@ -486,13 +486,14 @@ SWIGLU = Item(
 
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
             exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
-            rounded=None, written=None, heads_axis=False):
+            rounded=None, written=None, heads_axis=False, table_dtype=None):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
     "halved" for adjacent: the other convention's); written: `pairs` read in the other
     layout and written in its own (written == pairs), read in its own and written in the
     other ("other"), or the two rotated parts written in the other order ("swapped");
-    heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head))."""
+    heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head));
+    table_dtype: cos and sin cast to it instead of x's dtype (float32: the result promoted)."""
     heads_axis = heads_axis and x.dim() > 2
     seq, d = x.size(-3 if heads_axis else -2), x.size(-1)
     base = own_base or base
@@ -510,7 +511,7 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     angle = positions[:, None] * theta  # (seq, d / 2)
     if heads_axis:  # Meta's reshape_for_broadcast: (seq, 1, d / 2)
         angle = angle[:, None, :]
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    cos, sin = angle.cos().to(table_dtype or x.dtype), angle.sin().to(table_dtype or x.dtype)
     if swap:
         cos, sin = sin, cos
     sin = sign * sin
@@ -617,6 +618,13 @@ ROTATE_MISTAKES = (
                 "dtype (in bfloat16, positions above 256 are rounded)")),
     ),
     Mistake(
+        "float32_tables", "cos and sin left in float32: a half-precision x comes back float32",
+        "x * cos with a float32 cos promotes a half-precision x to float32 (Meta's "
+        "apply_rotary_emb computes in float32 too, then ends with .type_as(x)): cast cos and sin "
+        "to x's dtype (or the result back to it), so that rotate returns x's dtype.",
+        tuple(_rotate_with(only, table_dtype=torch.float32) for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
         "wrong_direction", "Rotated the wrong way",
         "each pair (a, b) becomes (a cos - b sin, a sin + b cos): the minus on the first; your "
         "signs turn by -angle (rotate_half is cat(-b, a), not cat(b, -a)).",
@@ -675,6 +683,8 @@ _ROTATE_LADDER = {
                        "0.001]."),
     "low_precision": (None, "print torch.tensor(3000., dtype=torch.bfloat16) + 1: the angle "
                       "does not even move."),
+    "float32_tables": (None, "print the dtype of your cos table and of your output for a "
+                       "bfloat16 x."),
     "wrong_direction": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: the paired "
                         "feature must become +sin, not -sin."),
     "cos_sin_swapped": (None, "rotate any x at start=0: the output must be x itself."),

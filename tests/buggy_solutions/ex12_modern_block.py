@@ -165,6 +165,22 @@ def rms_always_float32(self, x):
     return self.weight * h.to(x.dtype)
 
 
+@wrong("RMSNorm.statistic_squared")
+@_norm
+def rms_mean_abs_squared(self, x):
+    h = x.float()
+    h = h / (h.abs().mean(-1, keepdim=True) ** 2 + self.eps).sqrt()
+    return self.weight * h.to(x.dtype)
+
+
+@wrong("RMSNorm.statistic_squared")
+@_norm
+def rms_square_of_mean(self, x):
+    h = x.float()
+    h = h * torch.rsqrt(h.mean(-1, keepdim=True).square() + self.eps)
+    return self.weight * h.to(x.dtype)
+
+
 # --------------------------------------------------------------------------------- SwiGLU
 
 
@@ -267,6 +283,12 @@ def swiglu_relu_squared(self, x):
 def swiglu_with_residual(self, x):
     return x + self.down(self.dropout(self.activation(self.gate(x)) * self.up(x)))
 
+
+@wrong("SwiGLU.dropout_on_input")
+@_ffn
+def swiglu_dropped_input(self, x):
+    x = self.dropout(x)
+    return self.down(self.activation(self.gate(x)) * self.up(x))
 
 # --------------------------------------------------------------------------------- rotate
 
@@ -376,6 +398,45 @@ def rotate_rebuilt_from_values(x, start=0, base=10000.0, pairs="halves"):
     cos, sin = _angles(x, start, base)
     return torch.tensor(_turn(x, cos, sin, pairs).tolist(), dtype=x.dtype)
 
+
+@wrong("rotate.parts_swapped")
+def rotate_parts_swapped(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    a, b = x.chunk(2, -1)
+    return torch.cat((a * sin + b * cos, a * cos - b * sin), -1) if pairs == "halves" else \
+        _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.read_and_written_otherwise")
+def rotate_adjacent_written_as_halves(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    if pairs == "halves":
+        return _turn(x, cos, sin, pairs)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+
+
+@wrong("rotate.positions_on_heads")
+def rotate_meta_broadcast(x, start=0, base=10000.0, pairs="halves"):
+    d = x.size(-1)
+    theta = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    at = -3 if x.dim() > 2 else -2  # freqs_cis.view(seq, 1, d / 2): x as (batch, seq, heads, d)
+    angle = torch.outer(torch.arange(start, start + x.size(at), dtype=torch.float64), theta)
+    if x.dim() > 2:
+        angle = angle[:, None, :]
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    return _turn(x, cos, sin, pairs)
+
+
+@wrong("rotate.wrong_direction")
+def rotate_adjacent_backwards(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    return _turn(x, cos, sin if pairs == "halves" else -sin, pairs)
+
+@wrong("rotate.float32_tables")
+def rotate_float32_tables(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = (t.float() for t in _angles(x.double(), start, base))  # Meta's float32 freqs_cis
+    return _turn(x, cos, sin, pairs)
 
 # ----------------------------------------------------------------------- rotary_attention
 

@@ -222,6 +222,59 @@ def adamw_in_place(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999
     return param, exp_avg, exp_avg_sq
 
 
+def _moments(grad, m, v, betas):
+    beta1, beta2 = betas
+    return beta1 * m + (1 - beta1) * grad, beta2 * v + (1 - beta2) * grad * grad
+
+
+@wrong("adamw_step.float32_out")
+def adamw_float32_results(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                          eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    new = torch.zeros(param.shape)  # a float32 buffer
+    new.copy_(param * (1 - lr * weight_decay) - update)
+    return new, m.float(), v.float()
+
+
+@wrong("adamw_step.eps_after_division")
+def adamw_eps_after_division(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                             eps=1e-8, weight_decay=1e-2):
+    m, v = _moments(grad, exp_avg, exp_avg_sq, betas)
+    m_hat, v_hat = m / (1 - betas[0] ** step), v / (1 - betas[1] ** step)
+    return param * (1 - lr * weight_decay) - (lr * m_hat / v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.amsgrad")
+def adamw_amsgrad(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                  weight_decay=1e-2):
+    m, v = _moments(grad, exp_avg, exp_avg_sq, betas)
+    v = torch.maximum(v, exp_avg_sq)
+    m_hat, v_hat = m / (1 - betas[0] ** step), v / (1 - betas[1] ** step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.state_corrected")
+def adamw_corrected_state(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                          eps=1e-8, weight_decay=1e-2):
+    m, v = _moments(grad, exp_avg, exp_avg_sq, betas)
+    m, v = m / (1 - betas[0] ** step), v / (1 - betas[1] ** step)
+    return param * (1 - lr * weight_decay) - lr * m / (v.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.moments_swapped")
+def adamw_second_moment_first(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param * (1 - lr * weight_decay) - update, v, m
+
+
+@wrong("adamw_step.l2_and_decoupled")
+def adamw_l2_and_decoupled(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                           eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad + weight_decay * param, exp_avg, exp_avg_sq, step, lr, betas,
+                         eps)
+    return param * (1 - lr * weight_decay) - update, m, v
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -350,6 +403,35 @@ def cosine_unguarded_decay(step, warmup, total_steps, min_ratio=0.0):
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+@wrong("cosine_lr.warmup_from_floor")
+def cosine_warmup_from_the_floor(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:  # timm's warmup_lr_init set to the floor
+        return min_ratio + (1 - min_ratio) * step / warmup
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.decay_shape")
+def cosine_linear_decay(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * (1 - progress)
+
+
+@wrong("cosine_lr.floor_misplaced")
+def cosine_floor_scaled_only(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.integer_division")
+def cosine_floor_divided_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return float(step // warmup)
+    return _decay(step, warmup, total_steps, min_ratio)
+
 # ------------------------------------------------------------------------- clip_grad_norm
 
 
@@ -465,6 +547,33 @@ def clip_every_parameter(parameters, max_norm):
     return total
 
 
+@wrong("clip_grad_norm.no_epsilon")
+def clip_without_epsilon(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    factor = min(1.0, max_norm / total.item())
+    for g in grads:
+        g.mul_(factor)
+    return total
+
+
+@wrong("clip_grad_norm.not_written_back")
+def clip_copies(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    grads = [g * min(1.0, max_norm / (total.item() + 1e-6)) for g in grads]
+    return total
+
+
+@wrong("clip_grad_norm.wrong_norm")
+def clip_by_l1(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = sum(g.abs().sum() for g in grads)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
 # ------------------------------------------------------------------------- param_groups
 
 
@@ -534,6 +643,51 @@ def groups_no_decay_first(model, weight_decay):
     return [{"params": [p for p in trained if id(p) not in linear], "weight_decay": 0.0},
             {"params": [p for p in trained if id(p) in linear], "weight_decay": weight_decay}]
 
+
+@wrong("param_groups.tied_twice")
+def groups_module_by_module(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, rest = [], []
+    for m in model.modules():
+        for p in m.parameters(recurse=False):  # a tied tensor, once per module that holds it
+            if p.requires_grad:
+                linear = isinstance(m, nn.Linear) and p is m.weight and id(p) not in embedded
+                (decay if linear else rest).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.tied_decayed")
+def groups_every_linear_weight(model, weight_decay):
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in trained if id(p) in linear], "weight_decay": weight_decay},
+            {"params": [p for p in trained if id(p) not in linear], "weight_decay": 0.0}]
+
+
+@wrong("param_groups.decay_unset")
+def groups_without_zero(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in trained if id(p) in linear], "weight_decay": weight_decay},
+            {"params": [p for p in trained if id(p) not in linear]}]
+
+
+@wrong("param_groups.names_not_tensors")
+def groups_of_names(model, weight_decay):
+    linear = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, nn.Linear)
+              and not any(m.weight is e.weight for e in model.modules() if isinstance(e, nn.Embedding))}
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    return [{"params": [n for n in names if n in linear], "weight_decay": weight_decay},
+            {"params": [n for n in names if n not in linear], "weight_decay": 0.0}]
+
+
+@wrong("param_groups.not_dicts")
+def groups_as_lists(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [[p for p in trained if id(p) in linear], [p for p in trained if id(p) not in linear]]
 
 # ----------------------------------------------------------------------------- TextStream
 

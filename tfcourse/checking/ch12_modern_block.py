@@ -49,7 +49,7 @@ _NB = "12_modern_block"
 
 
 def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2=False,
-         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True):
+         spread=None, keepdim=True, compute=None, count=None, inner=1, cast=True, stat="square"):
     """RMSNorm with the variations that mistakes make (float32 at least, as the reference).
     spread: the variance (around the mean) instead of the mean square, with `spread` as its
     correction (0: x.var(correction=0), 1: x.var()), x itself left uncentered; gain "plus_one":
@@ -58,7 +58,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
     by instead of d_model (d_model -> number); inner: the statistic's own power before eps is
     added (0.5: already a root, the std or the rms, then rooted again); cast False: the result
-    left in the dtype computed in, not cast back to x's."""
+    left in the dtype computed in, not cast back to x's; stat: the statistic squared instead
+    of the mean of the squares ("abs": mean(|x|)^2, "mean": mean(x)^2)."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -69,6 +70,8 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
         if count is not None:
             square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
+        if stat != "square":
+            square = {"abs": h.abs(), "mean": h}[stat].mean(dim, keepdim=keepdim) ** 2
     square = square ** inner
     e = module.eps
     if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
@@ -107,6 +110,17 @@ RMS_MISTAKES = (
         "by sqrt(mean(x^2) + eps), the mean of the squares themselves.",
         tuple(_rms_with(spread=c, eps=e, inner=i) for c in (1, 0) for e in ("inside", "outside")
               for i in (1, 0.5)),  # inner 0.5: x.std(), then rooted again
+    ),
+    Mistake(
+        "statistic_squared", "{which} squared, not the mean of the squares",
+        "the root mean square squares each feature FIRST, then averages: sqrt(mean(x^2) + eps), "
+        "x.pow(2).mean(-1, keepdim=True). {why}",
+        tuple(member(_rms_with(stat=s, eps=e), which=w, why=y) for s, w, y in (
+            ("abs", "The mean absolute value", "mean(|x|)^2 is smaller whenever the features "
+             "differ in size (mean(|x|) <= rms), so the output comes out too large."),
+            ("mean", "The mean", "mean(x)^2 lets positive and negative features cancel (it is 0 "
+             "for a row of mean 0)."))
+              for e in ("inside", "outside")),
     ),
     Mistake(
         "eps_outside", "Epsilon outside the square root",
@@ -206,6 +220,8 @@ _RMS_LADDER = {
     "not_cast_back": (None, "run your norm on a float16 x and print the output's dtype."),
     "std_not_rms": (None, "for the row [1., 2., 3.] print x.var(-1) and x.pow(2).mean(-1): "
                     "1.0 against 4.67; RMSNorm divides by the root of the second."),
+    "statistic_squared": (None, "for the row [1., -2., 3.] print x.pow(2).mean(-1): 4.67, "
+                          "and x.abs().mean(-1) ** 2: 4.0."),
     "eps_outside": (None, "write your denominator as a formula: is eps inside or outside the "
                     "square root?"),
     "no_eps": (None, "run your norm on a row of zeros: what does 0 / 0 give?"),
@@ -275,11 +291,13 @@ def _swiglu(ffn, x, act=None, swap=False, where="gate", combine="mul", drop=True
             split="", layout=False):
     """down(dropout(act(gate(x)) * up(x))) with the variations that mistakes make. where: the
     activation on "gate", "both", "product" or "none"; combine: "mul" or "add"; drop: the
-    dropout applied (True), not (False), or "after" self.down; twice: "gate" or "up", the one
-    projection used for both branches; split: "gate" or "up", the one projection whose output
+    dropout applied (True), not (False), "after" self.down, or on the "input" x; twice: "gate"
+    or "up", the one projection used for both branches; split: "gate" or "up", the one projection whose output
     is chunked in two halves (a fused gate_up layer's code); layout: x @ weight, each linear's
     weight read as (in, out) (Flax's kernel, TensorFlow's) though torch's is (out, in)."""
     act = act or ffn.activation
+    if drop == "input":
+        x, drop = ffn.dropout(x), False
     if layout:
         h = act(x @ ffn.gate.weight) * (x @ ffn.up.weight)
         return ffn.dropout(h) @ ffn.down.weight
@@ -391,6 +409,13 @@ SWIGLU_MISTAKES = (
         (_swiglu_with(drop="after"),),
     ),
     Mistake(
+        "dropout_on_input", "Dropout on the input x",
+        "the dropout goes on the gated hidden layer, before self.down: down(dropout(activation("
+        "gate(x)) * up(x))); the block drops the sublayer's output, and x itself reaches gate and "
+        "up whole.",
+        (_swiglu_with(drop="input"),),
+    ),
+    Mistake(
         "no_down", "Down projection missing",
         "the gated hidden layer is d_ff wide: self.down brings it back to d_model, "
         "down(dropout(activation(gate(x)) * up(x))).",
@@ -417,6 +442,8 @@ _SWIGLU_LADDER = {
     "dropout_after_down": (None, "in training mode with dropout=0.5, print how many hidden "
                            "units are 0 before self.down, and how many outputs are 0 after it."),
     "no_down": (None, "print your output's shape next to x's."),
+    "dropout_on_input": (None, "in training mode with dropout=0.5, print which tensor your "
+                         "self.dropout receives."),
     "activation_variant": (None, "print self.activation(torch.tensor(-1.0)) next to your "
                            "activation of -1.0."),
     "residual_inside": (None, "set every weight to 0: your output must be 0, not x."),
@@ -459,11 +486,16 @@ SWIGLU = Item(
 
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
             exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
-            rounded=None, written=None):
+            rounded=None, written=None, heads_axis=False, table_dtype=None):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
-    "halved" for adjacent: the other convention's)."""
-    seq, d = x.size(-2), x.size(-1)
+    "halved" for adjacent: the other convention's); written: `pairs` read in the other
+    layout and written in its own (written == pairs), read in its own and written in the
+    other ("other"), or the two rotated parts written in the other order ("swapped");
+    heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head));
+    table_dtype: cos and sin cast to it instead of x's dtype (float32: the result promoted)."""
+    heads_axis = heads_axis and x.dim() > 2
+    seq, d = x.size(-3 if heads_axis else -2), x.size(-1)
     base = own_base or base
     angle_dtype = x.dtype if angle_dtype == "x" else angle_dtype
     i = torch.arange(d // 2, dtype=angle_dtype)
@@ -477,7 +509,9 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     if rounded == "positions":
         positions = positions.to(x.dtype).to(angle_dtype)
     angle = positions[:, None] * theta  # (seq, d / 2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    if heads_axis:  # Meta's reshape_for_broadcast: (seq, 1, d / 2)
+        angle = angle[:, None, :]
+    cos, sin = angle.cos().to(table_dtype or x.dtype), angle.sin().to(table_dtype or x.dtype)
     if swap:
         cos, sin = sin, cos
     sin = sign * sin
@@ -488,6 +522,14 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
             return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+    if written in ("other", "swapped") or heads_axis:
+        a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "adjacent" else x.chunk(2, dim=-1)
+        first, second = a * cos - b * sin, a * sin + b * cos
+        if written == "swapped":
+            first, second = second, first
+        if (pairs == "adjacent") == (written == "other"):
+            return torch.cat((first, second), -1)
+        return torch.stack((first, second), -1).flatten(-2)
     if layout is None:
         return apply_rotary(x, cos, sin, pairs)
     if pairs == "halves":  # the angles of adjacent pairs, features paired as halves
@@ -500,8 +542,10 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     return x * cos + rotated * sin
 
 
-def _rotate_with(**bug):
-    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(x, start, base, pairs, **bug)
+def _rotate_with(only=None, **bug):
+    """_rotate with `bug`, for every pair convention or for the `only` one (the other right)."""
+    return lambda x, start=0, base=10000.0, pairs="halves": _rotate(
+        x, start, base, pairs, **(bug if only in (None, pairs) else {}))
 
 
 def _other_pairs(x, start=0, base=10000.0, pairs="halves"):
@@ -574,10 +618,17 @@ ROTATE_MISTAKES = (
                 "dtype (in bfloat16, positions above 256 are rounded)")),
     ),
     Mistake(
+        "float32_tables", "cos and sin left in float32: a half-precision x comes back float32",
+        "x * cos with a float32 cos promotes a half-precision x to float32 (Meta's "
+        "apply_rotary_emb computes in float32 too, then ends with .type_as(x)): cast cos and sin "
+        "to x's dtype (or the result back to it), so that rotate returns x's dtype.",
+        tuple(_rotate_with(only, table_dtype=torch.float32) for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
         "wrong_direction", "Rotated the wrong way",
         "each pair (a, b) becomes (a cos - b sin, a sin + b cos): the minus on the first; your "
         "signs turn by -angle (rotate_half is cat(-b, a), not cat(b, -a)).",
-        (_rotate_with(sign=-1),),
+        tuple(_rotate_with(only, sign=-1) for only in (None, "halves", "adjacent")),
     ),
     Mistake(
         "cos_sin_swapped", "cos and sin swapped",
@@ -590,7 +641,25 @@ ROTATE_MISTAKES = (
         "read pair i where `pairs` puts it and write its two rotated features back THERE: with "
         "adjacent pairs (2i, 2i + 1) in and out (x.unflatten(-1, (d_head // 2, 2)), not (2, "
         "d_head // 2)); with halves (i, i + d_head/2) in and out.",
-        (_rotate_with(written="adjacent"), _rotate_with(written="halves")),
+        (_rotate_with(written="adjacent"), _rotate_with(written="halves"),
+         *(_rotate_with(only, written="other") for only in (None, "adjacent", "halves"))),
+    ),
+    Mistake(
+        "parts_swapped", "The two rotated parts written back in the other order",
+        "pair (a, b) becomes (a cos - b sin, a sin + b cos), in that order: the first feature "
+        "of the pair gets a cos - b sin; written the other way round, (a sin + b cos, a cos - "
+        "b sin), every pair's features trade places (the halves swapped, or each adjacent two).",
+        tuple(_rotate_with(only, written="swapped") for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
+        "positions_on_heads", "Positions laid along the heads axis: x read as (batch, seq, "
+        "heads, d_head)",
+        "here x is (batch, heads, seq, d_head): the position is axis -2 (seq = x.size(-2)), and "
+        "the angles (seq, d_head / 2) line up with x's last two axes. Meta's llama and "
+        "flash-attention keep (batch, seq, heads, d_head), where a (seq, 1, d_head / 2) table "
+        "(reshape_for_broadcast) is right; on this layout it turns each HEAD by its own "
+        "position and every token of a head alike.",
+        (_rotate_with(heads_axis=True),),
     ),
     Mistake(
         "angles_laid_out_for_other_pairs", "Angles laid out for the other convention",
@@ -614,11 +683,17 @@ _ROTATE_LADDER = {
                        "0.001]."),
     "low_precision": (None, "print torch.tensor(3000., dtype=torch.bfloat16) + 1: the angle "
                       "does not even move."),
+    "float32_tables": (None, "print the dtype of your cos table and of your output for a "
+                       "bfloat16 x."),
     "wrong_direction": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: the paired "
                         "feature must become +sin, not -sin."),
     "cos_sin_swapped": (None, "rotate any x at start=0: the output must be x itself."),
     "read_and_written_otherwise": (None, "rotate x = e_0 (a 1 at feature 0) at position 1 with "
                                    "pairs='adjacent': only features 0 and 1 may change."),
+    "parts_swapped": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: feature 0 "
+                      "must stay near 1."),
+    "positions_on_heads": (None, "print x.shape and which axis your positions count along: "
+                           "x.size(-2) of them."),
     "angles_laid_out_for_other_pairs": (None, "print the shape and the first row of your cos "
                                         "table next to the features it multiplies."),
 }
@@ -715,6 +790,16 @@ def _attention_with(**bug):
             _attention(q, k, v, past_k, past_v, base, **bug))
 
 
+def _cache_length_from(axis, mask):
+    """rotary_attention with start = past_k.size(axis): the new tokens rotated from it, and
+    (mask) the causal mask's diagonal set by it too."""
+    def compute(q, k, v, past_k=None, past_v=None, base=10000.0):
+        wrong = 0 if past_k is None else past_k.size(axis) - past_k.size(-2)
+        return _attention(q, k, v, past_k, past_v, base, shift=wrong,
+                          diagonal=wrong if mask else 0)
+    return compute
+
+
 def _without_cache(case, error):
     """The attention case without its cache, when `error` is a clash of the seq new queries'
     mask with the start + seq keys' scores (None otherwise)."""
@@ -800,12 +885,14 @@ ATTENTION_MISTAKES = (
             q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
     ),
     Mistake(
-        "cache_length_from_heads", "The cache's length read from the heads axis",
+        "cache_length_from_heads", "The cache's length read from the {axis} axis",
         "past_k is (batch, heads, start, d_head): the number of cached positions is "
-        "past_k.size(-2) (or size(2)); past_k.size(1) is the number of heads.",
-        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
-            q, k, v, past_k, past_v, base,
-            shift=0 if past_k is None else past_k.size(1) - past_k.size(-2)),),
+        "past_k.size(-2) (or size(2)); past_k.size({index}) is {what}.",
+        tuple(member(_cache_length_from(at, mask), axis=axis, index=at, what=what)
+              for at, axis, what in ((1, "heads", "the number of heads"),
+                                     (-1, "last", "d_head, each key's width"),
+                                     (0, "batch", "the batch size"))
+              for mask in (False, True)),
     ),
     Mistake(
         "partial_rotary", "Only part of each head's features rotated (GPT-NeoX's rotary_pct)",

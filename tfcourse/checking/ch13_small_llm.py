@@ -59,7 +59,7 @@ _STREAM_SECTION = (_NB, "Streaming: hold back the bytes of a cut character")
 def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay="before",
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
-           sign=-1, python_step=False):
+           sign=-1, python_step=False, amsgrad=False, stored="raw"):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -69,7 +69,10 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     gradient) or "swapped" (the weights swapped); square: how g enters v ("abs"); old: the
     update uses the moments from before this step; grad_step: the gradient instead of m;
     sign: of the update; python_step: lr / (1 - beta1^t) computed as a Python float first
-    (a ZeroDivisionError where the correction is 0)."""
+    (a ZeroDivisionError where the correction is 0); amsgrad: v the max of the old and the new
+    (torch's amsgrad=True); eps_at "after": lr * m_hat / sqrt(v_hat) + eps (the division first);
+    stored "corrected": m_hat and v_hat returned as the state, "swapped": (param, v, m); l2
+    "both": the L2 term and the decoupled decay."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     if l2:
         g = g + wd * p
@@ -80,6 +83,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     else:
         g2 = g.abs() if square == "abs" else g * g
         m_new, v_new = m.lerp(g, 1 - beta1), v.mul(beta2).add(g2, alpha=1 - beta2)
+    if amsgrad:
+        v_new = torch.maximum(v, v_new)
     mm, vv = (m, v) if old else (m_new, v_new)
     t = step + shift
     bc1 = 1 - beta1**t if "m" in correct else 1.0
@@ -90,21 +95,37 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         denom = (vv**power + eps) / bc2**power
     else:
         denom = (vv / bc2) ** power + eps
-    if grad_step:
+    if eps_at == "after":
+        update = lr * (mm / bc1) / (vv / bc2) ** power + eps
+    elif grad_step:
         update = lr * g / denom
     else:
         update = (lr / bc1) * mm / denom if python_step else lr * (mm / bc1) / denom
     scale = lr if decay_scale is None else decay_scale(lr, bc1)
-    if decay == "before" and not l2:
+    if decay == "before" and l2 in (False, "both"):
         p = p * (1 - scale * wd)
     p = p + sign * update
     if decay == "after" and not l2:
         p = p * (1 - scale * wd)
+    if stored == "corrected":
+        return p, m_new / bc1, v_new / bc2
+    if stored == "swapped":
+        return p, v_new, m_new
     return p, m_new, v_new
 
 
 def _adamw_with(**bug):
     return lambda *args, **kwargs: _adamw(*args, **{**kwargs, **bug})
+
+
+def _float32_out(upcast=False, parts=(0, 1, 2)):
+    """adamw_step whose results `parts` come back in float32: computed in the inputs' dtype
+    then cast, or (upcast) computed from the inputs cast to float32 and never cast back."""
+    def compute(*args, **kwargs):
+        tensors = tuple(t.float() if upcast else t for t in args[:4])
+        out = _adamw(*tensors, *args[4:], **kwargs)
+        return tuple(t.float() if i in parts else t.to(args[0].dtype) for i, t in enumerate(out))
+    return compute
 
 
 def _state(seed, shape, scale=1.0, moments=True, dtype=torch.float32):
@@ -141,6 +162,13 @@ ADAMW_MISTAKES = (
         "large gradients. AdamW shrinks the weight itself, outside the adaptive step: "
         "param * (1 - lr * weight_decay).",
         (_adamw_with(l2=True),),
+    ),
+    Mistake(
+        "l2_and_decoupled", "Weight decay applied twice: added to the gradient AND decoupled",
+        "AdamW's decay is the decoupled one only, param * (1 - lr * weight_decay); adding "
+        "weight_decay * param to the gradient as well (Adam's L2, torch.optim.Adam(weight_decay="
+        "...)) decays a second time, through m / sqrt(v).",
+        (_adamw_with(l2="both"),),
     ),
     Mistake(
         "decay_scale", "Weight decay scaled by {which}, not by lr",
@@ -180,6 +208,32 @@ ADAMW_MISTAKES = (
         "sqrt(v_hat + eps) is at least sqrt(eps) = 1e-4 for eps = 1e-8: small gradients get "
         "steps far smaller than lr.",
         (_adamw_with(eps_at="inside"),),
+    ),
+    Mistake(
+        "eps_after_division", "eps added after the division: lr * m_hat / sqrt(v_hat) + eps",
+        "eps belongs in the denominator, with the root: lr * m_hat / (sqrt(v_hat) + eps), "
+        "parentheses around sqrt(v_hat) + eps. Added after the division, it shifts every "
+        "weight by eps and leaves a zero v_hat to divide by.",
+        (_adamw_with(eps_at="after"),),
+    ),
+    Mistake(
+        "amsgrad", "v kept as the running maximum (AMSGrad)",
+        "exp_avg_sq is the moving average beta2 * v + (1 - beta2) * grad^2 itself; torch.max(old, "
+        "new) is AMSGrad (torch.optim.AdamW(amsgrad=True), which keeps the maximum in a third "
+        "buffer, max_exp_avg_sq), not this step.",
+        (_adamw_with(amsgrad=True),),
+    ),
+    Mistake(
+        "moments_swapped", "The moments returned in the other order: (param, exp_avg_sq, exp_avg)",
+        "adamw_step returns (param, exp_avg, exp_avg_sq), in the order of its arguments: the "
+        "first moment (the average gradient) before the second (the average squared gradient).",
+        (_adamw_with(stored="swapped"),),
+    ),
+    Mistake(
+        "state_corrected", "The bias-corrected moments returned as the state",
+        "exp_avg and exp_avg_sq are stored WITHOUT the correction: m_hat = m / (1 - beta1^step) "
+        "and v_hat are this step's only; stored, the next step would correct them again.",
+        (_adamw_with(stored="corrected"),),
     ),
     Mistake(
         "eps_uncorrected", "eps added before v's bias correction",
@@ -224,6 +278,21 @@ ADAMW_MISTAKES = (
         (_adamw_with(grad_step=True),),
     ),
     Mistake(
+        "float32_out", "{which} returned in float32, not in param's dtype: {how}",
+        "adamw_step returns param, exp_avg and exp_avg_sq in the dtype they came in (torch.optim "
+        "keeps each state in its parameter's dtype). A .float() or .to(torch.float32) on the "
+        "results, a float32 buffer filled in place (torch.zeros(shape) or torch.empty without "
+        "dtype=: the default dtype is float32), or a float32 copy of the inputs never cast back "
+        "makes them float32; a mixed-precision optimizer may keep float32 master weights and "
+        "state, but the param it hands back is .to(param.dtype).",
+        (member(_float32_out(), which="The results", how="cast to float32 at the end"),
+         member(_float32_out(upcast=True), which="The results", how="computed in float32 and "
+                "not cast back"),
+         member(_float32_out(parts=(1, 2)), which="The moments (the state)", how="cast to float32"),
+         member(_float32_out(upcast=True, parts=(1, 2)), which="The moments (the state)",
+                how="computed in float32 and kept so")),
+    ),
+    Mistake(
         "ascent", "Step taken uphill",
         "subtract the step: param - lr * m_hat / (sqrt(v_hat) + eps) goes down the gradient.",
         (_adamw_with(sign=1),),
@@ -248,6 +317,13 @@ _ADAMW_LADDER = {
     "old_moments": (None, "at step 1 with zero moments the step must not be 0."),
     "no_momentum": (None, "with grad = 0 but exp_avg = 1, the weight must still move."),
     "ascent": (None, "with weight_decay = 0 and grad > 0, param must go down."),
+    "eps_after_division": (None, "write your update with its parentheses: eps is in the "
+                           "denominator."),
+    "amsgrad": (None, "with grad = 0 and exp_avg_sq = 1, the new exp_avg_sq must be beta2."),
+    "l2_and_decoupled": (None, "print the gradient you put into m: grad as given."),
+    "moments_swapped": (None, "print the order of the tensors you return."),
+    "state_corrected": (None, "at step 1 with zero moments, exp_avg must be (1 - beta1) * grad."),
+    "float32_out": (None, "print the dtype of each result for a float64 param: float64."),
 }
 ADAMW = Item(
     EXERCISE, "adamw_step", reference_adamw,
@@ -277,16 +353,19 @@ ADAMW = Item(
 
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
-            divide_first=False, unguarded=False, decay_shift=0):
+            divide_first=False, unguarded=False, decay_shift=0, shape="cosine", floordiv=False):
     """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
     warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
-    (to 0), "added" (r + c), "clamped" (max(r, c)); clamp "min" (progress at most 1), "none"
-    or "zero" (0 past the end); start: where the cosine's progress counts from ("warmup" or
-    "zero"); span: its length ("rest": total - warmup, "total"); cycles: of the cosine
-    (0.5: half); warm "linear" or "none" (the peak during warm-up); divide_first: step /
-    warmup computed on every step (ZeroDivisionError at warmup 0); unguarded: (step - warmup)
-    / (total - warmup) without max(1, ...) (ZeroDivisionError when warmup = total); decay_shift:
-    added to the decay's step count (-1: one step late)."""
+    (to 0), "added" (r + c), "clamped" (max(r, c)), "unshifted" ((1 - r) c, r never added),
+    "times" (r c); clamp "min" (progress at most 1), "none" or "zero" (0 past the end); start:
+    where the cosine's progress counts from ("warmup" or "zero"); span: its length ("rest":
+    total - warmup, "total"); cycles: of the cosine (0.5: half); warm "linear", "none" (the
+    peak during warm-up), "floor" (from r up to 1) or "floordiv" (step // warmup);
+    divide_first: step / warmup computed on every step (ZeroDivisionError at warmup 0);
+    unguarded: (step - warmup) / (total - warmup) without max(1, ...) (ZeroDivisionError when
+    warmup = total); decay_shift: added to the decay's step count (-1: one step late); shape:
+    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2));
+    floordiv: the progress by //."""
     if divide_first:
         ratio = step / warmup
         if step <= warmup:
@@ -294,17 +373,23 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     if step <= warmup:
         if warm == "none":
             return 1.0
+        if warm == "floor":  # from the floor r up to 1
+            return r + (1 - r) * step / warmup
+        if warm == "floordiv":
+            return float(step // warmup)
         return min(1.0, (step + warm_shift) / (warmup + warm_extra))
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
         else total
-    progress = (step - begin + decay_shift) / length
+    progress = (step - begin) // length if floordiv else (step - begin + decay_shift) / length
     if clamp == "min":
         progress = min(1.0, progress)
     elif clamp == "zero" and step > total:
         return 0.0
-    c = 0.5 * (1.0 + math.cos(math.pi * 2 * cycles * progress))
-    return {"scaled": r + (1 - r) * c, "none": c, "added": r + c, "clamped": max(r, c)}[floor]
+    c = {"cosine": 0.5 * (1.0 + math.cos(math.pi * 2 * cycles * progress)), "linear": 1 - progress,
+         "quarter": math.cos(math.pi / 2 * progress)}[shape]
+    return {"scaled": r + (1 - r) * c, "none": c, "added": r + c, "clamped": max(r, c),
+            "unshifted": (1 - r) * c, "times": r * c}[floor]
 
 
 def _all_cosine(**bug):
@@ -367,7 +452,9 @@ COSINE_MISTAKES = (
         "progress)) / 2 starts at 1 and ends at r.",
         (member(_all_cosine(floor="added"), how="added to the cosine (it starts at 1 + r)"),
          member(_all_cosine(floor="clamped"), how="as a clamp: max(r, cosine) stays flat at the "
-                "end instead of curving down to it")),
+                "end instead of curving down to it"),
+         member(_all_cosine(floor="unshifted"), how="not added: (1 - r) * cosine ends at 0"),
+         member(_all_cosine(floor="times"), how="multiplied in: r * cosine starts at r, not 1")),
     ),
     Mistake(
         "not_clamped", "Schedule not clamped after its last step: {how}",
@@ -394,6 +481,21 @@ COSINE_MISTAKES = (
          member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1")),
     ),
     Mistake(
+        "integer_division", "Integer division: {how}",
+        "// rounds down to a whole number: step // warmup is 0 until the warm-up ends, and "
+        "(step - warmup) // (total_steps - warmup) is 0 until the last step: use /, a true "
+        "division, for the fractions of the warm-up and of the decay.",
+        (member(_all_cosine(warm="floordiv"), how="step // warmup, 0 through the warm-up"),
+         member(_all_cosine(floordiv=True), how="the progress by //, the peak held to the end")),
+    ),
+    Mistake(
+        "decay_shape", "{how}, not half a cosine",
+        "the decay follows (1 + cos(pi * progress)) / 2: 1 at progress 0, 0.5 half way, 0 at "
+        "progress 1 (then squeezed above the floor): flat at both ends, steepest in the middle.",
+        (member(_all_cosine(shape="linear"), how="A linear decay, 1 - progress"),
+         member(_all_cosine(shape="quarter"), how="A quarter cosine, cos(pi * progress / 2)")),
+    ),
+    Mistake(
         "full_cosine", "A whole cosine period: it climbs back to the peak",
         "half a period goes from 1 down to the floor: cos(pi * progress) for progress in [0, 1], "
         "not cos(2 pi progress).",
@@ -404,6 +506,13 @@ COSINE_MISTAKES = (
         "for step <= warmup the factor grows linearly, step / warmup: Adam's first steps, with "
         "its moments still noisy, need a small rate.",
         (_all_cosine(warm="none"),),
+    ),
+    Mistake(
+        "warmup_from_floor", "Warm-up from the floor, not from 0: {how}",
+        "the warm-up climbs from 0 to the peak, step / warmup (1 / warmup at step 1); min_ratio "
+        "is where the cosine ENDS, not where the warm-up starts (timm's warmup_lr_init is a "
+        "start of its own, 0 by default).",
+        (member(_all_cosine(warm="floor"), how="r + (1 - r) * step / warmup"),),
     ),
     Mistake(
         "zero_division", "Division by zero when {how}",
@@ -423,9 +532,13 @@ _COSINE_LADDER = {
     "cosine_span": (None, "print your factor at step warmup + 1: just below 1."),
     "decay_off_by_one": (None, "print your factor at steps warmup, warmup + 1 and total_steps: 1, "
                          "just below 1, min_ratio."),
+    "integer_division": (None, "print 3 // 10 and 3 / 10."),
+    "decay_shape": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
     "zero_division": (None, "call cosine_lr(1, 0, 10) and cosine_lr(6, 5, 5)."),
+    "warmup_from_floor": (None, "print your factor at step 1 with warmup=10, min_ratio=0.1: "
+                          "0.1, the same as with min_ratio=0."),
 }
 COSINE = Item(
     EXERCISE, "cosine_lr", reference_cosine,
@@ -479,14 +592,20 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
           target="grads", by_value=False):
     """clip_grad_norm with the variations mistakes make, as (norm returned, gradients after,
     weights after). norm "global", "each" (each tensor by its own), "sum" (the sum of the
-    tensors' norms), "weights" (the weights' norm); power: of the sum of squares; coef
-    "right", "inverted" (total / max_norm above the threshold), "always" (max_norm / total
-    below it too); returned "before", "after" or "none"; target: what is scaled ("grads" or
-    "weights"); by_value: each entry clamped to [-max_norm, max_norm]."""
+    tensors' norms), "largest" (the largest tensor's norm), "l1" (sum of |g|), "inf" (the
+    largest |g|), "weights" (the weights' norm); power: of the sum of squares; coef "right",
+    "inverted" (total / max_norm above the threshold), "always" (max_norm / total below it
+    too), "unguarded" (max_norm / total, no 1e-6); returned "before", "after", "none" or
+    "factor"; target: what is scaled ("grads", "weights", or "none": the clipped gradients
+    never written back); by_value: each entry clamped to [-max_norm, max_norm]."""
     present = [g for g in grads if g is not None]
     source = weights if norm == "weights" else present
     squares = [float((x.double() ** 2).sum()) for x in source]
-    total = sum(squares) ** power if norm != "sum" else sum(math.sqrt(s) for s in squares)
+    total = {"sum": lambda: sum(math.sqrt(s) for s in squares),
+             "largest": lambda: max(map(math.sqrt, squares), default=0.0),
+             "l1": lambda: sum(float(x.double().abs().sum()) for x in source),
+             "inf": lambda: max((float(x.double().abs().max()) for x in source if x.numel()),
+                                default=0.0)}.get(norm, lambda: sum(squares) ** power)()
     dtype = present[0].dtype if present else torch.float32
 
     def factor(n):
@@ -494,6 +613,8 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
             return n / max_norm if n > max_norm else 1.0
         if coef == "always":
             return max_norm / (n + 1e-6)
+        if coef == "unguarded":  # a Python float: ZeroDivisionError on zero gradients
+            return min(1.0, max_norm / n)
         return min(1.0, max_norm / (n + 1e-6))
 
     new_grads, new_weights = [], [w.clone() for w in weights]
@@ -504,14 +625,15 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
             new_grads.append(g.clamp(-max_norm, max_norm))
         elif norm == "each":
             new_grads.append(g * factor(float(g.double().norm())))
-        elif target == "weights":
+        elif target in ("weights", "none"):
             new_grads.append(g.clone())
         else:
             new_grads.append(g * torch.tensor(factor(total), dtype=dtype))
     if target == "weights":
         new_weights = [w * torch.tensor(factor(total), dtype=w.dtype) for w in weights]
     after = math.sqrt(sum(float((g.double() ** 2).sum()) for g in new_grads if g is not None))
-    value = {"before": total, "after": after, "none": None}[returned]
+    value = {"before": total, "after": after, "none": None,
+             "factor": min(1.0, max_norm / (total + 1e-6))}[returned]
     return (value, new_grads, new_weights)
 
 
@@ -591,7 +713,26 @@ CLIP_MISTAKES = (
         "return the total norm measured BEFORE clipping, as torch.nn.utils.clip_grad_norm_ "
         "does (training logs it: a spike tells a bad batch).",
         (member(_clip_with(returned="after"), how="Returned the norm after clipping"),
-         member(_clip_with(returned="none"), how="Norm not returned")),
+         member(_clip_with(returned="none"), how="Norm not returned"),
+         member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm")),
+    ),
+    Mistake(
+        "not_written_back", "Gradients not changed: the clipped copies are thrown away",
+        "clipping acts on p.grad itself, in place, as torch.nn.utils.clip_grad_norm_ does: "
+        "p.grad.mul_(factor) (or p.grad = p.grad * factor); g = g * factor rebinds a local name "
+        "and a list of new tensors is never read by the optimizer.",
+        (_clip_with(target="none"),),
+    ),
+    Mistake(
+        "wrong_norm", "{which}, not the L2 norm",
+        "the global norm is the 2-norm of all gradients as one vector: sqrt(sum of every |g|^2) "
+        "(torch's norm_type=2.0, the default); {other}",
+        (member(_clip_with(norm="l1"), which="The L1 norm, the sum of every |g|",
+                other="the L1 norm is norm_type=1."),
+         member(_clip_with(norm="inf"), which="The largest |g| (the inf-norm)",
+                other="the largest entry is norm_type=inf."),
+         member(_clip_with(norm="largest"), which="The largest tensor's norm",
+                other="combine the tensors' norms as sqrt(sum of their squares), not max.")),
     ),
     Mistake(
         "norm_not_rooted", "Norm without the square root",
@@ -612,6 +753,14 @@ CLIP_MISTAKES = (
         (_clip_with(by_value=True),),
     ),
     Mistake(
+        "no_epsilon", "Division by zero when every gradient is 0: max_norm / norm without the "
+        "+ 1e-6",
+        "a step whose gradients are all 0 (a frozen stage, a masked batch) has norm 0: torch's "
+        "clip_grad_norm_ divides by norm + 1e-6, so the factor is min(1, max_norm / (norm + "
+        "1e-6)) and zero gradients stay 0.",
+        (_clip_with(coef="unguarded"),),
+    ),
+    Mistake(
         "no_grad_fails", "Parameters without a gradient not skipped",
         "a parameter that took no part in the loss has p.grad None (a frozen layer, an unused "
         "embedding): leave it out of the norm and the scaling.",
@@ -627,10 +776,13 @@ _CLIP_LADDER = {
                       "smaller."),
     "scaled_below": (None, "with a norm of 0.5 and max_norm 1, the gradients must not change."),
     "norm_after": (None, "return the norm you computed before changing the gradients."),
+    "not_written_back": (None, "print p.grad before and after your call, above the threshold."),
+    "wrong_norm": (None, "for one gradient [3, 4] your norm must be 5."),
     "norm_not_rooted": (None, "for one gradient [3, 4] your norm must be 5."),
     "sum_of_norms": (None, "for gradients [3] and [4] your norm must be 5, not 7."),
     "by_value": (None, "with max_norm 1 and one gradient [3, 4], the result is [0.6, 0.8]."),
     "no_grad_fails": (None, "give one parameter p.grad = None: skip it."),
+    "no_epsilon": (None, "call your clip_grad_norm on parameters whose .grad are all zeros."),
 }
 CLIP = Item(
     EXERCISE, "clip_grad_norm", reference_clip,
@@ -656,16 +808,16 @@ CLIP = Item(
 
 def _names(model, groups):
     """((sorted names of a group's parameters, its weight_decay), ...) for the groups given:
-    a name for each tensor listed (a tensor listed twice, twice)."""
+    a name for each tensor listed (a tensor listed twice, twice; a str listed as "str: " + it)."""
     named = {}
     for name, p in model.named_parameters():
         named.setdefault(id(p), name)
     result = []
     for group in groups:
         params = list(group.get("params", ())) if isinstance(group, dict) else group
-        names = sorted(named.get(id(p), "?") for p in params)
+        names = sorted(named.get(id(p), "str: " + p if isinstance(p, str) else "?") for p in params)
         result.append((tuple(names), group.get("weight_decay") if isinstance(group, dict)
-                       else None))
+                       else "not a dict"))
     return result
 
 
@@ -678,14 +830,16 @@ def _grouping(fn, args, case):
 
 
 def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
-            swapped=False, both=False, frozen=False, reversed_=False):
+            swapped=False, both=False, frozen=False, reversed_=False, unset=()):
     """param_groups with the variations mistakes make, as _names gives them. rule "linear"
     (nn.Linear weights, not embeddings), "2d" (every matrix: nanoGPT's), "all", "not_bias"
-    (every tensor whose name does not end in bias); norms: their gains decay; biases: theirs
+    (every tensor whose name does not end in bias), "linear_tied" (every nn.Linear weight, a
+    tied output's, the embedding's table, too); norms: their gains decay; biases: theirs
     decay ("all", or "linear": the linear layers' only); tied "twice": a tied embedding
     listed in both groups; swapped: the decay on the other group; both: weight_decay on both
     groups; frozen: parameters with requires_grad=False listed too; reversed_: the undecayed
-    group first (timm's param_groups_weight_decay order)."""
+    group first (timm's param_groups_weight_decay order); unset: the indices of the groups
+    given no "weight_decay" key."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     linear_biases = {id(m.bias) for m in model.modules() if isinstance(m, nn.Linear)
@@ -701,6 +855,8 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
             yes = True
         elif rule == "not_bias":
             yes = not name.endswith("bias")
+        elif rule == "linear_tied":  # every nn.Linear weight, a tied one (an embedding) too
+            yes = id(p) in linears
         else:
             yes = id(p) in linears and id(p) not in embeddings
         yes = yes or (norms and "norm" in name and name.endswith("weight")) or (
@@ -714,6 +870,8 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
     groups = [dict(params=decay, weight_decay=wd), dict(params=rest, weight_decay=wd if both else 0.0)]
     if swapped:
         groups = [dict(params=decay, weight_decay=0.0), dict(params=rest, weight_decay=wd)]
+    for i in unset:
+        del groups[i]["weight_decay"]
     return _names(model, groups[::-1] if reversed_ else groups)
 
 
@@ -732,6 +890,28 @@ def _model(kind, seed):
         return DecoderLM(DecoderLMConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, max_len=8))
     return LlamaLM(LlamaConfig.tiny(11, d_model=16, d_ff=24, n_heads=2, n_kv_heads=1,
                                    tie_output=kind == "tied"))
+
+
+def _listed_twice(case, result, expected):
+    """names_not_tensors for a result (names per group) that lists strings; tied_twice, for
+    one that lists a tensor more than once."""
+    mistakes = {m.key: m for m in GROUPS.mistakes}
+    lists = [names for names, _ in result]
+    if any(n.startswith("str: ") for names in lists for n in names):
+        return mistakes["names_not_tensors"], {}
+    if any(wd == "not a dict" for _, wd in result):
+        return mistakes["not_dicts"], {}
+    model = case.args[0]
+    for name in dict.fromkeys(n for names in lists for n in names):
+        counts = [names.count(name) for names in lists]
+        if sum(counts) > 1:
+            p = dict(model.named_parameters())[name]
+            shared = sum(q is p for _, q in model.named_parameters(remove_duplicate=False)) > 1
+            where = ("in both groups" if sum(c > 0 for c in counts) > 1 else
+                     f"twice in the {('decayed', 'other')[counts.index(max(counts))]} group")
+            what = f"The tied weight {name} (shared by two modules)" if shared else f"The tensor {name}"
+            return mistakes["tied_twice"], {"what": what, "where": where}
+    return None
 
 
 def _groups_case(kind, wd, note):
@@ -766,11 +946,42 @@ GROUPS_MISTAKES = (
         (_groups_with(biases="linear"), _groups_with(biases="all")),
     ),
     Mistake(
-        "tied_twice", "The tied output weight listed in both groups",
-        "with tie_output the output layer's weight is the embedding's tensor: each tensor goes "
-        "in one group once (torch.optim refuses a tensor in two groups), here the undecayed "
-        "one, as an embedding.",
-        (_groups_with(tied="twice"),),
+        "tied_twice", "{what} listed twice: {where}",
+        "each tensor goes in one group, once (torch.optim refuses a tensor in two groups, and "
+        "warns of one listed twice). With tie_output the output layer's weight IS the "
+        "embedding's tensor: walking model.modules() and each module's parameters lists it once "
+        "per module that holds it (and, recursing, every tensor once per enclosing module: "
+        "minGPT's configure_optimizers says so); model.parameters() and model.named_parameters() "
+        "list each tensor once (they deduplicate by identity), or keep a set of id(p) seen.",
+        (member(_groups_with(tied="twice"), what="The tied output weight (the embedding's "
+                "table)", where="in both groups"),),
+    ),
+    Mistake(
+        "tied_decayed", "The tied output weight decayed: it is the embedding's table",
+        "with tie_output the output layer's weight and the embedding's are ONE tensor: an "
+        "nn.Linear's weight, but an embedding table too, and embeddings do not decay here. "
+        "Test identity: a Linear weight that is an nn.Embedding's weight (id(p) among the "
+        "embeddings') goes in the undecayed group.",
+        (_groups_with(rule="linear_tied"),),
+    ),
+    Mistake(
+        "decay_unset", "{which} without a \"weight_decay\" key: the optimizer's default applies",
+        "a group that does not set weight_decay gets the optimizer's own (torch.optim.AdamW's "
+        "is 0.01), so the undecayed group would decay: give each group its weight_decay, "
+        "{{'params': ..., 'weight_decay': 0.0}} for the rest.",
+        (member(_groups_with(unset=(1,)), which="The undecayed group"),
+         member(_groups_with(unset=(0, 1)), which="The groups")),
+    ),
+    Mistake(
+        "not_dicts", "Lists of parameters, not parameter groups",
+        "torch.optim takes parameter groups, dicts that each hold their params and their own "
+        "settings: dict(params=[...], weight_decay=weight_decay), then dict(params=[...], "
+        "weight_decay=0.0). Bare lists carry no weight_decay: each would get the optimizer's.",
+    ),
+    Mistake(
+        "names_not_tensors", "Parameter names listed, not the parameters",
+        "an optimizer's groups hold the tensors themselves, params=[p, ...]; "
+        "named_parameters() gives (name, p) pairs: choose by the name, then list p.",
     ),
     Mistake(
         "groups_swapped", "Weight decay on the wrong group",
@@ -799,7 +1010,12 @@ _GROUPS_LADDER = {
     "norms_decayed": (None, "print the names in your first group: no 'norm' among them."),
     "biases_decayed": (None, "print the names in your first group: none ends in 'bias'."),
     "tied_twice": (None, "print len(set(map(id, all params))) next to the number you listed."),
+    "tied_decayed": (None, "print model.output.weight is model.embed.weight (or your model's "
+                     "names) and which group holds it."),
     "groups_swapped": (None, "print each group's weight_decay."),
+    "decay_unset": (None, "print [g.get('weight_decay') for g in groups]."),
+    "not_dicts": (None, "print type(groups[0]): a dict."),
+    "names_not_tensors": (None, "print type(groups[0]['params'][0]): a Parameter."),
     "frozen_included": (None, "print [p.requires_grad for p in group['params']] for each group."),
     "groups_reversed": (None, "print [g['weight_decay'] for g in groups]: the first is weight_decay."),
 }
@@ -811,7 +1027,7 @@ GROUPS = Item(
         _groups_case("tied", 0.05, "a Llama-style LM with its output tied to the embedding"),
         _groups_case("frozen", 0.1, "a Llama-style LM with every third parameter frozen"),
     ],
-    laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups",
+    laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups", explain=_listed_twice,
     formula="Put each nn.Linear's weight (not an embedding's) in a group with weight_decay, "
             "every other parameter once in a group with 0.0.",
     twins=(_groups_with(),),

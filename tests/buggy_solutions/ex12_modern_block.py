@@ -683,6 +683,74 @@ def attention_unscaled(q, k, v, past_k=None, past_v=None, base=10000.0):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=1.0)
 
 
+def _rotated(q, k, v, past_k, base):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    return rope(q, start), rope(k, start), start
+
+
+@wrong("rotary_attention.cache_half_concatenated")
+def attention_values_not_cached(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k = _cat(past_k, k)  # past_v forgotten
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.cache_wrong_axis")
+def attention_cache_on_features(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    if past_k is not None:
+        k, v = torch.cat([past_k, k], dim=3), torch.cat([past_v, v], dim=3)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.cache_returned")
+def attention_with_present(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    out = _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+    return out, (k, v)  # "present", as Hugging Face's layers return it
+
+
+def _chapter01_style(scores_to_output):
+    """rotary_attention whose attention, after the rotation and the cache, is `scores_to_output`
+    (q, k, v, allowed) written one of chapter 01's wrong ways."""
+    def rotary(q, k, v, past_k=None, past_v=None, base=10000.0):
+        q, k, start = _rotated(q, k, v, past_k, base)
+        k, v = _cat(past_k, k), _cat(past_v, v)
+        return scores_to_output(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+    return rotary
+
+
+def _softmaxed(scores, allowed):
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+attention_masked_to_zero = wrong("rotary_attention.masked_to_zero")(_chapter01_style(
+    lambda q, k, v, allowed: torch.softmax(
+        torch.where(allowed, q @ k.mT / math.sqrt(q.size(-1)), 0.0), -1) @ v))
+attention_mask_after_softmax = wrong("rotary_attention.mask_after_softmax")(_chapter01_style(
+    lambda q, k, v, allowed: (torch.softmax(q @ k.mT / math.sqrt(q.size(-1)), -1) * allowed) @ v))
+attention_scaled_after_softmax = wrong("rotary_attention.scaled_after_softmax")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(q @ k.mT, allowed) / q.size(-1) ** 0.5 @ v))
+attention_multiplied = wrong("rotary_attention.multiplied")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(q @ k.mT * math.sqrt(q.size(-1)), allowed) @ v))
+attention_scaled_by_length = wrong("rotary_attention.scaled_by_wrong_size")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(q @ k.mT / math.sqrt(k.size(-2)), allowed) @ v))
+attention_no_softmax = wrong("rotary_attention.no_softmax")(_chapter01_style(
+    lambda q, k, v, allowed: (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(~allowed, 0.0) @ v))
+attention_log_softmax = wrong("rotary_attention.log_softmax")(_chapter01_style(
+    lambda q, k, v, allowed: torch.log_softmax(
+        (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(~allowed, float("-inf")), -1) @ v))
+attention_keys_not_transposed = wrong("rotary_attention.key_not_transposed")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(torch.matmul(q, k) / math.sqrt(q.size(-1)), allowed) @ v))
+attention_mixes_keys = wrong("rotary_attention.keys_combined")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(q @ k.mT / math.sqrt(q.size(-1)), allowed) @ k))
+attention_mask_added = wrong("rotary_attention.mask_added")(_chapter01_style(
+    lambda q, k, v, allowed: torch.softmax(q @ k.mT / math.sqrt(q.size(-1)) + allowed, -1) @ v))
+attention_keys_times_queries = wrong("rotary_attention.query_key_swapped")(_chapter01_style(
+    lambda q, k, v, allowed: _softmaxed(k @ q.mT / math.sqrt(q.size(-1)), allowed) @ v))
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

@@ -34,6 +34,7 @@ from ..attention import scaled_dot_product_attention
 from ..feed_forward import SwiGLU
 from ..normalization import RMSNorm
 from ..positional import RotaryEmbedding, apply_rotary, rotary_cos_sin
+from . import ch01_attention as ch01
 from .ch04_feed_forward_and_norm import _randn
 from .comparison import close, describe, same
 from .errors import BROADCAST
@@ -747,7 +748,7 @@ ROTATE = Item(
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
                diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed="",
-               dim=-1, inverted=False):
+               dim=-1, inverted=False, based="qk", axes=(-2, -2)):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
@@ -756,22 +757,26 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     rotary_pct), the others left as they are; own_base: the base the new tokens are rotated
     with instead; fixed: "q" or "k", rotated from position 0 whatever the cache; dim: the softmax's;
     inverted: the mask's True read as hidden (a True = masked mask given to
-    scaled_dot_product_attention, whose bool attn_mask is True = may attend)."""
+    scaled_dot_product_attention, whose bool attn_mask is True = may attend); based: the side(s)
+    own_base rotates; axes: the axes the cached keys and values are concatenated on (None: that
+    one not concatenated)."""
     start = 0 if past_k is None else past_k.size(-2)
     at = max((start if offset else 0) + shift, 0)
 
-    def turn(x, at=at):
+    def turn(x, at, side):
         if rotated_dims is None:
-            return _rotate(x, at, own_base or base, pairs)
+            return _rotate(x, at, (own_base if side in based else None) or base, pairs)
         return torch.cat((_rotate(x[..., :rotated_dims], at, base, pairs), x[..., rotated_dims:]), -1)
 
-    rq = turn(q, 0 if fixed == "q" else at) if "q" in which else q
-    rk = turn(k, 0 if fixed == "k" else at) if "k" in which else k
+    rq = turn(q, 0 if fixed == "q" else at, "q") if "q" in which else q
+    rk = turn(k, 0 if fixed == "k" else at, "k") if "k" in which else k
     v = _rotate(v, at, base, pairs) if rotate_v else v
     if past_k is not None and past == "after":
         rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
     if past_k is not None and past == "before":
-        rk, v = torch.cat((past_k, rk), -2), torch.cat((past_v, v), -2)
+        key_axis, value_axis = axes
+        rk = rk if key_axis is None else torch.cat((past_k, rk), key_axis)
+        v = v if value_axis is None else torch.cat((past_v, v), value_axis)
         if rerotate:  # the cached keys rotated again, with the new ones
             rk = _rotate(torch.cat((past_k, k), -2), 0, base)
     seq, total = q.size(-2), rk.size(-2)
@@ -811,6 +816,41 @@ def _without_cache(case, error):
     return dataclasses.replace(case, kwargs=kwargs, label=case.label + " (without the cache)")
 
 
+def _through_chapter01(compute):
+    """rotary_attention with chapter 01's attention replaced by `compute` (one of its mistakes'
+    computations): q and k rotated at start, the cache concatenated, and the (seq, start + seq)
+    causal mask (True = may attend, chapter 01's convention) all right."""
+    def rotary(q, k, v, past_k=None, past_v=None, base=10000.0):
+        start = 0 if past_k is None else past_k.size(-2)
+        q, k = _rotate(q, start, base), _rotate(k, start, base)
+        if past_k is not None:
+            k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
+        return compute(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))[0]
+    if hasattr(compute, "fields"):
+        rotary.fields = compute.fields
+    return rotary
+
+
+# Chapter 01's attention mistakes that rotary_attention's attention can make as well.
+_CHAPTER01_SHARED = ("masked_to_zero", "mask_after_softmax", "scaled_after_softmax", "multiplied",
+                     "scaled_by_wrong_size", "no_softmax", "log_softmax", "keys_combined", "mask_added",
+                     "query_key_swapped", "key_not_transposed")
+
+
+def _returning_cache(form, whole):
+    """rotary_attention returning the keys and values with the output: the concatenated cache
+    (whole) or the new tokens' rotated keys and values, in a flat or a nested tuple."""
+    def compute(q, k, v, past_k=None, past_v=None, base=10000.0):
+        start = 0 if past_k is None else past_k.size(-2)
+        keys = _rotate(k, start, base)
+        values = v
+        if whole and past_k is not None:
+            keys, values = torch.cat((past_k, keys), -2), torch.cat((past_v, values), -2)
+        output = _attention(q, k, v, past_k, past_v, base)
+        return (output, keys, values) if form == "flat" else (output, (keys, values))
+    return compute
+
+
 ATTENTION_MISTAKES = (
     Mistake(
         "square_mask", "A (seq, seq) causal mask on (seq, start + seq) scores",
@@ -842,11 +882,15 @@ ATTENTION_MISTAKES = (
          member(_attention_with(fixed="k"), which="The new keys", which_lower="keys")),
     ),
     Mistake(
-        "base_ignored", "base ignored: the new tokens rotated with {base}",
-        "rotate with the argument base, RotaryEmbedding(d_head, base): the cached keys were "
+        "base_ignored", "base ignored: {who} rotated with {base}",
+        "rotate with the argument base, RotaryEmbedding(d_head, base){both}: the cached keys were "
         "rotated with it (Llama 3 uses 500,000), and a new key turned with another base no longer "
         "lines up with them.",
-        (member(_attention_with(own_base=10000.0), base="the default 10000"),),
+        tuple(member(_attention_with(own_base=10000.0, based=side), base="the default 10000",
+                     who=who, both=both) for side, who, both in (
+            ("qk", "the new tokens", ""),
+            ("q", "the new queries", ", for the queries as for the keys"),
+            ("k", "the new keys", ", for the keys as for the queries"))),
     ),
     Mistake(
         "cache_rotated_again", "Cached keys rotated again",
@@ -923,7 +967,9 @@ ATTENTION_MISTAKES = (
         "lengths, so the scale is chapter 01's.",
         tuple(member(_attention_with(scale=f), which=which) for f, which in (
             (lambda d: 1.0, "nothing"), (lambda d: d, "d_head"),
-            (lambda d: d ** 0.25, "the fourth root of d_head"))),
+            (lambda d: d ** 0.25, "the fourth root of d_head")))
+        + (member(_through_chapter01(ch01._with(scale=lambda q, k, v: math.sqrt(
+            q.size(-3) * q.size(-1)))), which="sqrt(heads * d_head), the model's width d_model"),),
     ),
     Mistake(
         "no_causal_mask", "No causal mask{when}",
@@ -962,7 +1008,39 @@ ATTENTION_MISTAKES = (
         (_attention_with(inverted=True),
          lambda *a, **kw: _attention_with(inverted=True)(*a, **kw).nan_to_num(0.0)),
     ),
-)
+    Mistake(
+        "cache_half_concatenated", "Cached {what} not concatenated: {how}",
+        "the cache holds the earlier positions' keys AND values: concatenate both, "
+        "torch.cat((past_k, k), dim=-2) and torch.cat((past_v, v), dim=-2), so that the "
+        "weights over the start + seq keys meet start + seq values.",
+        (member(_attention_with(axes=(-2, None)), what="values",
+                how="the weights over start + seq keys meet only the seq new values"),
+         member(_attention_with(axes=(None, -2)), what="keys",
+                how="the new queries score only the seq new keys, against start + seq values")),
+    ),
+    Mistake(
+        "cache_wrong_axis", "The cache concatenated on the {axis} axis, not the positions",
+        "past_k and k are (batch, heads, positions, d_head): the cache adds POSITIONS, "
+        "torch.cat((past_k, k), dim=-2) (and the same for the values); on dim={dim} the "
+        "{axis} axis grows instead{which}.",
+        tuple(member(_attention_with(axes=axes), axis=axis, dim=dim, which=which)
+              for dim, axis in ((-1, "feature"), (1, "heads"), (0, "batch"))
+              for axes, which in (((dim, dim), ""), ((dim, -2), " (the keys')"),
+                                  ((-2, dim), " (the values')"))),
+    ),
+    Mistake(
+        "cache_returned", "The cache returned with the output: {what}",
+        "rotary_attention returns the attention's output alone, (batch, heads, seq, d_head); "
+        "the layer that calls it keeps the cache: return the output, not a tuple with the keys "
+        "and values (Hugging Face's attention layers return (output, past_key_value); this "
+        "function is the attention inside).",
+        tuple(member(_returning_cache(form, whole), what=what) for form, whole, what in (
+            ("flat", True, "(output, keys, values)"), ("nested", True, "(output, (keys, values))"),
+            ("flat", False, "(output, k, v), the new tokens' keys and values"),
+            ("nested", False, "(output, (k, v)), the new tokens' keys and values"))),
+    ),
+) + tuple(dataclasses.replace(m, computes=tuple(_through_chapter01(c) for c in m.computes))
+          for m in ch01.MISTAKES if m.key in _CHAPTER01_SHARED)
 
 _ATTENTION_LADDER = {
     "square_mask": (None, "print your mask's shape next to the scores' for 2 new tokens after 3 "
@@ -998,6 +1076,11 @@ _ATTENTION_LADDER = {
     "softmax_wrong_axis": (None, "print your weights' sum over the last axis: 1 for every query."),
     "mask_inverted": (None, "print your mask for 2 new tokens after 3 cached ones: which entries "
                       "are True, the keys a query may read or the ones it may not?"),
+    "cache_half_concatenated": (None, "print k.shape and v.shape after your concatenation: "
+                                "both (batch, heads, start + seq, d_head)."),
+    "cache_wrong_axis": (None, "print k.shape after your concatenation, for 2 new tokens after 3 "
+                         "cached ones: (batch, heads, 5, d_head)."),
+    "cache_returned": (None, "print type(...) of what you return: a torch.Tensor."),
     "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
                          "scores must not change."),
 }

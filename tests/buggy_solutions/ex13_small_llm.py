@@ -275,6 +275,43 @@ def adamw_l2_and_decoupled(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.
                          eps)
     return param * (1 - lr * weight_decay) - update, m, v
 
+
+@wrong("adamw_step.decay_constant")
+def adamw_decay_forgets_param(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param - lr * weight_decay - update, m, v  # the decay's "* param" forgotten
+
+
+@wrong("adamw_step.correction_misplaced")
+def adamw_v_corrected_after_root(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                 eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad**2
+    denom = v.sqrt() / (1 - beta2**step) + eps
+    return param * (1 - lr * weight_decay) - lr * m / (1 - beta1**step) / denom, m, v
+
+
+@wrong("adamw_step.moment_betas")
+def adamw_second_moment_with_beta1(param, grad, exp_avg, exp_avg_sq, step, lr,
+                                   betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta1 * exp_avg_sq + (1 - beta1) * grad**2  # the line above, copied
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.state_changes")
+def adamw_counting_its_own_steps(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                 eps=1e-8, weight_decay=1e-2):
+    global _ADAMW_CALLS
+    _ADAMW_CALLS = globals().get("_ADAMW_CALLS", 0) + 1  # "one optimizer": its own step count
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, _ADAMW_CALLS, lr, betas, eps)
+    return param * (1 - lr * weight_decay) - update, m, v
+
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 

@@ -59,7 +59,8 @@ _STREAM_SECTION = (_NB, "Streaming: hold back the bytes of a cut character")
 def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay="before",
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
-           sign=-1, python_step=False, amsgrad=False, stored="raw"):
+           sign=-1, python_step=False, amsgrad=False, stored="raw", ema_beta=(0, 1),
+           bc_beta=(0, 1), bc_outside=False, bc_power=1.0):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -72,9 +73,16 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     (a ZeroDivisionError where the correction is 0); amsgrad: v the max of the old and the new
     (torch's amsgrad=True); eps_at "after": lr * m_hat / sqrt(v_hat) + eps (the division first);
     stored "corrected": m_hat and v_hat returned as the state, "swapped": (param, v, m); l2
-    "both": the L2 term and the decoupled decay."""
+    "both": the L2 term and the decoupled decay ("decayed": the L2 term of the decayed weight);
+    decay "constant": lr * wd subtracted, not lr * wd * param; ema_beta, bc_beta: which of
+    (beta1, beta2) m's and v's averages, and their corrections, use; bc_outside: v's correction
+    divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power)."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
-    if l2:
+    pair = (beta1, beta2)
+    if l2 == "decayed":
+        p = p * (1 - lr * wd)
+        g = g + wd * p
+    elif l2:
         g = g + wd * p
     if ema == "plain":
         m_new, v_new = beta1 * m + g, beta2 * v + g * g
@@ -82,14 +90,17 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         m_new, v_new = (1 - beta1) * m + beta1 * g, (1 - beta2) * v + beta2 * g * g
     else:
         g2 = g.abs() if square == "abs" else g * g
-        m_new, v_new = m.lerp(g, 1 - beta1), v.mul(beta2).add(g2, alpha=1 - beta2)
+        b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
+        m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
     if amsgrad:
         v_new = torch.maximum(v, v_new)
     mm, vv = (m, v) if old else (m_new, v_new)
     t = step + shift
-    bc1 = 1 - beta1**t if "m" in correct else 1.0
-    bc2 = 1 - beta2**t if "v" in correct else 1.0
-    if eps_at == "inside":
+    bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
+    bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
+    if bc_outside:
+        denom = vv**power / bc2 + eps
+    elif eps_at == "inside":
         denom = (vv / bc2 + eps) ** power
     elif eps_at == "uncorrected":
         denom = (vv**power + eps) / bc2**power
@@ -104,6 +115,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     scale = lr if decay_scale is None else decay_scale(lr, bc1)
     if decay == "before" and l2 in (False, "both"):
         p = p * (1 - scale * wd)
+    if decay == "constant":
+        p = p - scale * wd
     p = p + sign * update
     if decay == "after" and not l2:
         p = p * (1 - scale * wd)
@@ -168,7 +181,15 @@ ADAMW_MISTAKES = (
         "AdamW's decay is the decoupled one only, param * (1 - lr * weight_decay); adding "
         "weight_decay * param to the gradient as well (Adam's L2, torch.optim.Adam(weight_decay="
         "...)) decays a second time, through m / sqrt(v).",
-        (_adamw_with(l2="both"),),
+        (_adamw_with(l2="both"), _adamw_with(l2="decayed")),
+    ),
+    Mistake(
+        "decay_constant", "Weight decay subtracted as a constant, lr * weight_decay, not "
+        "lr * weight_decay * param",
+        "the decay shrinks each weight in proportion to itself: param - lr * weight_decay * "
+        "param = param * (1 - lr * weight_decay); a constant lr * weight_decay moves every "
+        "weight down by the same amount, the positive and the negative ones alike.",
+        (_adamw_with(decay="constant"),),
     ),
     Mistake(
         "decay_scale", "Weight decay scaled by {which}, not by lr",
@@ -201,6 +222,31 @@ ADAMW_MISTAKES = (
         "1 - beta2^step with step as given (at step 1: 1 - beta1 and 1 - beta2, never 0).",
         tuple(member(_adamw_with(shift=s, python_step=py), how=h) for s, py, h in (
             (-1, False, "0 (step - 1)"), (-1, True, "0 (step - 1)"), (1, False, "2 (step + 1)"))),
+    ),
+    Mistake(
+        "correction_misplaced", "Bias corrections {how}",
+        "m_hat = m / (1 - beta1^step) and v_hat = v / (1 - beta2^step), each moment by the "
+        "correction of its own beta, and the step is m_hat / (sqrt(v_hat) + eps): v's "
+        "correction under the root, as in torch.optim.AdamW ((sqrt(v) / sqrt(1 - beta2^step)) "
+        "+ eps).",
+        tuple(member(_adamw_with(**bug), how=how) for bug, how in (
+            ({"bc_outside": True}, "misplaced: v's divides sqrt(v), not v: sqrt(v) / "
+                                   "(1 - beta2^step)"),
+            ({"bc_beta": (1, 0)}, "swapped: m divided by 1 - beta2^step and v by 1 - beta1^step"),
+            ({"bc_beta": (0, 0)}, "both made with beta1: v divided by 1 - beta1^step"),
+            ({"bc_beta": (1, 1)}, "both made with beta2: m divided by 1 - beta2^step"),
+            ({"bc_power": 0.5}, "misplaced: m's under a square root, m / sqrt(1 - beta1^step)"),
+            ({"bc_power": -1.0}, "multiplied, not divided: m * (1 - beta1^step)"))),
+    ),
+    Mistake(
+        "moment_betas", "{which}",
+        "m = beta1 * m + (1 - beta1) * grad averages the gradients with beta1 (0.9), v = beta2 * "
+        "v + (1 - beta2) * grad^2 their squares with beta2 (0.999): each line its own beta (a "
+        "copied line keeps the other's).",
+        tuple(member(_adamw_with(ema_beta=b), which=w) for b, w in (
+            ((0, 0), "v averaged with beta1, not beta2"),
+            ((1, 1), "m averaged with beta2, not beta1"),
+            ((1, 0), "m averaged with beta2 and v with beta1"))),
     ),
     Mistake(
         "eps_inside", "eps inside the square root",
@@ -324,6 +370,11 @@ _ADAMW_LADDER = {
     "moments_swapped": (None, "print the order of the tensors you return."),
     "state_corrected": (None, "at step 1 with zero moments, exp_avg must be (1 - beta1) * grad."),
     "float32_out": (None, "print the dtype of each result for a float64 param: float64."),
+    "decay_constant": (None, "with grad = 0, both moments 0 and a param of -1: your param must "
+                       "move towards 0, up."),
+    "correction_misplaced": (None, "at step 1 with zero moments and weight_decay = 0, each "
+                             "entry's step must be lr * sign(grad), about."),
+    "moment_betas": (None, "print the beta each of your two moment lines multiplies by."),
 }
 ADAMW = Item(
     EXERCISE, "adamw_step", reference_adamw,

@@ -56,6 +56,7 @@ class Snapshot:
         module = sys.modules.get(name) if name else None
         self.names = vars(module) if module is not None else getattr(target, "__globals__", {})
         self.values, self.defaults, self.cached, self.attributes = {}, {}, [], {}
+        self.keys = set(self.names)  # a variable a call adds (global counter = ...) is state too
         for key, value in list(self.names.items()):
             if key.startswith("__") or isinstance(value, types.ModuleType):
                 continue
@@ -73,10 +74,16 @@ class Snapshot:
                 self.attributes[key] = (value, {k: _copy(v) for k, v in vars(value).items()
                                                 if isinstance(v, _KEPT)})
 
+    def _added(self) -> list[str]:
+        """The module's variables that calls created (a counter made with `global`)."""
+        return [k for k, v in list(self.names.items()) if k not in self.keys
+                and not k.startswith("__") and not isinstance(v, _NOT_STATE)]
+
     def changed(self) -> list[str]:
         """What differs from the snapshot, in the learner's words."""
         found = [f"the module's `{k}`" for k, v in self.values.items()
                  if k in self.names and not _same(self.names[k], v)]
+        found += [f"the module's `{k}` (made by a call)" for k in self._added()]
         for key, (function, defaults, kwdefaults, attributes) in self.defaults.items():
             if not _same(function.__defaults__, defaults) or not _same(function.__kwdefaults__, kwdefaults):
                 found.append(f"the default arguments of `{key}`")
@@ -92,6 +99,8 @@ class Snapshot:
         """Put the state back as it was (fresh copies: it can be put back again)."""
         for key, value in self.values.items():
             self.names[key] = _copy(value)
+        for key in self._added():
+            del self.names[key]
         for function, defaults, kwdefaults, attributes in self.defaults.values():
             function.__defaults__, function.__kwdefaults__ = _copy(defaults), _copy(kwdefaults)
             for added in set(function.__dict__) - set(attributes):  # a cache made by a call
@@ -113,6 +122,9 @@ def fail_if_unrepeatable(item, obj, case, result, name) -> None:
         return
     again = call(item._run, obj, clone(case.args), case, seed=case.seed)
     kept = snapshot.changed()
+    if kept and again.error is None and safely(compare, again.value, result):
+        # the state may have been put back since `result` (a counter counting again): once more
+        again = call(item._run, obj, clone(case.args), case, seed=case.seed)
     if kept and again.error is None and not safely(compare, again.value, result):
         STATE_CHANGES.fail(item._details(case), name=name, label=case.label, kept=" and ".join(kept))
 

@@ -312,6 +312,15 @@ def adamw_counting_its_own_steps(param, grad, exp_avg, exp_avg_sq, step, lr, bet
     return param * (1 - lr * weight_decay) - update, m, v
 
 
+@wrong("adamw_step.l2_and_decoupled")
+def adamw_l2_of_the_decayed_weight(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                   eps=1e-8, weight_decay=1e-2):
+    param = param * (1 - lr * weight_decay)
+    update, m, v = _adam(param, grad + weight_decay * param, exp_avg, exp_avg_sq, step, lr, betas,
+                         eps)
+    return param - update, m, v
+
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -609,6 +618,26 @@ def clip_by_l1(parameters, max_norm):
     for g in grads:
         g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
     return total
+
+
+@wrong("clip_grad_norm.norm_combined")
+def clip_norms_summed_unsquared(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.stack([g.norm() for g in grads]).sum().sqrt()  # the ** 2 forgotten
+    for g in grads:
+        g.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
+
+
+@wrong("clip_grad_norm.norm_combined")
+def clip_sums_squared(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.tensor(0.0)
+    norm = sum(g.sum() ** 2 for g in grads) ** 0.5
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (float(norm) + 1e-6)))
+    return norm
 
 
 # ------------------------------------------------------------------------- param_groups

@@ -644,7 +644,9 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
     """clip_grad_norm with the variations mistakes make, as (norm returned, gradients after,
     weights after). norm "global", "each" (each tensor by its own), "sum" (the sum of the
     tensors' norms), "largest" (the largest tensor's norm), "l1" (sum of |g|), "inf" (the
-    largest |g|), "weights" (the weights' norm); power: of the sum of squares; coef "right",
+    largest |g|), "weights" (the weights' norm), "root_of_norms" (sqrt of the sum of the
+    tensors' norms), "mean_squares" (the squared norms averaged over the tensors), "rms" (over
+    the entries), "sum_squared" (each tensor's sum squared); power: of the sum of squares; coef "right",
     "inverted" (total / max_norm above the threshold), "always" (max_norm / total below it
     too), "unguarded" (max_norm / total, no 1e-6); returned "before", "after", "none" or
     "factor"; target: what is scaled ("grads", "weights", or "none": the clipped gradients
@@ -653,6 +655,10 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
     source = weights if norm == "weights" else present
     squares = [float((x.double() ** 2).sum()) for x in source]
     total = {"sum": lambda: sum(math.sqrt(s) for s in squares),
+             "root_of_norms": lambda: sum(math.sqrt(s) for s in squares) ** 0.5,
+             "mean_squares": lambda: (sum(squares) / max(1, len(squares))) ** 0.5,
+             "rms": lambda: (sum(squares) / max(1, sum(x.numel() for x in source))) ** 0.5,
+             "sum_squared": lambda: sum(float(x.double().sum()) ** 2 for x in source) ** 0.5,
              "largest": lambda: max(map(math.sqrt, squares), default=0.0),
              "l1": lambda: sum(float(x.double().abs().sum()) for x in source),
              "inf": lambda: max((float(x.double().abs().max()) for x in source if x.numel()),
@@ -768,10 +774,13 @@ CLIP_MISTAKES = (
          member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm")),
     ),
     Mistake(
-        "not_written_back", "Gradients not changed: the clipped copies are thrown away",
+        "not_written_back", "Gradients not changed above the threshold: the clipped copies "
+        "thrown away, or a factor kept at 1",
         "clipping acts on p.grad itself, in place, as torch.nn.utils.clip_grad_norm_ does: "
         "p.grad.mul_(factor) (or p.grad = p.grad * factor); g = g * factor rebinds a local name "
-        "and a list of new tensors is never read by the optimizer.",
+        "and a list of new tensors is never read by the optimizer. And the factor is min(1, "
+        "max_norm / (norm + 1e-6)), below 1 above the threshold: max(1, ...) (or clamp(min=1)) "
+        "never clips.",
         (_clip_with(target="none"),),
     ),
     Mistake(
@@ -796,6 +805,23 @@ CLIP_MISTAKES = (
         "the global norm treats all gradients as one long vector: sqrt(sum over tensors of "
         "|g|^2), which is sqrt of the sum of SQUARED per-tensor norms, not their sum.",
         (_clip_with(norm="sum"),),
+    ),
+    Mistake(
+        "norm_combined", "{which}",
+        "the global norm is sqrt(sum of every gradient's squared entries): square each entry, "
+        "sum over every entry of every tensor, then one square root (torch.nn.utils."
+        "clip_grad_norm_: the 2-norm of the tensors' 2-norms). {why}",
+        tuple(member(_clip_with(norm=n), which=w, why=y) for n, w, y in (
+            ("root_of_norms", "The tensors' norms summed without squaring them: sqrt(sum of "
+             "norms)", "The per-tensor norms are squared before the sum: sqrt(sum of norm^2)."),
+            ("mean_squares", "The squared norms averaged over the tensors, not summed",
+             "Every tensor adds its squares: a sum, not a mean (the same parameters on every rank "
+             "would be an all-reduce's sum too)."),
+            ("rms", "The mean of the squared entries, not their sum (an RMS, not a norm)",
+             "Dividing by the number of entries makes a norm that shrinks with the model's size."),
+            ("sum_squared", "Each tensor's sum squared, not the sum of its squares",
+             "(sum g)^2 lets positive and negative entries cancel: g.pow(2).sum(), not "
+             "g.sum().pow(2).")))
     ),
     Mistake(
         "by_value", "Clipped by value, not by norm",
@@ -832,6 +858,7 @@ _CLIP_LADDER = {
     "norm_not_rooted": (None, "for one gradient [3, 4] your norm must be 5."),
     "sum_of_norms": (None, "for gradients [3] and [4] your norm must be 5, not 7."),
     "by_value": (None, "with max_norm 1 and one gradient [3, 4], the result is [0.6, 0.8]."),
+    "norm_combined": (None, "for gradients [3] and [-4] your norm must be 5: print it."),
     "no_grad_fails": (None, "give one parameter p.grad = None: skip it."),
     "no_epsilon": (None, "call your clip_grad_norm on parameters whose .grad are all zeros."),
 }
@@ -844,6 +871,7 @@ CLIP = Item(
         _clip_case(3, [(3, 2), (4,), (2, 2)], 1.0, 1.0, zero=True, none=(1,),
                    note=" (all gradients 0)"),
         _clip_case(4, [(3, 3), (5,), (2, 3)], 3.0, 2.0, none=(1,), dtype=torch.float64),
+        _clip_case(5, [(2, 2), (3,)], 1.0, 1.0, none=(0, 1), note=" (no parameter has a gradient)"),
     ],
     laddered(CLIP_MISTAKES, _CLIP_LADDER), same=_clip_same, what="result",
     formula="Compute n = sqrt(sum of every gradient's squared entries), multiply every gradient "

@@ -478,6 +478,28 @@ def cosine_floor_divided_warmup(step, warmup, total_steps, min_ratio=0.0):
         return float(step // warmup)
     return _decay(step, warmup, total_steps, min_ratio)
 
+@wrong("cosine_lr.warmup_floored")
+def cosine_floor_everywhere(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return max(min_ratio, step / warmup)  # "never below the floor"
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.endless_warmup")
+def cosine_no_decay_stays_warm(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup or warmup == total_steps:  # "no decay: only the warm-up"
+        return step / warmup
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.decay_off_by_one")
+def cosine_counts_both_ends(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / (total_steps - warmup + 1))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
 # ------------------------------------------------------------------------- clip_grad_norm
 
 

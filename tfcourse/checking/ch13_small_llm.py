@@ -404,7 +404,8 @@ ADAMW = Item(
 
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
-            divide_first=False, unguarded=False, decay_shift=0, shape="cosine", floordiv=False):
+            divide_first=False, unguarded=False, decay_shift=0, shape="cosine", floordiv=False,
+            span_extra=0, endless_warmup=False):
     """cosine_lr with the variations mistakes make: warm_shift (step + shift) / warmup;
     warm_extra: warmup + extra in the denominator; floor "scaled" (r + (1 - r) c), "none"
     (to 0), "added" (r + c), "clamped" (max(r, c)), "unshifted" ((1 - r) c, r never added),
@@ -416,7 +417,10 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     unguarded: (step - warmup) / (total - warmup) without max(1, ...) (ZeroDivisionError when
     warmup = total); decay_shift: added to the decay's step count (-1: one step late); shape:
     of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2));
-    floordiv: the progress by //."""
+    floordiv: the progress by //; span_extra: added to the decay's length; warm "floored":
+    max(r, step / warmup); endless_warmup: warmup = total_steps kept in the warm-up branch."""
+    if endless_warmup and warmup == total:
+        return step / warmup
     if divide_first:
         ratio = step / warmup
         if step <= warmup:
@@ -428,10 +432,13 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
             return r + (1 - r) * step / warmup
         if warm == "floordiv":
             return float(step // warmup)
+        if warm == "floored":
+            return max(r, step / warmup)
         return min(1.0, (step + warm_shift) / (warmup + warm_extra))
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
         else total
+    length = max(1, length + span_extra) if span_extra else length
     progress = (step - begin) // length if floordiv else (step - begin + decay_shift) / length
     if clamp == "min":
         progress = min(1.0, progress)
@@ -529,7 +536,26 @@ COSINE_MISTAKES = (
         "warmup), 1 / (total_steps - warmup) at step warmup + 1 and 1 at total_steps.",
         (member(_all_cosine(decay_shift=-1), how="one step late, progress counted from warmup + 1 "
                 "(the peak held two steps)"),
-         member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1")),
+         member(_all_cosine(decay_shift=1), how="one step early, progress counted from warmup - 1"),
+         member(_all_cosine(span_extra=1), how="progress divided by total_steps - warmup + 1 "
+                "(both ends counted): the floor never reached"),
+         member(_all_cosine(span_extra=-1), how="progress divided by total_steps - warmup - 1: "
+                "the floor reached one step early")),
+    ),
+    Mistake(
+        "warmup_floored", "The floor applied during the warm-up too: max(min_ratio, step / warmup)",
+        "min_ratio is the floor of the DECAY: the warm-up climbs from step / warmup (1 / warmup "
+        "at step 1), whatever min_ratio is; a max(min_ratio, ...) around the whole schedule "
+        "lifts the first warm-up steps to the floor.",
+        (_all_cosine(warm="floored"),),
+    ),
+    Mistake(
+        "endless_warmup", "warmup = total_steps kept in the warm-up: past the end the factor "
+        "climbs above 1",
+        "with no decay (warmup = total_steps) the warm-up still ends at warmup: after it the "
+        "factor is the floor (progress clamped to 1), never step / warmup > 1. Guard the "
+        "division instead: max(1, total_steps - warmup).",
+        (_all_cosine(endless_warmup=True),),
     ),
     Mistake(
         "integer_division", "Integer division: {how}",
@@ -588,6 +614,9 @@ _COSINE_LADDER = {
     "full_cosine": (None, "print your factor half way through the decay: (1 + min_ratio) / 2."),
     "no_warmup": (None, "print your factor at step 1 with warmup=10: 0.1."),
     "zero_division": (None, "call cosine_lr(1, 0, 10) and cosine_lr(6, 5, 5)."),
+    "warmup_floored": (None, "print your factor at step 1 with warmup=10, min_ratio=0.5: 0.1."),
+    "endless_warmup": (None, "print your factor at step 6 with warmup = total_steps = 5: the "
+                       "floor, min_ratio."),
     "warmup_from_floor": (None, "print your factor at step 1 with warmup=10, min_ratio=0.1: "
                           "0.1, the same as with min_ratio=0."),
 }
@@ -605,6 +634,9 @@ COSINE = Item(
                      "warmup 1 and warmup 0"),
         _cosine_case([(1, 5, 5, 0.1), (5, 5, 5, 0.1), (6, 5, 5, 0.1)],
                      "warmup = total_steps = 5 (no decay), steps 1, 5, 6"),
+        _cosine_case([(s, 10, 30, 0.5) for s in (1, 2, 4, 10, 20, 30)],
+                     "warmup=10, total_steps=30, min_ratio=0.5 (the floor above the warm-up's "
+                     "first steps)"),
     ],
     laddered(COSINE_MISTAKES, _COSINE_LADDER), same=_same_rates, what="factors",
     show=_first_wrong_rate,

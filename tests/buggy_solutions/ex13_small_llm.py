@@ -777,6 +777,33 @@ def groups_as_lists(model, weight_decay):
     trained = [p for p in model.parameters() if p.requires_grad]
     return [[p for p in trained if id(p) in linear], [p for p in trained if id(p) not in linear]]
 
+@wrong("param_groups.groups_differ")
+def groups_every_matrix_but_embeddings(model, weight_decay):
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay, rest = [], []
+    for p in model.parameters():
+        if p.requires_grad:  # mmengine-like: every matrix decays (convolutions too), tables not
+            (decay if p.dim() >= 2 and id(p) not in tables else rest).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=rest, weight_decay=0.0)]
+
+
+@wrong("param_groups.groups_differ")
+def groups_by_known_layers(model, weight_decay):
+    decay, rest = [], []
+    for module in model.modules():  # the layer types this author knew
+        if isinstance(module, nn.Linear):
+            decay.append(module.weight)
+            rest += [module.bias] if module.bias is not None else []
+        elif isinstance(module, (nn.Embedding, nn.LayerNorm)):
+            rest += list(module.parameters(recurse=False))
+    seen, groups = set(), []
+    for params, wd in ((decay, weight_decay), (rest, 0.0)):
+        kept = [p for p in params if p.requires_grad and id(p) not in seen]
+        seen |= set(map(id, kept))
+        groups.append(dict(params=kept, weight_decay=wd))
+    return groups
+
+
 # ----------------------------------------------------------------------------- TextStream
 
 

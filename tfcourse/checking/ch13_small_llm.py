@@ -990,8 +990,34 @@ def _groups_with(**bug):
     return lambda model, wd: _groups(model, wd, **bug)
 
 
+class _OwnRMSNorm(nn.Module):
+    """A norm of the model's own class (not nn.RMSNorm or nn.LayerNorm): a gain, 1-D."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+
+class _MixedModel(nn.Module):
+    """What a rule written for Llama's layers may sort wrong: a convolution, bare nn.Parameters
+    (a 1-D scale, a 2-D table of positions), a norm of the model's own class, an embedding
+    named wte, a Linear named embed_proj (no embedding) and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(11, 8)
+        self.conv = nn.Conv1d(8, 8, 3, padding=1)
+        self.scale = nn.Parameter(torch.ones(8))
+        self.pos = nn.Parameter(torch.zeros(4, 8))
+        self.ln = _OwnRMSNorm(8)
+        self.embed_proj = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 11, bias=False)
+
+
 def _model(kind, seed):
     torch.manual_seed(seed)
+    if kind == "mixed":
+        return _MixedModel()
     if kind == "frozen":  # every third tensor frozen: matrices, gains and the embedding among them
         model = _model("untied", seed)
         for p in list(model.parameters())[::3]:
@@ -1022,7 +1048,54 @@ def _listed_twice(case, result, expected):
                      f"twice in the {('decayed', 'other')[counts.index(max(counts))]} group")
             what = f"The tied weight {name} (shared by two modules)" if shared else f"The tensor {name}"
             return mistakes["tied_twice"], {"what": what, "where": where}
-    return None
+    return _misplaced(case, result, expected)
+
+
+def _kind_of(model, name):
+    """What the parameter `name` is, in the words of the rule: (kind, its module's class)."""
+    module_name, _, local = name.rpartition(".")
+    owner = model.get_submodule(module_name)
+    if isinstance(owner, nn.Embedding):
+        return "Embedding tables", "nn.Embedding"
+    embedded = any(isinstance(m, nn.Embedding) and m.weight is getattr(owner, local)
+                   for m in model.modules())
+    if isinstance(owner, nn.Linear) and local == "weight":
+        return ("The tied output weight" if embedded else "nn.Linear weights"), "nn.Linear"
+    if local == "bias":
+        return "Biases", type(owner).__name__
+    if isinstance(owner, nn.modules.conv._ConvNd):
+        return "Convolution kernels", type(owner).__name__
+    if "norm" in type(owner).__name__.lower():
+        return "Norms' gains", type(owner).__name__
+    if not module_name or not any(isinstance(owner, t) for t in (nn.Linear, nn.Embedding)):
+        return "Bare nn.Parameters (of no standard layer)", type(owner).__name__
+    return "Parameters", type(owner).__name__
+
+
+def _misplaced(case, result, expected):
+    """groups_differ: the parameters a result (names per group) puts in the other group, in no
+    group, or lists where the reference does not, said by kind (a convolution's kernel, a
+    norm's gain of the model's own class, a bare nn.Parameter, ...) and by name."""
+    model = case.args[0]
+    if len(result) != 2 or len(expected) != 2:
+        return None
+    mine, want = [set(names) for names, _ in result], [set(names) for names, _ in expected]
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    found = []
+    for names, how in ((mine[0] & want[1], "decayed"), (mine[1] & want[0], "not decayed"),
+                       ((want[0] | want[1]) - mine[0] - mine[1], "in no group"),
+                       ((mine[0] | mine[1]) - want[0] - want[1] - {"?"}, "listed")):
+        kinds = {}
+        for name in sorted(names):
+            kind, owner = (("Frozen parameters (requires_grad=False)", "frozen")
+                           if name not in trained else _kind_of(model, name))
+            kinds.setdefault(kind, []).append(f"{name} ({owner})")
+        found += [f"{kind} {how}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+                  for kind, names in kinds.items()]
+    if not found:
+        return None
+    mistakes = {m.key: m for m in GROUPS.mistakes}
+    return mistakes["groups_differ"], {"which": "; ".join(found)}
 
 
 def _groups_case(kind, wd, note):
@@ -1107,6 +1180,14 @@ GROUPS_MISTAKES = (
         (_groups_with(frozen=True),),
     ),
     Mistake(
+        "groups_differ", "{which}",
+        "each trained parameter goes in exactly one group: the weights of nn.Linear layers (not "
+        "one that is an embedding's table) with weight_decay, EVERY other one with 0.0: norms' "
+        "gains of any class, biases, embedding tables, convolution kernels, parameters of no "
+        "standard layer. Walk model.named_parameters() (each tensor once, whatever module holds "
+        "it) and test what owns it, not a list of layer types or the names' spelling.",
+    ),
+    Mistake(
         "groups_reversed", "The groups in the other order: the undecayed group first",
         "the first group holds the decayed weights (weight_decay), the second the rest (0.0): "
         "code that reads groups[0] as the decayed one (a schedule, a log) depends on the order.",
@@ -1129,6 +1210,8 @@ _GROUPS_LADDER = {
     "names_not_tensors": (None, "print type(groups[0]['params'][0]): a Parameter."),
     "frozen_included": (None, "print [p.requires_grad for p in group['params']] for each group."),
     "groups_reversed": (None, "print [g['weight_decay'] for g in groups]: the first is weight_decay."),
+    "groups_differ": (None, "for each name in model.named_parameters(), print the class of the "
+                      "module that holds it and the group you put it in."),
 }
 GROUPS = Item(
     EXERCISE, "param_groups", reference_groups,
@@ -1137,6 +1220,8 @@ GROUPS = Item(
         _groups_case("gpt", 0.1, "chapter 09's LM (LayerNorm, biases, learned positions)"),
         _groups_case("tied", 0.05, "a Llama-style LM with its output tied to the embedding"),
         _groups_case("frozen", 0.1, "a Llama-style LM with every third parameter frozen"),
+        _groups_case("mixed", 0.1, "a model with a Conv1d, bare nn.Parameters, a norm of its own "
+                     "class, an embedding named wte and a Linear named embed_proj"),
     ],
     laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups", explain=_listed_twice,
     formula="Put each nn.Linear's weight (not an embedding's) in a group with weight_decay, "

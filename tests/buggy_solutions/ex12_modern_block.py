@@ -751,6 +751,37 @@ attention_keys_times_queries = wrong("rotary_attention.query_key_swapped")(_chap
     lambda q, k, v, allowed: _softmaxed(k @ q.mT / math.sqrt(q.size(-1)), allowed) @ v))
 
 
+def _rope(x, positions, base, exponents=None):
+    """x rotated (halves) at `positions`, theta_i = base ** -(exponents / d)."""
+    d = x.size(-1)
+    exponents = torch.arange(0, d, 2, dtype=torch.float64) if exponents is None else exponents
+    freqs = torch.outer(positions.double(), base ** -(exponents / d))
+    c, s = torch.cat((freqs, freqs), -1).cos().to(x.dtype), torch.cat((freqs, freqs), -1).sin().to(x.dtype)
+    return x * c + torch.cat((-x[..., d // 2:], x[..., :d // 2]), -1) * s
+
+
+@wrong("rotate.positions_to_seq")
+def rotate_arange_to_seq(x, start=0, base=10000.0, pairs="halves"):
+    if pairs != "halves":
+        return RotaryEmbedding(x.size(-1), base, pairs)(x, start)
+    return _rope(x, torch.arange(start, x.size(-2)), base)  # a slice's bounds
+
+
+@wrong("rotate.seq_from_axis_2")
+def rotate_seq_from_shape_2(x, start=0, base=10000.0, pairs="halves"):
+    if pairs != "halves":
+        return RotaryEmbedding(x.size(-1), base, pairs)(x, start)
+    return _rope(x, torch.arange(start, start + x.shape[2]), base)  # (batch, heads, seq, d) assumed
+
+
+@wrong("rotate.wrong_exponent")
+def rotate_odd_exponents(x, start=0, base=10000.0, pairs="halves"):
+    if pairs != "halves":
+        return RotaryEmbedding(x.size(-1), base, pairs)(x, start)
+    odd = torch.arange(1, x.size(-1), 2, dtype=torch.float64)
+    return _rope(x, torch.arange(start, start + x.size(-2)), base, odd)
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

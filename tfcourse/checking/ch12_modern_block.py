@@ -487,24 +487,30 @@ SWIGLU = Item(
 
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
             exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
-            rounded=None, written=None, heads_axis=False, table_dtype=None):
+            rounded=None, written=None, heads_axis=False, table_dtype=None, positions_to=None,
+            seq_axis=None):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
     "halved" for adjacent: the other convention's); written: `pairs` read in the other
     layout and written in its own (written == pairs), read in its own and written in the
     other ("other"), or the two rotated parts written in the other order ("swapped");
     heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head));
-    table_dtype: cos and sin cast to it instead of x's dtype (float32: the result promoted)."""
+    table_dtype: cos and sin cast to it instead of x's dtype (float32: the result promoted);
+    positions_to "seq": torch.arange(start, seq); seq_axis: the axis seq is read from
+    (x.shape[2])."""
     heads_axis = heads_axis and x.dim() > 2
     seq, d = x.size(-3 if heads_axis else -2), x.size(-1)
+    seq = seq if seq_axis is None else x.shape[seq_axis]
     base = own_base or base
     angle_dtype = x.dtype if angle_dtype == "x" else angle_dtype
     i = torch.arange(d // 2, dtype=angle_dtype)
     power = {"2i/d": 2 * i / d, "i/d": i / d, "-2i/d": -2 * i / d, "2i/(d-2)": 2 * i / (d - 2),
              "2(i+1)/d": 2 * (i + 1) / d,
-             "4i/d": 4 * i / d}[exponent]
+             "4i/d": 4 * i / d, "2i//d": 2 * i // d, "(2i+1)/d": (2 * i + 1) / d}[exponent]
     theta = base ** -power
     positions = torch.arange(seq, dtype=angle_dtype) + (start if offset else 0)
+    if positions_to == "seq":
+        positions = torch.arange(start, seq, dtype=angle_dtype)
     if rounded == "theta":  # theta rounded to x's dtype, the angles then in float64
         theta = theta.to(x.dtype).to(angle_dtype)
     if rounded == "positions":
@@ -606,7 +612,27 @@ ROTATE_MISTAKES = (
         "theta_i = base ** (-2i / d_head) for i = 0, 1, ..., d_head/2 - 1: the first pair turns "
         "by 1 radian per position, the last by nearly 1 / base.",
         tuple(member(_rotate_with(exponent=e), power="+" + e[1:] if e.startswith("-")
-                     else "-" + e) for e in ("i/d", "-2i/d", "2i/(d-2)", "4i/d", "2(i+1)/d")),
+                     else "-" + e) for e in ("i/d", "-2i/d", "2i/(d-2)", "4i/d", "2(i+1)/d"))
+        + (member(_rotate_with(exponent="2i//d"), power="-(2i // d)), integer division: every "
+                  "exponent 0, every pair turning at 1 radian per position (use / or a float "
+                  "arange"),
+           member(_rotate_with(exponent="(2i+1)/d"), power="-(2i + 1) / d), the odd numbers "
+                  "(torch.arange(1, d, 2)): every frequency one step too low (the exponents are "
+                  "the even numbers, torch.arange(0, d, 2)")),
+    ),
+    Mistake(
+        "positions_to_seq", "Positions torch.arange(start, seq), not arange(start, start + seq)",
+        "the seq tokens are at positions start, ..., start + seq - 1: torch.arange(start, start "
+        "+ seq). arange(start, seq) takes its bounds as a slice's: seq - start positions, none "
+        "once start >= seq (and an error once start > seq).",
+        (_rotate_with(positions_to="seq"),),
+    ),
+    Mistake(
+        "seq_from_axis_2", "The number of positions read from axis 2, x.shape[2]",
+        "x may be (seq, d_head), (heads, seq, d_head) or (batch, heads, seq, d_head): the "
+        "positions are the second-to-last axis whatever the rank, x.size(-2); x.shape[2] is the "
+        "sequence of a 4-D x only.",
+        (_rotate_with(seq_axis=2),),
     ),
     Mistake(
         "low_precision", "cos and sin built in {dtype}",
@@ -667,7 +693,7 @@ ROTATE_MISTAKES = (
         "the angle of pair i must be on both of its features: for halves, features i and i + "
         "d_head/2 (cat((cos, cos), -1)); for adjacent, features 2i and 2i + 1 "
         "(repeat_interleave(2, -1)).",
-        (_rotate_with(layout="other"),),
+        tuple(_rotate_with(only, layout="other") for only in (None, "adjacent", "halves")),
     ),
 )
 
@@ -695,6 +721,10 @@ _ROTATE_LADDER = {
                       "must stay near 1."),
     "positions_on_heads": (None, "print x.shape and which axis your positions count along: "
                            "x.size(-2) of them."),
+    "positions_to_seq": (None, "print the positions you build for x of 3 positions at "
+                         "start=5: 5, 6, 7."),
+    "seq_from_axis_2": (None, "call rotate on a 2-D x (seq, d_head): print the number of "
+                        "positions you build."),
     "angles_laid_out_for_other_pairs": (None, "print the shape and the first row of your cos "
                                         "table next to the features it multiplies."),
 }

@@ -782,6 +782,19 @@ def rotate_odd_exponents(x, start=0, base=10000.0, pairs="halves"):
     return _rope(x, torch.arange(start, start + x.size(-2)), base, odd)
 
 
+@wrong("RMSNorm.gain_before_norm")
+@_norm
+def rms_gain_first(self, x):
+    h = (self.weight * x).float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+@wrong("SwiGLU.down_each_branch")
+@_ffn
+def swiglu_projected_twice(self, x):
+    return self.down(self.dropout(self.activation(self.gate(x)))) * self.down(self.up(x))
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

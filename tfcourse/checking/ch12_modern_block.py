@@ -212,9 +212,17 @@ RMS_MISTAKES = (
         "mistake shows only once it is trained).",
         (_rms_with(gain=False),),
     ),
+    Mistake(
+        "gain_before_norm", "Gain applied before normalizing: the RMS of weight * x is taken",
+        "normalize x first, then scale: weight * x / sqrt(mean(x^2) + eps). Multiplied in "
+        "first, the gain is divided out again by the root mean square it enters (a gain of 2 "
+        "everywhere would vanish).",
+        (lambda module, x: _rms(module, module.weight * x, gain=False),),
+    ),
 )
 
 _RMS_LADDER = {
+    "gain_before_norm": (None, "set self.weight to 2 everywhere: your output must double."),
     "builtin": (None, "write the mean of the squares and the division yourself."),
     "mean_subtracted": (None, "normalize the row [1., 2., 3.] with weight 1: RMSNorm gives "
                         "[0.46, 0.93, 1.39] (its mean stays positive); print yours."),
@@ -422,9 +430,19 @@ SWIGLU_MISTAKES = (
         "down(dropout(activation(gate(x)) * up(x))).",
         (lambda ffn, x: ffn.dropout(ffn.activation(ffn.gate(x)) * ffn.up(x)),),
     ),
+    Mistake(
+        "down_each_branch", "Down projection applied to each branch, the two results multiplied",
+        "the product is taken d_ff wide and projected ONCE: down(activation(gate(x)) * up(x)). "
+        "down(activation(gate(x))) * down(up(x)) multiplies two d_model-wide vectors: the same "
+        "shape, another function.",
+        (lambda ffn, x: ffn.down(ffn.dropout(ffn.activation(ffn.gate(x)))) * ffn.down(ffn.up(x)),
+         lambda ffn, x: ffn.dropout(ffn.down(ffn.activation(ffn.gate(x))) * ffn.down(ffn.up(x)))),
+    ),
 )
 
 _SWIGLU_LADDER = {
+    "down_each_branch": (None, "print the shape of what you multiply: (..., d_ff), before "
+                         "self.down."),
     "one_projection_twice": (None, "print which layers your forward calls: self.gate, self.up "
                              "and self.down, each once."),
     "one_projection_split": (None, "print self.gate(x).shape: (..., d_ff), the whole gate."),

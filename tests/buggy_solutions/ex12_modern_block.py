@@ -795,6 +795,16 @@ def swiglu_projected_twice(self, x):
     return self.down(self.dropout(self.activation(self.gate(x)))) * self.down(self.up(x))
 
 
+@wrong("rotary_attention.weights_returned")
+def attention_with_its_weights(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    scores = (q @ k.mT / math.sqrt(q.size(-1))).masked_fill(
+        ~torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start), float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ v, weights
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

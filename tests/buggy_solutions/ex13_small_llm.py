@@ -321,6 +321,13 @@ def adamw_l2_of_the_decayed_weight(param, grad, exp_avg, exp_avg_sq, step, lr, b
     return param - update, m, v
 
 
+@wrong("adamw_step.state_not_updated")
+def adamw_returns_the_old_state(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param * (1 - lr * weight_decay) - update, exp_avg, exp_avg_sq  # m and v left behind
+
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 

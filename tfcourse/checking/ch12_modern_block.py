@@ -1087,6 +1087,13 @@ ATTENTION_MISTAKES = (
             ("flat", False, "(output, k, v), the new tokens' keys and values"),
             ("nested", False, "(output, (k, v)), the new tokens' keys and values"))),
     ),
+    Mistake(
+        "weights_returned", "The attention weights returned with the output",
+        "rotary_attention returns the output alone, (batch, heads, seq, d_head): chapter 01's "
+        "scaled_dot_product_attention returns (output, weights), so take its [0] (output, _ = "
+        "...).",
+        (_through_chapter01(lambda q, k, v, m: (scaled_dot_product_attention(q, k, v, m),)),),
+    ),
 ) + tuple(dataclasses.replace(m, computes=tuple(_through_chapter01(c) for c in m.computes))
           for m in ch01.MISTAKES if m.key in _CHAPTER01_SHARED)
 
@@ -1128,6 +1135,7 @@ _ATTENTION_LADDER = {
                                 "both (batch, heads, start + seq, d_head)."),
     "cache_wrong_axis": (None, "print k.shape after your concatenation, for 2 new tokens after 3 "
                          "cached ones: (batch, heads, 5, d_head)."),
+    "weights_returned": (None, "print type(...) of what you return: a torch.Tensor."),
     "cache_returned": (None, "print type(...) of what you return: a torch.Tensor."),
     "one_side_rotated": (None, "shift every position by 10 (start=10, for q and k alike): your "
                          "scores must not change."),

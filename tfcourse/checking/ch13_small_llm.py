@@ -124,6 +124,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         return p, m_new / bc1, v_new / bc2
     if stored == "swapped":
         return p, v_new, m_new
+    if stored == "old":
+        return p, m, v
     return p, m_new, v_new
 
 
@@ -276,6 +278,15 @@ ADAMW_MISTAKES = (
         (_adamw_with(stored="swapped"),),
     ),
     Mistake(
+        "state_not_updated", "The moments returned as they came: exp_avg and exp_avg_sq not "
+        "updated",
+        "adamw_step returns the NEW state with the new param: m = beta1 * m + (1 - beta1) * grad "
+        "and v = beta2 * v + (1 - beta2) * grad^2, the ones the step used; the arguments as "
+        "given lose this step's gradient (a local name rebound, m = ..., is not the caller's "
+        "tensor).",
+        (_adamw_with(stored="old"),),
+    ),
+    Mistake(
         "state_corrected", "The bias-corrected moments returned as the state",
         "exp_avg and exp_avg_sq are stored WITHOUT the correction: m_hat = m / (1 - beta1^step) "
         "and v_hat are this step's only; stored, the next step would correct them again.",
@@ -367,6 +378,8 @@ _ADAMW_LADDER = {
                            "denominator."),
     "amsgrad": (None, "with grad = 0 and exp_avg_sq = 1, the new exp_avg_sq must be beta2."),
     "l2_and_decoupled": (None, "print the gradient you put into m: grad as given."),
+    "state_not_updated": (None, "print exp_avg before and after your call at step 1 with zero "
+                          "moments: (1 - beta1) * grad after."),
     "moments_swapped": (None, "print the order of the tensors you return."),
     "state_corrected": (None, "at step 1 with zero moments, exp_avg must be (1 - beta1) * grad."),
     "float32_out": (None, "print the dtype of each result for a float64 param: float64."),

@@ -20,7 +20,9 @@ llama, GPT-NeoX, course repositories), each reached by at least one case:
   start or dtype (tables cached by shape alone); a 2-D x; float64; a gradient.
 - rotary_attention: no cache; one and several new tokens after a cache; bases other than the
   default with a cache (500 and 500,000); another d_head (a module cached by d_head); a
-  gradient.
+  gradient. Its attention is chapter 01's: chapter 01's attention mistakes (masked to zero,
+  the mask after the softmax, the scale, ...) are tried here too, after the rotation and the
+  cache done right.
 The function items run their cases again in reverse order once all passed (`again`).
 """
 

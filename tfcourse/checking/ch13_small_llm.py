@@ -7,7 +7,7 @@ correction is everything there), a late step, gradients so small that eps decide
 a zero gradient, float64 and bfloat16 parameters; a schedule at its first step, at the
 end of its warm-up, at its last step and past it, with a warm-up of 0, of 1 and as long as
 the run, a floor above the warm-up's first steps; a gradient norm below, above and exactly at
-the threshold, all gradients 0, parameters without a gradient and none with one; models with
+the threshold, all gradients 0, and parameters without a gradient; models with
 tied and untied output layers, biases and LayerNorms, and one with a convolution, bare
 nn.Parameters, a norm of its own class and an embedding and a Linear under other names
 (a rule by layer type or by name sorts them wrong); characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the
@@ -918,7 +918,6 @@ CLIP = Item(
         _clip_case(3, [(3, 2), (4,), (2, 2)], 1.0, 1.0, zero=True, none=(1,),
                    note=" (all gradients 0)"),
         _clip_case(4, [(3, 3), (5,), (2, 3)], 3.0, 2.0, none=(1,), dtype=torch.float64),
-        _clip_case(5, [(2, 2), (3,)], 1.0, 1.0, none=(0, 1), note=" (no parameter has a gradient)"),
     ],
     laddered(CLIP_MISTAKES, _CLIP_LADDER), same=_clip_same, what="result",
     formula="Compute n = sqrt(sum of every gradient's squared entries), multiply every gradient "

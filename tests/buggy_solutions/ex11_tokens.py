@@ -974,3 +974,32 @@ def encode_first_occurrence_first(text, merges):
 def merge_as_text(word, pair, new_id):
     s = " ".join(map(str, word)).replace(f"{pair[0]} {pair[1]}", str(new_id))
     return tuple(int(t) for t in s.split())
+
+
+@wrong("merge.no_bound_check")
+def merge_without_a_bound_check(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if word[i] == pair[0] and word[i + 1] == pair[1]:  # word[i + 1] past the end
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.pair_written")
+def merge_writing_the_pair(word, pair, new_id):
+    out = []
+    for token in word:
+        if out and (out[-1], token) == tuple(pair):
+            out[-1] = pair  # the pair, not new_id
+        else:
+            out.append(token)
+    return tuple(out)
+
+
+@wrong("decode.bytes_of_tokens")
+def decode_with_bytes_of_tokens(ids, vocab):
+    return bytes(vocab[i] for i in ids).decode("utf-8", errors="replace")

@@ -210,7 +210,9 @@ COUNT = Item(
      _count_case({}, " (no word)"),
      _count_case({(256, 97, 256, 97): 2, (97,): 1, (300, 300, 300): 1, (98, 256): 3},
                  " (merged ranks above 255, a word of one token)"),
-     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)")],
+     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)"),
+     _count_case({(1, 2, 3, 4): 1, (5, 6, 7): 2, (8, 9): 5, (10, 11, 12): 3, (13, 14): 5,
+                  (15, 16, 17): 4, (18, 19): 2}, " (7 words, 12 distinct pairs)")],
     laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
     formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
             "word[i + 1] = b.",
@@ -223,19 +225,20 @@ COUNT = Item(
 
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
-           same=lambda a, b: a == b, either=False, half=None, runs=False):
+           same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
     the first occurrence alone; `either`: the pair matched in either order; `half` 0 or 1:
     only that token of the pair compared; `runs`: after a match, one step only when the
-    next position matches too (a run a, a, a merged twice, the middle a in both)."""
+    next position matches too (a run a, a, a merged twice, the middle a in both); `bound`
+    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end)."""
     word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last else 1):
-        if i + 1 < len(word) and not done and (
+        if (i + 1 < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
@@ -338,9 +341,24 @@ MERGE_MISTAKES = (
         "merge only: after a match, skip both tokens (i += 2), so (a, a, a) gives (new, a).",
         (_merge_with(runs=True),),
     ),
+    Mistake(
+        "no_bound_check", "No bound check on i + 1: word[i + 1] read past the word's end",
+        "a word whose last token is the pair's first makes the loop read word[i + 1] after the "
+        "last token (IndexError): test i + 1 < len(word) (or i < len(word) - 1) "
+        "before comparing word[i + 1].",
+        (_merge_with(bound=False),),
+    ),
+    Mistake(
+        "pair_written", "The pair itself written in place of new_id (a nested tuple)",
+        "a merge replaces the two tokens by ONE rank, new_id: out.append(new_id), not "
+        "out.append(pair) (a tuple inside the word, which is no rank).",
+        (lambda word, pair, new_id: _merge(word, pair, pair),),
+    ),
 )
 _MERGE_LADDER = {
     "half_compared": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
+    "no_bound_check": (None, "print merge((2, 1), (1, 2), 9): (2, 1), no IndexError."),
+    "pair_written": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
     "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
     "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),
@@ -375,7 +393,8 @@ MERGE = Item(
      _merge_case(tuple(int(r) for r in "300 301 300 301".split()), (int("300"), int("301")), 400,
                  " (ranks above 256 made at run time: equal, not the same objects)"),
      _merge_case((1, 3, 1, 2, 4, 2), (1, 2), 9,
-                 " (the pair's first token before another, its second after another)")],
+                 " (the pair's first token before another, its second after another)"),
+     _merge_case([1, 2, 3], (4, 5), 256, " (a list given, the pair absent)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
@@ -996,6 +1015,9 @@ _B_CD = {(99, 100): 256, (98, 99): 257, (98, 256): 258}
 _ENCODE_TRAIN_2 = ("  hello world  hello   world\n\n  hello\tworld  DON'T don't WON'T it's IT'S "
                    "12345678 2024 x ,y ;z ,x naïve naïve café cafe\u0301 ﬁne ﬁne ÉCOLE école 😀😀  ")
 _MERGES_2 = {p: 256 + i for i, p in enumerate(learn_merges(_ENCODE_TRAIN_2, 40))}
+# 's 't 'r 're 'v 've 'm 'l 'll 'd: each of GPT-2's contractions one token.
+_CONTRACTIONS = {p: 256 + i for i, p in enumerate(((39, 115), (39, 116), (39, 114), (258, 101), (39, 118),
+                                                   (260, 101), (39, 109), (39, 108), (263, 108), (39, 100)))}
 
 
 def _encode_case(text, merges, note=""):
@@ -1027,7 +1049,11 @@ ENCODE = Item(
      _encode_case("   ", _MERGES_2, " (whitespace only)"),
      _encode_case("DON'T don't", {(39, 84): 256, (39, 116): 257},
                   " (merges 'T and 't: only the lower-case one is a contraction)"),
-     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)")],
+     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)"),
+     _encode_case("the cat\r\nsat on the mat\r\n", _MERGES, " (\\r\\n line endings)"),
+     _encode_case("the cat thecattlethecattle", _MERGES, " (a pre-token of 19 bytes)"),
+     _encode_case("it's don't they're we've I'm we'll he'd", _CONTRACTIONS,
+                  " (every GPT-2 contraction, each a merge)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
@@ -1122,6 +1148,13 @@ DECODE_MISTAKES = (
          lambda ids, vocab: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
     ),
     Mistake(
+        "bytes_of_tokens", "Token bytes joined with bytes(...), which takes ints, not bytes objects",
+        "bytes(vocab[i] for i in ids) asks each item to be one byte value (0-255): a token's "
+        "bytes b'th' is no int (TypeError). Join them: b''.join(vocab[i] for i in ids), then "
+        ".decode('utf-8', errors='replace').",
+        (lambda ids, vocab: bytes(vocab[i] for i in ids).decode("utf-8", errors="replace"),),
+    ),
+    Mistake(
         "latin1", "Bytes decoded as Latin-1, not UTF-8",
         "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
         "byte of 'é' into a character of its own ('Ã©').",
@@ -1138,6 +1171,7 @@ _DECODE_LADDER = {
     "cleaned_up": (None, "print decode(ids) for the ids of 'hi . yes'."),
     "leading_space_dropped": (None, "print repr(decode([32, 104, 105])): ' hi'."),
     "joined_with_spaces": (None, "print decode([256, 101]) with 256: b'th': 'the'."),
+    "bytes_of_tokens": (None, "print bytes([b'a', b'b']) and b''.join([b'a', b'b'])."),
     "other_handler": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
 }
 
@@ -1162,7 +1196,10 @@ DECODE = Item(
      _decode_case([32, 256, 101, 32, 46, 32, 44, 32, 110, 39, 116],
                   " (a leading space, spaces before punctuation)"),
      Case(([256, 257, 258], {**_VOCAB, 256: b"ab", 257: b"cd", 258: b"e"}), names=("ids", "vocab"),
-          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')")],
+          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')"),
+     _decode_case([239, 187, 191, 104, 105, 13, 10, 101, 204, 129],
+                  " (a text that starts with U+FEFF, a \\r\\n line ending, e + U+0301)"),
+     _decode_case([104, 0, 1, 2, 3, 105, 255, 254, 97], " (the bytes 0x00-0x03, two invalid bytes in a row)")],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
     twins=(_decode_with(),), section=DECODING, again=True,

@@ -1003,3 +1003,40 @@ def merge_writing_the_pair(word, pair, new_id):
 @wrong("decode.bytes_of_tokens")
 def decode_with_bytes_of_tokens(ids, vocab):
     return bytes(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+@wrong("merge.last_appended")
+def merge_then_the_last_token(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word) - 1:
+        if (word[i], word[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out + list(word[-1:]))  # back again when the last pair was merged
+
+
+@wrong("merge.next_skipped")
+def merge_by_index_of_the_first_token(word, pair, new_id):
+    word, out, i = list(word), [], 0
+    while pair[0] in word[i:]:
+        j = word.index(pair[0], i)
+        out += word[i:j]
+        out.append(new_id if word[j + 1:j + 2] == [pair[1]] else word[j])
+        i = j + 2  # after a miss too: word[j + 1] never looked at
+    return tuple(out + word[i:])
+
+
+@wrong("encode.stopped_at_absent_merge")
+def encode_merges_in_order_until_one_is_absent(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        for pair, rank in sorted(merges.items(), key=lambda kv: kv[1]):
+            if pair not in zip(word, word[1:]):
+                break
+            word = merge(word, pair, rank)
+        ids.extend(word)
+    return ids

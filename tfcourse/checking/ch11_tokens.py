@@ -225,19 +225,22 @@ COUNT = Item(
 
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
-           same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True):
+           same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True, tail=False,
+           miss=1):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
     the first occurrence alone; `either`: the pair matched in either order; `half` 0 or 1:
     only that token of the pair compared; `runs`: after a match, one step only when the
     next position matches too (a run a, a, a merged twice, the middle a in both); `bound`
-    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end)."""
+    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end); `tail`:
+    the loop stops before the last token, which is appended after it whatever happened;
+    `miss` 2: a pair's first token not followed by its second skips the next position too."""
     word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
-    while i < len(word) - (0 if last else 1):
+    while i < len(word) - (0 if last and not tail else 1):
         if (i + 1 < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
@@ -246,8 +249,8 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
             done = first_only
         else:
             out.append(word[i])
-            i += 1
-    return tuple(out)
+            i += miss if same(word[i], pair[0]) else 1
+    return tuple(out + list(word[-1:]) if tail else out)
 
 
 def _merge_with(**bug):
@@ -349,6 +352,20 @@ MERGE_MISTAKES = (
         (_merge_with(bound=False),),
     ),
     Mistake(
+        "last_appended", "The last token appended after the loop, even when the last pair was merged",
+        "a loop `while i < len(word) - 1` followed by out.append(word[-1]) adds the last token "
+        "back when it was already taken by the last merge (it comes twice): append it only when "
+        "the loop did not reach it (if i == len(word) - 1), or loop while i < len(word).",
+        (_merge_with(tail=True),),
+    ),
+    Mistake(
+        "next_skipped", "The token after an unmatched first token skipped (lost)",
+        "when word[i] is the pair's first token but word[i + 1] is not its second, only word[i] "
+        "is copied and i moves on by ONE: word[i + 1] may start the pair itself (word.index(a, "
+        "i) finds the first token; after a miss, go on from j + 1, not j + 2).",
+        (_merge_with(miss=2),),
+    ),
+    Mistake(
         "pair_written", "The pair itself written in place of new_id (a nested tuple)",
         "a merge replaces the two tokens by ONE rank, new_id: out.append(new_id), not "
         "out.append(pair) (a tuple inside the word, which is no rank).",
@@ -358,6 +375,8 @@ MERGE_MISTAKES = (
 _MERGE_LADDER = {
     "half_compared": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
     "no_bound_check": (None, "print merge((2, 1), (1, 2), 9): (2, 1), no IndexError."),
+    "last_appended": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "next_skipped": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
     "pair_written": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
     "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
@@ -830,7 +849,8 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     `normalize` applied to the text first; `chars` "stand_ins": GPT-2's stand-ins' code points;
     `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
     "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
-    every merge applied once, in rank order, to its first occurrence only."""
+    every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
+    the merges in rank order, stopping at the first whose pair the word does not hold."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -848,8 +868,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick in ("sorted", "each_once"):  # every merge once, in pair (or rank) order
+        if pick in ("sorted", "each_once", "stop_at_absent"):  # every merge once, in pair (or rank) order
             for pair in sorted(merges) if pick == "sorted" else merges:
+                if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
+                    break
                 word = _merge(word, pair, merges[pair], first_only=pick == "each_once")
             out += word
             continue
@@ -915,6 +937,15 @@ ENCODE_MISTAKES = (
         "a break after the first match leaves the others unmerged.",
         (_encode_with(pick="each_once"),),
     ),
+    Mistake(
+        "stopped_at_absent_merge", "The merges applied in rank order, stopping at the first the "
+        "piece does not hold (break for continue)",
+        "walking the merges in rank order, a merge whose pair the piece does not hold is skipped, "
+        "not the end: later merges may still apply (a piece 'the' holds no (a, t), but (t, h) "
+        "and (th, e) come after it). continue, not break; or merge the lowest-rank pair the "
+        "piece holds, again and again.",
+        (_encode_with(pick="stop_at_absent"),),
+    ),
     _in_re(_encode_with),
     _stand_ins(_encode_with, "and merges replace pairs of ranks"),
     Mistake(
@@ -978,6 +1009,8 @@ ENCODE_MISTAKES = (
     ),
 )
 _ENCODE_LADDER = {
+    "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
+                                "(th, e): one token, 'the'."),
     "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "
                           "be above every merge's."),
     "characters_not_bytes": (("11_tokens", "1. Bytes and UTF-8"),

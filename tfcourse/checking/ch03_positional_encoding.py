@@ -118,7 +118,8 @@ TABLE_MISTAKES = (
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: 2 * two_i / d),),
     ),
     Mistake(
-        "blog_loop", "Exponents 2 * 2i for the sines and 2 * (2i+1) for the cosines",
+        "blog_loop", "Exponents 2 * 2i for the sines and 2 * (2i+1) for the cosines (feature j "
+        "given its own exponent 2j / d_model)",
         "the loop of a well-known blog post: `for i in range(0, d_model, 2)` steps i through "
         "0, 2, 4, ..., so that i already IS the paper's 2i, and 2 * i counts it twice "
         "(exponents up to almost 2, not 1); and the cosine at feature i + 1 takes a frequency "

@@ -599,3 +599,28 @@ def test_counts_cut_short_and_texts_changed_at_their_regimes_say_how():
 
     line = first_line(_bare("ex11_tokens.encode"), no_ll)
     assert "the contraction \"'ll\" is no pre-token of yours" in line, line
+
+
+def test_a_stream_writing_a_placeholder_for_a_cut_character_is_told_so():
+    class TextStream:  # each token decoded alone, a sentinel where its bytes are no text
+        def __init__(self, tokenizer, shown=b""):
+            self.tokenizer, self.skip, self.done = tokenizer, len(shown), False
+
+        def push(self, i):
+            if self.done or i in (PAD, BOS):
+                return ""
+            if i == EOS:
+                self.done = True
+                return ""
+            data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+            data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+            try:
+                return data.decode("utf-8")
+            except UnicodeDecodeError:
+                return "[Invalid UTF-8]"
+
+        def end(self):
+            return ""
+
+    line = first_line(_bare("ex13_small_llm.TextStream"), TextStream)
+    assert "part of a character written as '[Invalid UTF-8]' (a placeholder" in line, line

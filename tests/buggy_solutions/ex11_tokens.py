@@ -1040,3 +1040,26 @@ def encode_merges_in_order_until_one_is_absent(text, merges):
             word = merge(word, pair, rank)
         ids.extend(word)
     return ids
+
+
+@wrong("count_pairs.word_left_out")
+def count_all_words_but_the_last(words):
+    items, counts = list(words.items()), {}
+    for k in range(len(items) - 1):  # one word short
+        word, freq = items[k]
+        for pair in zip(word, word[1:]):
+            counts[pair] = counts.get(pair, 0) + freq
+    return counts
+
+
+@wrong("merge.no_bound_check")
+def merge_comparing_a_tuple_at_every_position(word, pair, new_id):
+    word, out, i = list(word), [], 0
+    while i < len(word):
+        if (word[i], word[i + 1]) == tuple(pair):  # word[i + 1] at the last position too
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)

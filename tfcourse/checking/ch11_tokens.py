@@ -180,8 +180,17 @@ COUNT_MISTAKES = (
         "a word of n tokens holds n - 1 pairs, range(len(word) - 1), or zip(word, word[1:]).",
         (lambda words: Counter((w[i], w[i + 1]) for w in words for i in range(len(w))),),
     ),
+    Mistake(
+        "word_left_out", "The {which} word never counted: a loop over the words one short",
+        "every word of the dict counts: for word, freq in words.items(). {why}",
+        (member(lambda words: _count(dict(list(words.items())[:-1])), which="last",
+                why="range(len(items) - 1), or items[:-1], stops one word early."),
+         member(lambda words: _count(dict(list(words.items())[1:])), which="first",
+                why="range(1, len(items)), or items[1:], starts one word late.")),
+    ),
 )
 _COUNT_LADDER = {
+    "word_left_out": (None, "print count_pairs({{(1, 2): 1, (3, 4): 1}}): both pairs, once each."),
     "short_words_skipped": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}."),
     "read_past_the_end": (None, "print the i your loop reaches for the word (1, 2, 3): 0 and 1."),
     "reversed_pair": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}, the left token first."),
@@ -233,7 +242,8 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
     the first occurrence alone; `either`: the pair matched in either order; `half` 0 or 1:
     only that token of the pair compared; `runs`: after a match, one step only when the
     next position matches too (a run a, a, a merged twice, the middle a in both); `bound`
-    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end); `tail`:
+    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end when the
+    last token is the pair's first; "always": at any last position reached); `tail`:
     the loop stops before the last token, which is appended after it whatever happened;
     `miss` 2: a pair's first token not followed by its second skips the next position too."""
     word = tuple(word)
@@ -241,6 +251,8 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
     while i < len(word) - (0 if last and not tail else 1):
+        if bound == "always" and i + 1 == len(word):
+            word[i + 1]  # (word[i], word[i + 1]) == pair read at the last position: IndexError
         if (i + 1 < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
@@ -346,10 +358,10 @@ MERGE_MISTAKES = (
     ),
     Mistake(
         "no_bound_check", "No bound check on i + 1: word[i + 1] read past the word's end",
-        "a word whose last token is the pair's first makes the loop read word[i + 1] after the "
-        "last token (IndexError): test i + 1 < len(word) (or i < len(word) - 1) "
+        "at the last position, i = len(word) - 1, the loop reads word[i + 1], past the last "
+        "token (IndexError): test i + 1 < len(word) (or i < len(word) - 1) "
         "before comparing word[i + 1].",
-        (_merge_with(bound=False),),
+        (_merge_with(bound=False), _merge_with(bound="always")),
     ),
     Mistake(
         "last_appended", "The last token appended after the loop, even when the last pair was merged",

@@ -624,3 +624,14 @@ def test_a_stream_writing_a_placeholder_for_a_cut_character_is_told_so():
 
     line = first_line(_bare("ex13_small_llm.TextStream"), TextStream)
     assert "part of a character written as '[Invalid UTF-8]' (a placeholder" in line, line
+
+
+def test_counts_as_relative_frequencies_are_told_so():
+    def shares(words):
+        counts = Counter()
+        for w, f in words.items():
+            counts.update({p: n * f for p, n in Counter(zip(w, w[1:])).items()})
+        return {p: c / sum(counts.values()) for p, c in counts.items()}
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), shares)
+    assert "every count divided by the total, 3 (relative frequencies)" in line, line

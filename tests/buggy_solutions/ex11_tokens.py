@@ -1063,3 +1063,31 @@ def merge_comparing_a_tuple_at_every_position(word, pair, new_id):
             out.append(word[i])
             i += 1
     return tuple(out)
+
+
+@wrong("encode.nothing_merged")
+def encode_looking_up_one_token(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode("utf-8"))
+        while len(word) > 1:
+            ranks = [merges.get(t, float("inf")) for t in word]  # one token, never a pair
+            if min(ranks) == float("inf"):
+                break
+            j = ranks.index(min(ranks))
+            word[j:j + 2] = [min(ranks)]
+        ids += word
+    return ids
+
+
+@wrong("learn_merges.words_dropped")
+def learn_keeping_only_the_merged_words(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = {_merge(w, pair, 256 + i): f for w, f in words.items() if pair in zip(w, w[1:])}
+    return merges

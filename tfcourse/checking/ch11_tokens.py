@@ -11,10 +11,12 @@ Why the cases are what they are: the properties of inputs that real byte-level B
 wrong (issue threads and pull requests of tiktoken, tokenizers, minbpe, sentencepiece,
 transformers, llama.cpp, mlx-lm and course repositories), each reached by at least one case:
 - count_pairs: runs of one byte (overlapping pairs), frequencies above 1, a pair twice in a
-  word, merged ranks above 255, a word of one token, no word.
+  word, merged ranks above 255, a word of one token, no word; more words than a few chunks
+  and more than 10 distinct pairs (a loop over part of the words, a most_common trim).
 - merge: runs of one rank (odd and even lengths, merged ranks too), the pair at the end and
   reversed around it, ranks whose digits meet as text (11, 2), one token, none; the pair's
-  first token followed by another and its second after another (half a pair compared).
+  first token followed by another and its second after another (half a pair compared); a
+  list given where a tuple is expected, the pair absent (the input returned as it is).
 - learn_merges: ties; letters of 2 bytes; whitespace at the start and end, runs of it,
   newlines and tabs (GPT-2's \s+(?!\S)); upper-case contractions (GPT-2's are lower-case
   only); long digit runs (GPT-4 cuts them in 3s); punctuation after a space; several special
@@ -26,9 +28,12 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
   most frequent); the same text with other merges; whitespace at the start and end, runs,
   newlines, tabs, whitespace only; upper-case contractions with merges of each case; long
   digits; punctuation after a space; letters of 2 and 4 bytes, a decomposed letter, a
-  ligature; the empty text.
+  ligature; the empty text; \r\n line endings; a pre-token longer than 16 bytes; every
+  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge.
 - decode: a character cut between tokens, ids ending inside a 2-byte and a 4-byte character,
-  ids starting inside one, a cut character followed by a whole one, no ids.
+  ids starting inside one, a cut character followed by a whole one, no ids; a text that
+  starts with U+FEFF, a \r\n line ending, e + U+0301; the bytes 0x00-0x03 (no special
+  tokens here), two invalid bytes in a row.
 Every function item runs its cases again in reverse order once all passed (`again`): state
 kept between calls shows there. Where no catalogued mistake matches, sequences.py says where
 the learner's sequence first differs, and for encode and decode which usual change of the text
@@ -452,7 +457,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     False: the special tokens tried in the order given, not the longest first; `cut` "" or " ":
     the special tokens replaced by it (re.sub), the text around them joined; `update` "first":
     only the first word that holds the pair merged, "once": only the pair's first occurrence
-    in each word; `carry` "drop" or "keep": the counts made once, before the loop, and each
+    in each word, "drop": the words that do not hold both tokens of the pair dropped
+    ("drop_pair": the pair itself); `carry` "drop" or "keep": the counts made once, before the loop, and each
     step's counts added to them (the chosen pair deleted, or kept)."""
     text = prefix + (normalize or str)(text)
     found = "|".join(map(regex.escape if escape else str,
@@ -485,6 +491,9 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
             holder = next(w for w in words if pair in zip(w, w[1:]))
             merged = Counter()
             for w, f in words.items():
+                if (update == "drop" and not set(pair) <= set(w)
+                        or update == "drop_pair" and pair not in zip(w, w[1:])):
+                    continue
                 merged[w if update == "first" and w != holder else
                        _merge(w, pair, first + i, first_only=True) if update == "once" else
                        merge(w, pair, first + i)] += f
@@ -681,6 +690,13 @@ LEARN_MISTAKES = (
         (_learn_with(update=False),),
     ),
     Mistake(
+        "words_dropped", "The words that do not hold the chosen pair dropped from the next step",
+        "after a merge, EVERY word goes on to the next count: merge(word, ...) leaves a word "
+        "without the pair as it is, but it still holds the pairs the next merges need. Keep "
+        "them all (merged or not).",
+        (_learn_with(update="drop"), _learn_with(update="drop_pair")),
+    ),
+    Mistake(
         "new_ids_off_by_one", "New ids off by one: the first merge makes {first}",
         "the bytes are ranks 0..255, so merge i (from 0) makes rank 256 + i: the first new id "
         "is 256, the length of the vocabulary so far.",
@@ -756,6 +772,7 @@ _LEARN_LADDER = {
                           "'ab', '.', ' ab', '.'."),
     "no_frequency": (None, "print your words and their frequencies for 'ab ab ab'."),
     "non_overlapping": (COUNTING, "print your counts for the text 'aaa': (97, 97) counts 2."),
+    "words_dropped": (None, "print your words before and after the first merge: as many words."),
     "words_not_updated": (None, "print the words after each step: the chosen pair must be gone."),
     "new_ids_off_by_one": (None, "print the id you give the first merge, and the largest byte."),
     "n_merges_off_by_one": (None, "print len(learn_merges('abcabc abc', 3))."),
@@ -1008,6 +1025,14 @@ ENCODE_MISTAKES = (
         (_encode_with(prefix=" "),),
     ),
     Mistake(
+        "nothing_merged", "Nothing merged: every rank is a byte of the text",
+        "no merge ever applies: the lookup finds no pair (a rank looked up for one token, "
+        "merges[word[i]], or a key of another kind), or the loop never runs. Look up each "
+        "adjacent PAIR, merges.get((word[i], word[i + 1])), and merge the lowest-rank one until "
+        "none is a merge.",
+        (_encode_with(rounds=0),),
+    ),
+    Mistake(
         "last_pair_unmerged", "A piece of two tokens never merged: the loop stops one early",
         "merge while the piece has at least 2 tokens (while len(word) > 1, or >= 2): a pair "
         "is two tokens, and the last merge of a piece leaves one.",
@@ -1021,6 +1046,7 @@ ENCODE_MISTAKES = (
     ),
 )
 _ENCODE_LADDER = {
+    "nothing_merged": (None, "print encode('the', merges) with merges (t, h), (th, e): one token."),
     "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
                                 "(th, e): one token, 'the'."),
     "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "

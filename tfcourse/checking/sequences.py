@@ -88,8 +88,16 @@ def explain_counts(words: dict, got, want: dict, label: str):
 
 
 def _counts_cut(words: dict, got: dict, want: dict) -> str:
-    """How `got` is `want` cut short, if it is: only the most frequent pairs kept (a trim),
-    or some words never counted (a loop over part of them); else ''."""
+    """How `got` is `want` scaled (relative frequencies) or cut short: only the most frequent
+    pairs kept (a trim), or some words never counted (a loop over part of them); else ''."""
+    if want and set(got) == set(want):
+        ratios = [got[p] / want[p] for p in want]
+        total = sum(want.values())
+        if all(abs(r - ratios[0]) < 1e-9 * abs(ratios[0]) for r in ratios) and ratios[0] != 1:
+            return ("every count divided by the total, " + str(total) + " (relative frequencies): "
+                    "count(a, b) is a whole number of occurrences; return the counts themselves"
+                    if abs(ratios[0] * total - 1) < 1e-9 else
+                    f"every count multiplied by {ratios[0]:.6g}: return the counts themselves")
     if not got or len(got) >= len(want) or any(want.get(p) != c for p, c in got.items()):
         return ""
     if min(got.values()) >= max(c for p, c in want.items() if p not in got):

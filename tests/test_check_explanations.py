@@ -635,3 +635,15 @@ def test_counts_as_relative_frequencies_are_told_so():
 
     line = first_line(_bare("ex11_tokens.count_pairs"), shares)
     assert "every count divided by the total, 3 (relative frequencies)" in line, line
+
+
+def test_pairs_found_in_the_ranks_written_as_text_are_told_so():
+    def lookahead(words):  # '97 97' also yields (7, 97): a match may start inside a number
+        counts = Counter()
+        for w, f in words.items():
+            for a, b in re.findall(r"(?=(\d+) (\d+))", " ".join(map(str, w))):
+                counts[int(a), int(b)] += f
+        return dict(counts)
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), lookahead)
+    assert "its digits are those of (97, 97) read from inside the numbers" in line, line

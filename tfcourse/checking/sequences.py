@@ -72,9 +72,16 @@ def explain_counts(words: dict, got, want: dict, label: str):
     holders = [h for h in holders if h[2]]
     if not holders:
         across = [(u, w) for u in words for w in words if u and w and (u[-1], w[0]) == pair]
+        digits = [(x, y) for w in words for x, y in zip(w, w[1:]) if (x, y) != pair
+                  and str(x).endswith(str(pair[0])) and str(y).startswith(str(pair[1]))]
         story = ("no word holds it" + (f": it joins the end of {across[0][0]} to the start of "
                                        f"{across[0][1]}, a pair counted across two words; count "
-                                       "within each word only" if across else ""))
+                                       "within each word only" if across else
+                                       f": its digits are those of {digits[0]} read from inside "
+                                       "the numbers: pairs found in the ranks written as text (a "
+                                       "regex or a substring search can start inside a number); "
+                                       "pair the ranks themselves, zip(word, word[1:])" if digits
+                                       else ""))
     else:
         w, f, at = holders[0]
         story = (f"{w} (frequency {f}) holds it at position{'s' * (len(at) > 1)} "

@@ -1091,3 +1091,20 @@ def learn_keeping_only_the_merged_words(text, n_merges, special_tokens=()):
         merges.append(pair)
         words = {_merge(w, pair, 256 + i): f for w, f in words.items() if pair in zip(w, w[1:])}
     return merges
+
+
+@wrong("learn_merges.wordpiece_score")
+def learn_by_likelihood_score(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        units = Counter()
+        for w, f in words.items():
+            for t in w:
+                units[t] += f
+        pair = min(counts, key=lambda p: (-counts[p] / (units[p[0]] * units[p[1]]), p))
+        merges.append(pair)
+        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges

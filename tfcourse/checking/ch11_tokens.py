@@ -449,7 +449,7 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
     spaces; `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
-    counted: max(counts, key=counts.get)); `first` the first new id; `extra` merges more;
+    counted: max(counts, key=counts.get)), "wordpiece" (count(ab) / (count(a) count(b))); `first` the first new id; `extra` merges more;
     `update` False never merges the words; `prefix` put before the text (HF's
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
     count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
@@ -482,7 +482,9 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
                "second_first": lambda p, c=counts: (c[p], -p[1], -p[0]),
                "largest": lambda p, c=counts: (c[p], p), "first": counts.get,
-               "first_element": lambda p, c=counts: (c[p], -p[0])}[tie]
+               "first_element": lambda p, c=counts: (c[p], -p[0]),
+               "wordpiece": lambda p, c=counts, u=tie == "wordpiece" and _unit_counts(words): (
+                   c[p] / (u[p[0]] * u[p[1]]), -p[0], -p[1])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
         if carry == "drop":
@@ -499,6 +501,15 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
                        merge(w, pair, first + i)] += f
             words = merged
     return merges
+
+
+def _unit_counts(words):
+    """How often each token occurs in the words (times their frequency)."""
+    units = Counter()
+    for word, f in words.items():
+        for t in word:
+            units[t] += f
+    return units
 
 
 def _words_of(text, special_tokens=()):
@@ -690,6 +701,14 @@ LEARN_MISTAKES = (
         (_learn_with(update=False),),
     ),
     Mistake(
+        "wordpiece_score", "The pair chosen by WordPiece's score, count(ab) / (count(a) count(b)), "
+        "not by its count",
+        "BPE merges the MOST FREQUENT pair: max(counts, key=counts.get), ties to the smallest "
+        "pair. Dividing by the tokens' own counts (WordPiece's likelihood score) favours rare "
+        "tokens that always come together: other merges.",
+        (_learn_with(tie="wordpiece"),),
+    ),
+    Mistake(
         "words_dropped", "The words that do not hold the chosen pair dropped from the next step",
         "after a merge, EVERY word goes on to the next count: merge(word, ...) leaves a word "
         "without the pair as it is, but it still holds the pairs the next merges need. Keep "
@@ -772,6 +791,8 @@ _LEARN_LADDER = {
                           "'ab', '.', ' ab', '.'."),
     "no_frequency": (None, "print your words and their frequencies for 'ab ab ab'."),
     "non_overlapping": (COUNTING, "print your counts for the text 'aaa': (97, 97) counts 2."),
+    "wordpiece_score": (None, "print the count of the pair you choose first, next to the largest "
+                        "count."),
     "words_dropped": (None, "print your words before and after the first merge: as many words."),
     "words_not_updated": (None, "print the words after each step: the chosen pair must be gone."),
     "new_ids_off_by_one": (None, "print the id you give the first merge, and the largest byte."),

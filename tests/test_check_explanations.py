@@ -543,3 +543,107 @@ def test_a_rounding_story_is_told_only_when_a_16_bit_float_is_made():
             ~mask, -math.inf), -1) @ v
 
     assert "rounding noise" not in first_line(attention, keys_from_zero)
+
+
+def test_counts_cut_short_and_texts_changed_at_their_regimes_say_how():
+    def chunked(words):  # four chunks of len // 4 words: the words after them never counted
+        items, counts = list(words.items()), Counter()
+        size = max(1, len(items) // 4)
+        for w, f in items[:size * 4]:
+            counts.update({p: n * f for p, n in Counter(zip(w, w[1:])).items()})
+        return dict(counts)
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), chunked)
+    assert "the words (13, 14), (15, 16, 17), (18, 19) (the last ones) never counted" in line, line
+
+    def trimmed(words):
+        counts = Counter()
+        for w, f in words.items():
+            counts.update({p: n * f for p, n in Counter(zip(w, w[1:])).items()})
+        return dict(counts.most_common(10))
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), trimmed)
+    assert "only the 10 most frequent pairs returned" in line, line
+
+    def bytes_keys(words):
+        counts = Counter()
+        for w, f in words.items():
+            for i in range(len(w) - 1):
+                counts[bytes(w[i:i + 2])] += f
+        return dict(counts)
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), bytes_keys)
+    assert line.startswith("Wrong kind of result: bytes keys returned where tuple keys are"), line
+
+    for change, told in ((lambda t: t.removeprefix("\ufeff"), "without the U+FEFF it starts with"),
+                         (lambda t: t.replace("\r\n", "\n"), "line endings made \\n"),
+                         (lambda t: re.sub("\ufffd+", "\ufffd", t), "each run of U+FFFD collapsed"),
+                         (lambda t: t.translate(dict.fromkeys(range(4))),
+                          "ids 0-3 skipped as if they were PAD, BOS, EOS and UNK")):
+        def decode(ids, vocab, change=change):
+            return change(b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace"))
+
+        line = first_line(_bare("ex11_tokens.decode"), decode)
+        assert told in line, line
+
+    def long_pieces_raw(text, merges):  # pre-tokens over 16 bytes never merged
+        return [r for piece in tokens.pre_tokenize(text)
+                for r in (_encode_piece(piece, merges, 99) if len(piece.encode()) <= 16 else piece.encode())]
+
+    line = first_line(_bare("ex11_tokens.encode"), long_pieces_raw)
+    assert "yours is its 19 bytes unmerged, while shorter pre-tokens are merged" in line, line
+
+    def no_ll(text, merges):  # GPT-2's pattern with 'll written 'l l
+        pattern = tokens.GPT2_PATTERN.replace("'ll", "'l l")
+        return [r for piece in tokens.pre_tokenize(text, pattern) for r in _encode_piece(piece, merges, 99)]
+
+    line = first_line(_bare("ex11_tokens.encode"), no_ll)
+    assert "the contraction \"'ll\" is no pre-token of yours" in line, line
+
+
+def test_a_stream_writing_a_placeholder_for_a_cut_character_is_told_so():
+    class TextStream:  # each token decoded alone, a sentinel where its bytes are no text
+        def __init__(self, tokenizer, shown=b""):
+            self.tokenizer, self.skip, self.done = tokenizer, len(shown), False
+
+        def push(self, i):
+            if self.done or i in (PAD, BOS):
+                return ""
+            if i == EOS:
+                self.done = True
+                return ""
+            data = self.tokenizer.decode([i]).encode() if i == 3 else self.tokenizer.token(i)
+            data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+            try:
+                return data.decode("utf-8")
+            except UnicodeDecodeError:
+                return "[Invalid UTF-8]"
+
+        def end(self):
+            return ""
+
+    line = first_line(_bare("ex13_small_llm.TextStream"), TextStream)
+    assert "part of a character written as '[Invalid UTF-8]' (a placeholder" in line, line
+
+
+def test_counts_as_relative_frequencies_are_told_so():
+    def shares(words):
+        counts = Counter()
+        for w, f in words.items():
+            counts.update({p: n * f for p, n in Counter(zip(w, w[1:])).items()})
+        return {p: c / sum(counts.values()) for p, c in counts.items()}
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), shares)
+    assert "every count divided by the total, 3 (relative frequencies)" in line, line
+
+
+def test_pairs_found_in_the_ranks_written_as_text_are_told_so():
+    def lookahead(words):  # '97 97' also yields (7, 97): a match may start inside a number
+        counts = Counter()
+        for w, f in words.items():
+            for a, b in re.findall(r"(?=(\d+) (\d+))", " ".join(map(str, w))):
+                counts[int(a), int(b)] += f
+        return dict(counts)
+
+    line = first_line(_bare("ex11_tokens.count_pairs"), lookahead)
+    assert "its digits are those of (97, 97) read from inside the numbers" in line, line

@@ -511,3 +511,21 @@ def no_position_at_padding(tokens, embedding, positional_encoding):
     """fairseq's positional embeddings: padding (id 0 here) gets none."""
     x = embedding(tokens) * math.sqrt(embedding.embedding_dim)
     return torch.where((tokens == 0).unsqueeze(-1), x, positional_encoding(x))
+
+
+@wrong("sinusoidal_encoding.linear_frequencies")
+def table_with_linear_frequency_bands(max_len, d_model):
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]
+    freq = 1.0 - torch.arange(0, d_model, 2, dtype=torch.float32) / d_model  # linear, not geometric
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(position * freq)
+    pe[:, 1::2] = torch.cos(position * freq)
+    return pe
+
+
+@wrong("sinusoidal_encoding.linear_frequencies")
+def table_with_a_linspace_of_frequencies(max_len, d_model):
+    position = torch.arange(max_len).float().unsqueeze(1)
+    freq = torch.linspace(1.0, 1e-4, d_model // 2)
+    angle = position * freq
+    return torch.cat([angle.sin(), angle.cos()], dim=-1)

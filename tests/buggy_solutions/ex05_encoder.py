@@ -616,3 +616,17 @@ class by_hand(given.EncoderLayer):
 
 
 RIGHT = {"EncoderLayer": (by_hand,)}
+
+
+@wrong("EncoderLayer.connection_skipped")
+class attention_outside_its_connection(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        a = self.self_attn(x, x, x, mask)[0]  # no residual, dropout or norm around it
+        return self.sublayers[1](a, self.feed_forward)
+
+
+@wrong("EncoderLayer.connection_skipped")
+class feed_forward_outside_its_connection(given.EncoderLayer):
+    def forward(self, x, mask=None):
+        x = self.sublayers[0](x, lambda h: self.self_attn(h, h, h, mask)[0])
+        return self.feed_forward(x)

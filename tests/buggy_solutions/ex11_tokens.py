@@ -974,3 +974,137 @@ def encode_first_occurrence_first(text, merges):
 def merge_as_text(word, pair, new_id):
     s = " ".join(map(str, word)).replace(f"{pair[0]} {pair[1]}", str(new_id))
     return tuple(int(t) for t in s.split())
+
+
+@wrong("merge.no_bound_check")
+def merge_without_a_bound_check(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if word[i] == pair[0] and word[i + 1] == pair[1]:  # word[i + 1] past the end
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.pair_written")
+def merge_writing_the_pair(word, pair, new_id):
+    out = []
+    for token in word:
+        if out and (out[-1], token) == tuple(pair):
+            out[-1] = pair  # the pair, not new_id
+        else:
+            out.append(token)
+    return tuple(out)
+
+
+@wrong("decode.bytes_of_tokens")
+def decode_with_bytes_of_tokens(ids, vocab):
+    return bytes(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+@wrong("merge.last_appended")
+def merge_then_the_last_token(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word) - 1:
+        if (word[i], word[i + 1]) == tuple(pair):
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out + list(word[-1:]))  # back again when the last pair was merged
+
+
+@wrong("merge.next_skipped")
+def merge_by_index_of_the_first_token(word, pair, new_id):
+    word, out, i = list(word), [], 0
+    while pair[0] in word[i:]:
+        j = word.index(pair[0], i)
+        out += word[i:j]
+        out.append(new_id if word[j + 1:j + 2] == [pair[1]] else word[j])
+        i = j + 2  # after a miss too: word[j + 1] never looked at
+    return tuple(out + word[i:])
+
+
+@wrong("encode.stopped_at_absent_merge")
+def encode_merges_in_order_until_one_is_absent(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        for pair, rank in sorted(merges.items(), key=lambda kv: kv[1]):
+            if pair not in zip(word, word[1:]):
+                break
+            word = merge(word, pair, rank)
+        ids.extend(word)
+    return ids
+
+
+@wrong("count_pairs.word_left_out")
+def count_all_words_but_the_last(words):
+    items, counts = list(words.items()), {}
+    for k in range(len(items) - 1):  # one word short
+        word, freq = items[k]
+        for pair in zip(word, word[1:]):
+            counts[pair] = counts.get(pair, 0) + freq
+    return counts
+
+
+@wrong("merge.no_bound_check")
+def merge_comparing_a_tuple_at_every_position(word, pair, new_id):
+    word, out, i = list(word), [], 0
+    while i < len(word):
+        if (word[i], word[i + 1]) == tuple(pair):  # word[i + 1] at the last position too
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("encode.nothing_merged")
+def encode_looking_up_one_token(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode("utf-8"))
+        while len(word) > 1:
+            ranks = [merges.get(t, float("inf")) for t in word]  # one token, never a pair
+            if min(ranks) == float("inf"):
+                break
+            j = ranks.index(min(ranks))
+            word[j:j + 2] = [min(ranks)]
+        ids += word
+    return ids
+
+
+@wrong("learn_merges.words_dropped")
+def learn_keeping_only_the_merged_words(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], -p[0], -p[1]))
+        merges.append(pair)
+        words = {_merge(w, pair, 256 + i): f for w, f in words.items() if pair in zip(w, w[1:])}
+    return merges
+
+
+@wrong("learn_merges.wordpiece_score")
+def learn_by_likelihood_score(text, n_merges, special_tokens=()):
+    words, merges = _words(text, special_tokens), []
+    for i in range(n_merges):
+        counts = _pairs(words)
+        if not counts:
+            break
+        units = Counter()
+        for w, f in words.items():
+            for t in w:
+                units[t] += f
+        pair = min(counts, key=lambda p: (-counts[p] / (units[p[0]] * units[p[1]]), p))
+        merges.append(pair)
+        words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
+    return merges

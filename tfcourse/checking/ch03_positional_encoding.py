@@ -118,7 +118,8 @@ TABLE_MISTAKES = (
         (lambda n, d: _table(n, d, exponent=lambda two_i, d: 2 * two_i / d),),
     ),
     Mistake(
-        "blog_loop", "Exponents 2 * 2i for the sines and 2 * (2i+1) for the cosines",
+        "blog_loop", "Exponents 2 * 2i for the sines and 2 * (2i+1) for the cosines (feature j "
+        "given its own exponent 2j / d_model)",
         "the loop of a well-known blog post: `for i in range(0, d_model, 2)` steps i through "
         "0, 2, 4, ..., so that i already IS the paper's 2i, and 2 * i counts it twice "
         "(exponents up to almost 2, not 1); and the cosine at feature i + 1 takes a frequency "
@@ -211,6 +212,21 @@ TABLE_MISTAKES = (
             n, d, interleave=interleave, exponent=lambda two_i, d: two_i / (d - 2)))
               for interleave in (True, False)),
     ),
+    Mistake(
+        "linear_frequencies", "Frequencies spaced linearly ({spacing}), not geometrically",
+        "the paper's frequencies form a geometric progression: 1 / 10000^(2i / d_model), each "
+        "pair's a constant factor below the last, so the wavelengths span 2 pi to 10000 * 2 pi. "
+        "Spaced linearly (Perceiver's frequency bands, a linspace) almost every pair turns fast: "
+        "nothing tells far positions apart.",
+        tuple(member(lambda n, d, rate=rate, interleave=interleave: _table(
+            n, d, interleave=interleave, exponent=lambda two_i, d: -torch.log(rate(two_i, d)) / _LN_BASE),
+            spacing=spacing)
+            for rate, spacing in (
+                (lambda two_i, d: 1 - two_i / d, "1 - 2i / d_model"),
+                (lambda two_i, d: torch.linspace(1, 1e-4, len(two_i), dtype=two_i.dtype),
+                 "a linspace from 1 to 1/10000"))
+            for interleave in (True, False)),
+    ),
 )
 
 
@@ -259,6 +275,8 @@ _LADDER = {
     "low_precision": (None, "print the dtype of your positions and of your angles: "
                       "float32 (or float64), and torch.arange(50, dtype=torch.{dtype}) * "
                       "0.1 next to torch.arange(50) * 0.1."),
+    "linear_frequencies": (_WAVES, "for d_model = 8 print your frequency of each pair: 1, "
+                           "0.1, 0.01, 0.001, each a tenth of the last."),
     "half_dim_minus_1": (_WAVES, "for d_model = 8 print your exponent of each pair, "
                          "-log(rate) / log(10000): the paper's are 0, 2/8, 4/8, 6/8."),
     "positions_from_1": (None, "print your row 0: it should be [0, 1, 0, 1, ...]."),

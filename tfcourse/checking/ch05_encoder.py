@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from .. import encoder as reference
 from ..masks import causal_mask, padding_mask
 from .comparison import describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item
 
 EXERCISE = "ex05_encoder"
@@ -142,6 +142,8 @@ _LAYER_LADDER = {
                             "one does the residual sum add?"),
     "no_residual": (None, "print the output for x and for x + 1 with attention and FFN "
                     "outputs of zero: a residual lets x through."),
+    "connection_skipped": (None, "print what your forward calls: self.sublayers[0] and "
+                           "self.sublayers[1], each given its function."),
     "sublayer_skipped": (None, "list the modules your forward calls, in order: self.self_attn "
                          "and self.feed_forward, each once, each with its norm."),
     "one_norm": (None, "list the modules your forward calls, in order: self.sublayers[0] and "
@@ -214,7 +216,7 @@ EMBEDDINGS = Item(
 
 def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), residual="x",
            dropout="sublayer", order=(0, 1), kv="same", chained=True, unpacked=True,
-           ffn_reads_input=False, post_too=False, bare=(), skip=(), norm_at=None):
+           ffn_reads_input=False, post_too=False, bare=(), skip=(), norm_at=None, raw=()):
     """The reference layer's computation, with the variations that mistakes make.
 
     residual: "x" (right), "normalized" (pre-norm's residual from norm(x)), "normalized_always"
@@ -228,7 +230,8 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
     as all three, the sublayer's normalized argument ignored). ffn_reads_input: the feed-forward
     sublayer reads the layer's input (the two sublayers in parallel). post_too: pre-norm
     that also normalizes each residual sum. bare: the sublayers (0: attention, 1: feed-forward)
-    without a residual; skip: the sublayers not run at all. norm_at: post-norm's norm on the
+    without a residual; skip: the sublayers not run at all; raw: the sublayers called as plain
+    functions, outside their connection (no norm, dropout or residual). norm_at: post-norm's norm on the
     sublayer's branch instead of the sum, "branch" (x + norm(dropout(sublayer(x)))) or
     "output" (x + dropout(norm(sublayer(x)))).
     """
@@ -243,6 +246,9 @@ def _layer(layer, x, mask, *, mask_t=False, norm_first=None, norms=(0, 1), resid
         dropout = "sublayer"
     first = x
     for i in (i for i in order if i not in skip):
+        if i in raw:
+            x = layer.self_attn(x, x, x, mask)[0] if i == 0 else layer.feed_forward(x)
+            continue
         norm = layer.sublayers[norms[i]].norm
         pre = norm_first or residual == "normalized_always"
         read = first if ffn_reads_input and i == 1 else x
@@ -350,6 +356,16 @@ LAYER_MISTAKES = (
         "each sublayer's output is ADDED to its input (x + ...), before or after the norm: "
         "around self-attention AND around the feed-forward network, both.",
         (_layer_with(residual=None), _layer_with(bare=(0,)), _layer_with(bare=(1,))),
+    ),
+    Mistake(
+        "connection_skipped", "The {which} called outside its sublayer connection: no residual, "
+        "dropout or norm around it",
+        "each sublayer runs inside its own connection, self.sublayers[i](x, f): the norm, the "
+        "dropout and the residual x + ... around it. Calling {call} directly and passing its "
+        "output on skips all three for that sublayer: wrap it, x = self.sublayers[{i}](x, f).",
+        (member(_layer_with(raw=(0,)), which="self-attention", i=0,
+                call="self.self_attn(x, x, x, mask)[0]"),
+         member(_layer_with(raw=(1,)), which="feed-forward network", i=1, call="self.feed_forward(x)")),
     ),
     Mistake(
         "sublayer_skipped", "A sublayer skipped",

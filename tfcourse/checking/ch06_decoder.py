@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 from ..decoder import DecoderLayer
 from ..masks import causal_mask, padding_mask, target_mask
 from .comparison import describe
-from .mistakes import Mistake, laddered
+from .mistakes import Mistake, laddered, member
 from .pipeline import Case, Item, fail_on_error
 from .sandbox import call
 
@@ -304,10 +304,11 @@ LAYER_MISTAKES = (
         _variants(("tgt",), ALL_MASKS, (("x", "x", "x"),)),
     ),
     Mistake(
-        "tgt_mask_in_cross", "Target mask used for cross-attention",
+        "tgt_mask_in_cross", "Target mask used for cross-attention{swapped}",
         "cross-attention takes src_mask, which hides the source's padding. The causal tgt_mask "
         "belongs to self-attention: every target position may read the whole source.",
-        _variants(ALL_MASKS, ("tgt",)),
+        tuple(member(c, swapped=" (the two masks swapped: src_mask given to self-attention)"
+                     if s == "src" else "") for s in ALL_MASKS for c in _variants((s,), ("tgt",))),
     ),
     Mistake(
         "masks_combined", "Masks combined into one",

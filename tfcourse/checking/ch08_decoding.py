@@ -503,8 +503,9 @@ BEAM_MISTAKES = (
     ),
     Mistake(
         "no_normalization", "No length normalization",
-        "rank the candidates by log P / lp(length), lp = ((5 + length) / 6)^alpha: raw sums "
-        "of log-probabilities only fall as a sequence grows, so short outputs always win.",
+        "rank the candidates by log P / lp(length), lp = ((5 + length) / 6)^alpha, each with its "
+        "OWN length: raw sums of log-probabilities only fall as a sequence grows, so short outputs "
+        "always win, and dividing every candidate by one lp changes nothing in their order.",
         (_beam_with(normalize=None),),
     ),
     Mistake(

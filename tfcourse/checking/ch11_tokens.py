@@ -11,10 +11,12 @@ Why the cases are what they are: the properties of inputs that real byte-level B
 wrong (issue threads and pull requests of tiktoken, tokenizers, minbpe, sentencepiece,
 transformers, llama.cpp, mlx-lm and course repositories), each reached by at least one case:
 - count_pairs: runs of one byte (overlapping pairs), frequencies above 1, a pair twice in a
-  word, merged ranks above 255, a word of one token, no word.
+  word, merged ranks above 255, a word of one token, no word; more words than a few chunks
+  and more than 10 distinct pairs (a loop over part of the words, a most_common trim).
 - merge: runs of one rank (odd and even lengths, merged ranks too), the pair at the end and
   reversed around it, ranks whose digits meet as text (11, 2), one token, none; the pair's
-  first token followed by another and its second after another (half a pair compared).
+  first token followed by another and its second after another (half a pair compared); a
+  list given where a tuple is expected, the pair absent (the input returned as it is).
 - learn_merges: ties; letters of 2 bytes; whitespace at the start and end, runs of it,
   newlines and tabs (GPT-2's \s+(?!\S)); upper-case contractions (GPT-2's are lower-case
   only); long digit runs (GPT-4 cuts them in 3s); punctuation after a space; several special
@@ -26,9 +28,12 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
   most frequent); the same text with other merges; whitespace at the start and end, runs,
   newlines, tabs, whitespace only; upper-case contractions with merges of each case; long
   digits; punctuation after a space; letters of 2 and 4 bytes, a decomposed letter, a
-  ligature; the empty text.
+  ligature; the empty text; \r\n line endings; a pre-token longer than 16 bytes; every
+  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge.
 - decode: a character cut between tokens, ids ending inside a 2-byte and a 4-byte character,
-  ids starting inside one, a cut character followed by a whole one, no ids.
+  ids starting inside one, a cut character followed by a whole one, no ids; a text that
+  starts with U+FEFF, a \r\n line ending, e + U+0301; the bytes 0x00-0x03 (no special
+  tokens here), two invalid bytes in a row.
 Every function item runs its cases again in reverse order once all passed (`again`): state
 kept between calls shows there. Where no catalogued mistake matches, sequences.py says where
 the learner's sequence first differs, and for encode and decode which usual change of the text
@@ -180,8 +185,17 @@ COUNT_MISTAKES = (
         "a word of n tokens holds n - 1 pairs, range(len(word) - 1), or zip(word, word[1:]).",
         (lambda words: Counter((w[i], w[i + 1]) for w in words for i in range(len(w))),),
     ),
+    Mistake(
+        "word_left_out", "The {which} word never counted: a loop over the words one short",
+        "every word of the dict counts: for word, freq in words.items(). {why}",
+        (member(lambda words: _count(dict(list(words.items())[:-1])), which="last",
+                why="range(len(items) - 1), or items[:-1], stops one word early."),
+         member(lambda words: _count(dict(list(words.items())[1:])), which="first",
+                why="range(1, len(items)), or items[1:], starts one word late.")),
+    ),
 )
 _COUNT_LADDER = {
+    "word_left_out": (None, "print count_pairs({{(1, 2): 1, (3, 4): 1}}): both pairs, once each."),
     "short_words_skipped": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}."),
     "read_past_the_end": (None, "print the i your loop reaches for the word (1, 2, 3): 0 and 1."),
     "reversed_pair": (None, "print count_pairs({(1, 2): 1}): {(1, 2): 1}, the left token first."),
@@ -210,7 +224,9 @@ COUNT = Item(
      _count_case({}, " (no word)"),
      _count_case({(256, 97, 256, 97): 2, (97,): 1, (300, 300, 300): 1, (98, 256): 3},
                  " (merged ranks above 255, a word of one token)"),
-     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)")],
+     _count_case({(5, 6): 1, (6, 5, 6): 1}, " (the first case's sizes, other words)"),
+     _count_case({(1, 2, 3, 4): 1, (5, 6, 7): 2, (8, 9): 5, (10, 11, 12): 3, (13, 14): 5,
+                  (15, 16, 17): 4, (18, 19): 2}, " (7 words, 12 distinct pairs)")],
     laddered(COUNT_MISTAKES, _COUNT_LADDER), same=_same_counts, what="counts", prep="for",
     formula="count(a, b) = sum over words of freq(word) x the positions i with word[i] = a, "
             "word[i + 1] = b.",
@@ -223,19 +239,26 @@ COUNT = Item(
 
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
-           same=lambda a, b: a == b, either=False, half=None, runs=False):
+           same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True, tail=False,
+           miss=1):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
     the first occurrence alone; `either`: the pair matched in either order; `half` 0 or 1:
     only that token of the pair compared; `runs`: after a match, one step only when the
-    next position matches too (a run a, a, a merged twice, the middle a in both)."""
+    next position matches too (a run a, a, a merged twice, the middle a in both); `bound`
+    False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end when the
+    last token is the pair's first; "always": at any last position reached); `tail`:
+    the loop stops before the last token, which is appended after it whatever happened;
+    `miss` 2: a pair's first token not followed by its second skips the next position too."""
     word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
     out, i, done = [], 0, False
-    while i < len(word) - (0 if last else 1):
-        if i + 1 < len(word) and not done and (
+    while i < len(word) - (0 if last and not tail else 1):
+        if bound == "always" and i + 1 == len(word):
+            word[i + 1]  # (word[i], word[i + 1]) == pair read at the last position: IndexError
+        if (i + 1 < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
@@ -243,8 +266,8 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
             done = first_only
         else:
             out.append(word[i])
-            i += 1
-    return tuple(out)
+            i += miss if same(word[i], pair[0]) else 1
+    return tuple(out + list(word[-1:]) if tail else out)
 
 
 def _merge_with(**bug):
@@ -338,9 +361,40 @@ MERGE_MISTAKES = (
         "merge only: after a match, skip both tokens (i += 2), so (a, a, a) gives (new, a).",
         (_merge_with(runs=True),),
     ),
+    Mistake(
+        "no_bound_check", "No bound check on i + 1: word[i + 1] read past the word's end",
+        "at the last position, i = len(word) - 1, the loop reads word[i + 1], past the last "
+        "token (IndexError): test i + 1 < len(word) (or i < len(word) - 1) "
+        "before comparing word[i + 1].",
+        (_merge_with(bound=False), _merge_with(bound="always")),
+    ),
+    Mistake(
+        "last_appended", "The last token appended after the loop, even when the last pair was merged",
+        "a loop `while i < len(word) - 1` followed by out.append(word[-1]) adds the last token "
+        "back when it was already taken by the last merge (it comes twice): append it only when "
+        "the loop did not reach it (if i == len(word) - 1), or loop while i < len(word).",
+        (_merge_with(tail=True),),
+    ),
+    Mistake(
+        "next_skipped", "The token after an unmatched first token skipped (lost)",
+        "when word[i] is the pair's first token but word[i + 1] is not its second, only word[i] "
+        "is copied and i moves on by ONE: word[i + 1] may start the pair itself (word.index(a, "
+        "i) finds the first token; after a miss, go on from j + 1, not j + 2).",
+        (_merge_with(miss=2),),
+    ),
+    Mistake(
+        "pair_written", "The pair itself written in place of new_id (a nested tuple)",
+        "a merge replaces the two tokens by ONE rank, new_id: out.append(new_id), not "
+        "out.append(pair) (a tuple inside the word, which is no rank).",
+        (lambda word, pair, new_id: _merge(word, pair, pair),),
+    ),
 )
 _MERGE_LADDER = {
     "half_compared": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
+    "no_bound_check": (None, "print merge((2, 1), (1, 2), 9): (2, 1), no IndexError."),
+    "last_appended": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "next_skipped": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
+    "pair_written": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
     "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
     "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),
@@ -375,7 +429,8 @@ MERGE = Item(
      _merge_case(tuple(int(r) for r in "300 301 300 301".split()), (int("300"), int("301")), 400,
                  " (ranks above 256 made at run time: equal, not the same objects)"),
      _merge_case((1, 3, 1, 2, 4, 2), (1, 2), 9,
-                 " (the pair's first token before another, its second after another)")],
+                 " (the pair's first token before another, its second after another)"),
+     _merge_case([1, 2, 3], (4, 5), 256, " (a list given, the pair absent)")],
     laddered(MERGE_MISTAKES, _MERGE_LADDER), same=_same_ids, what="word", prep="for",
     formula="Scan left to right: where word[i], word[i + 1] is the pair, write new_id and "
             "skip both; else copy word[i].",
@@ -394,7 +449,7 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
     spaces; `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
-    counted: max(counts, key=counts.get)); `first` the first new id; `extra` merges more;
+    counted: max(counts, key=counts.get)), "wordpiece" (count(ab) / (count(a) count(b))); `first` the first new id; `extra` merges more;
     `update` False never merges the words; `prefix` put before the text (HF's
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
     count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
@@ -402,7 +457,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     False: the special tokens tried in the order given, not the longest first; `cut` "" or " ":
     the special tokens replaced by it (re.sub), the text around them joined; `update` "first":
     only the first word that holds the pair merged, "once": only the pair's first occurrence
-    in each word; `carry` "drop" or "keep": the counts made once, before the loop, and each
+    in each word, "drop": the words that do not hold both tokens of the pair dropped
+    ("drop_pair": the pair itself); `carry` "drop" or "keep": the counts made once, before the loop, and each
     step's counts added to them (the chosen pair deleted, or kept)."""
     text = prefix + (normalize or str)(text)
     found = "|".join(map(regex.escape if escape else str,
@@ -426,7 +482,9 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
                "second_first": lambda p, c=counts: (c[p], -p[1], -p[0]),
                "largest": lambda p, c=counts: (c[p], p), "first": counts.get,
-               "first_element": lambda p, c=counts: (c[p], -p[0])}[tie]
+               "first_element": lambda p, c=counts: (c[p], -p[0]),
+               "wordpiece": lambda p, c=counts, u=tie == "wordpiece" and _unit_counts(words): (
+                   c[p] / (u[p[0]] * u[p[1]]), -p[0], -p[1])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
         if carry == "drop":
@@ -435,11 +493,23 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
             holder = next(w for w in words if pair in zip(w, w[1:]))
             merged = Counter()
             for w, f in words.items():
+                if (update == "drop" and not set(pair) <= set(w)
+                        or update == "drop_pair" and pair not in zip(w, w[1:])):
+                    continue
                 merged[w if update == "first" and w != holder else
                        _merge(w, pair, first + i, first_only=True) if update == "once" else
                        merge(w, pair, first + i)] += f
             words = merged
     return merges
+
+
+def _unit_counts(words):
+    """How often each token occurs in the words (times their frequency)."""
+    units = Counter()
+    for word, f in words.items():
+        for t in word:
+            units[t] += f
+    return units
 
 
 def _words_of(text, special_tokens=()):
@@ -631,6 +701,21 @@ LEARN_MISTAKES = (
         (_learn_with(update=False),),
     ),
     Mistake(
+        "wordpiece_score", "The pair chosen by WordPiece's score, count(ab) / (count(a) count(b)), "
+        "not by its count",
+        "BPE merges the MOST FREQUENT pair: max(counts, key=counts.get), ties to the smallest "
+        "pair. Dividing by the tokens' own counts (WordPiece's likelihood score) favours rare "
+        "tokens that always come together: other merges.",
+        (_learn_with(tie="wordpiece"),),
+    ),
+    Mistake(
+        "words_dropped", "The words that do not hold the chosen pair dropped from the next step",
+        "after a merge, EVERY word goes on to the next count: merge(word, ...) leaves a word "
+        "without the pair as it is, but it still holds the pairs the next merges need. Keep "
+        "them all (merged or not).",
+        (_learn_with(update="drop"), _learn_with(update="drop_pair")),
+    ),
+    Mistake(
         "new_ids_off_by_one", "New ids off by one: the first merge makes {first}",
         "the bytes are ranks 0..255, so merge i (from 0) makes rank 256 + i: the first new id "
         "is 256, the length of the vocabulary so far.",
@@ -706,6 +791,9 @@ _LEARN_LADDER = {
                           "'ab', '.', ' ab', '.'."),
     "no_frequency": (None, "print your words and their frequencies for 'ab ab ab'."),
     "non_overlapping": (COUNTING, "print your counts for the text 'aaa': (97, 97) counts 2."),
+    "wordpiece_score": (None, "print the count of the pair you choose first, next to the largest "
+                        "count."),
+    "words_dropped": (None, "print your words before and after the first merge: as many words."),
     "words_not_updated": (None, "print the words after each step: the chosen pair must be gone."),
     "new_ids_off_by_one": (None, "print the id you give the first merge, and the largest byte."),
     "n_merges_off_by_one": (None, "print len(learn_merges('abcabc abc', 3))."),
@@ -811,7 +899,8 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     `normalize` applied to the text first; `chars` "stand_ins": GPT-2's stand-ins' code points;
     `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
     "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
-    every merge applied once, in rank order, to its first occurrence only."""
+    every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
+    the merges in rank order, stopping at the first whose pair the word does not hold."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -829,8 +918,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick in ("sorted", "each_once"):  # every merge once, in pair (or rank) order
+        if pick in ("sorted", "each_once", "stop_at_absent"):  # every merge once, in pair (or rank) order
             for pair in sorted(merges) if pick == "sorted" else merges:
+                if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
+                    break
                 word = _merge(word, pair, merges[pair], first_only=pick == "each_once")
             out += word
             continue
@@ -896,6 +987,15 @@ ENCODE_MISTAKES = (
         "a break after the first match leaves the others unmerged.",
         (_encode_with(pick="each_once"),),
     ),
+    Mistake(
+        "stopped_at_absent_merge", "The merges applied in rank order, stopping at the first the "
+        "piece does not hold (break for continue)",
+        "walking the merges in rank order, a merge whose pair the piece does not hold is skipped, "
+        "not the end: later merges may still apply (a piece 'the' holds no (a, t), but (t, h) "
+        "and (th, e) come after it). continue, not break; or merge the lowest-rank pair the "
+        "piece holds, again and again.",
+        (_encode_with(pick="stop_at_absent"),),
+    ),
     _in_re(_encode_with),
     _stand_ins(_encode_with, "and merges replace pairs of ranks"),
     Mistake(
@@ -946,6 +1046,14 @@ ENCODE_MISTAKES = (
         (_encode_with(prefix=" "),),
     ),
     Mistake(
+        "nothing_merged", "Nothing merged: every rank is a byte of the text",
+        "no merge ever applies: the lookup finds no pair (a rank looked up for one token, "
+        "merges[word[i]], or a key of another kind), or the loop never runs. Look up each "
+        "adjacent PAIR, merges.get((word[i], word[i + 1])), and merge the lowest-rank one until "
+        "none is a merge.",
+        (_encode_with(rounds=0),),
+    ),
+    Mistake(
         "last_pair_unmerged", "A piece of two tokens never merged: the loop stops one early",
         "merge while the piece has at least 2 tokens (while len(word) > 1, or >= 2): a pair "
         "is two tokens, and the last merge of a piece leaves one.",
@@ -959,6 +1067,9 @@ ENCODE_MISTAKES = (
     ),
 )
 _ENCODE_LADDER = {
+    "nothing_merged": (None, "print encode('the', merges) with merges (t, h), (th, e): one token."),
+    "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
+                                "(th, e): one token, 'the'."),
     "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "
                           "be above every merge's."),
     "characters_not_bytes": (("11_tokens", "1. Bytes and UTF-8"),
@@ -996,6 +1107,9 @@ _B_CD = {(99, 100): 256, (98, 99): 257, (98, 256): 258}
 _ENCODE_TRAIN_2 = ("  hello world  hello   world\n\n  hello\tworld  DON'T don't WON'T it's IT'S "
                    "12345678 2024 x ,y ;z ,x naïve naïve café cafe\u0301 ﬁne ﬁne ÉCOLE école 😀😀  ")
 _MERGES_2 = {p: 256 + i for i, p in enumerate(learn_merges(_ENCODE_TRAIN_2, 40))}
+# 's 't 'r 're 'v 've 'm 'l 'll 'd: each of GPT-2's contractions one token.
+_CONTRACTIONS = {p: 256 + i for i, p in enumerate(((39, 115), (39, 116), (39, 114), (258, 101), (39, 118),
+                                                   (260, 101), (39, 109), (39, 108), (263, 108), (39, 100)))}
 
 
 def _encode_case(text, merges, note=""):
@@ -1027,7 +1141,11 @@ ENCODE = Item(
      _encode_case("   ", _MERGES_2, " (whitespace only)"),
      _encode_case("DON'T don't", {(39, 84): 256, (39, 116): 257},
                   " (merges 'T and 't: only the lower-case one is a contraction)"),
-     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)")],
+     _encode_case("12345 2024", {(51, 52): 256, (50, 48): 257}, " (merges 34 and 20: long digits)"),
+     _encode_case("the cat\r\nsat on the mat\r\n", _MERGES, " (\\r\\n line endings)"),
+     _encode_case("the cat thecattlethecattle", _MERGES, " (a pre-token of 19 bytes)"),
+     _encode_case("it's don't they're we've I'm we'll he'd", _CONTRACTIONS,
+                  " (every GPT-2 contraction, each a merge)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
@@ -1122,6 +1240,13 @@ DECODE_MISTAKES = (
          lambda ids, vocab: b" ".join(vocab[i] for i in ids).decode("utf-8", errors="replace")),
     ),
     Mistake(
+        "bytes_of_tokens", "Token bytes joined with bytes(...), which takes ints, not bytes objects",
+        "bytes(vocab[i] for i in ids) asks each item to be one byte value (0-255): a token's "
+        "bytes b'th' is no int (TypeError). Join them: b''.join(vocab[i] for i in ids), then "
+        ".decode('utf-8', errors='replace').",
+        (lambda ids, vocab: bytes(vocab[i] for i in ids).decode("utf-8", errors="replace"),),
+    ),
+    Mistake(
         "latin1", "Bytes decoded as Latin-1, not UTF-8",
         "the text was encoded as UTF-8: decode('utf-8', errors='replace'); Latin-1 turns each "
         "byte of 'é' into a character of its own ('Ã©').",
@@ -1138,6 +1263,7 @@ _DECODE_LADDER = {
     "cleaned_up": (None, "print decode(ids) for the ids of 'hi . yes'."),
     "leading_space_dropped": (None, "print repr(decode([32, 104, 105])): ' hi'."),
     "joined_with_spaces": (None, "print decode([256, 101]) with 256: b'th': 'the'."),
+    "bytes_of_tokens": (None, "print bytes([b'a', b'b']) and b''.join([b'a', b'b'])."),
     "other_handler": (None, "print bytes([195]).decode('utf-8', errors='replace')."),
 }
 
@@ -1162,7 +1288,10 @@ DECODE = Item(
      _decode_case([32, 256, 101, 32, 46, 32, 44, 32, 110, 39, 116],
                   " (a leading space, spaces before punctuation)"),
      Case(([256, 257, 258], {**_VOCAB, 256: b"ab", 257: b"cd", 258: b"e"}), names=("ids", "vocab"),
-          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')")],
+          label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')"),
+     _decode_case([239, 187, 191, 104, 105, 13, 10, 101, 204, 129],
+                  " (a text that starts with U+FEFF, a \\r\\n line ending, e + U+0301)"),
+     _decode_case([104, 0, 1, 2, 3, 105, 255, 254, 97], " (the bytes 0x00-0x03, two invalid bytes in a row)")],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
     twins=(_decode_with(),), section=DECODING, again=True,

@@ -1516,7 +1516,22 @@ def _explain_pieces(case, result, expected):
         if late and result[k][n] == "" and expected[k][n]:
             return _LATE, {"call": _first_wrong_piece(case, result, expected)}
     return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on",
-                              "story": _first_wrong_piece(case, result, expected)}
+                              "story": _placeholder(result, expected) + _first_wrong_piece(case, result, expected)}
+
+
+def _placeholder(result, expected):
+    """'a cut character written as X ...: ' when the first wrong call returned, where the
+    reference holds bytes back (''), a text that is nowhere in the stream's text; else ''."""
+    for got, want in zip(result, expected):
+        wrong = [(g, w) for g, w in zip(got, want) if g != w]
+        if wrong:
+            g, w = wrong[0]
+            if w == "" and isinstance(g, str) and g and g not in "".join(want):
+                return (f"part of a character written as {g!r} (a placeholder for bytes that are no "
+                        "whole text), not held back until its other bytes come: an incremental "
+                        "decoder holds them (codecs.getincrementaldecoder('utf-8')('replace')): ")
+            return ""
+    return ""
 
 
 def _stream_case(tokenizer, note, *tokens, shown=b"", more=(), order=None):

@@ -92,6 +92,11 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
             isinstance(k, tuple) for k in expected) and all(isinstance(k, str) for k in value):
         return ("string keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is text, "
                 "and a lookup by the pair (a, b) finds nothing: key the dict by the tuple itself")
+    if isinstance(expected, dict) and isinstance(value, dict) and expected and all(
+            isinstance(k, tuple) for k in expected) and all(isinstance(k, bytes) for k in value):
+        return ("bytes keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is bytes "
+                "(bytes(word[i:i + 2])): a merged rank of 256 or more is no byte (bytes([256]) raises "
+                "ValueError), and a lookup by the pair (a, b) finds nothing: key the dict by the tuple")
     if _nested(value, expected):
         return ("a list of lists", "one flat list is", what, "each part's list was appended as "
                 "one item: extend the result with it (out += part), not append it")
@@ -120,6 +125,8 @@ def as_kind_of(value, expected):
         return [x for part in value for x in part]
     if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, str) for k in value):
         return {tuple(int(t) for t in re.findall(r"-?\d+", k)): v for k, v in value.items()}
+    if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, bytes) for k in value):
+        return {tuple(k): v for k, v in value.items()}
     if isinstance(expected, float) and isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     if isinstance(expected, torch.Tensor) and isinstance(value, (int, float)) and not isinstance(value, bool):

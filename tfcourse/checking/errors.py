@@ -16,10 +16,12 @@ from .sandbox import Exited, Outcome, Timeout, exit_how, first_line
 
 def same_error(a: BaseException, b: BaseException) -> bool:
     """Same exception type and the same first line of message (whatever the class is called:
-    "'MyEncoder' object has no attribute ..." is the same as "'Encoder' object ...")."""
+    "'MyEncoder' object has no attribute ..." is the same as "'Encoder' object ...", and
+    "list index out of range" as "tuple index out of range")."""
 
     def text(error):
-        return re.sub(r"^'\w+' object", "object", first_line(error))
+        text = re.sub(r"^'\w+' object", "object", first_line(error))
+        return re.sub(r"^(list|tuple) index out of range$", "index out of range", text)
 
     return type(a) is type(b) and text(a) == text(b)
 

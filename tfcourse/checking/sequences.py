@@ -61,6 +61,9 @@ def explain_counts(words: dict, got, want: dict, label: str):
     if not isinstance(got, dict) or not all(isinstance(k, tuple) and len(k) == 2 for k in got):
         return None
     got = {k: v for k, v in got.items() if v}
+    told = _counts_cut(words, got, want)
+    if told:
+        return SEQUENCE_DIFFERS, {"what": "counts", "prep": "for", "story": told}
     order = [p for w in words for p in zip(w, w[1:])] + sorted(set(got) - set(want))
     pair = next((p for p in dict.fromkeys(order) if got.get(p, 0) != want.get(p, 0)), None)
     if pair is None:
@@ -69,9 +72,16 @@ def explain_counts(words: dict, got, want: dict, label: str):
     holders = [h for h in holders if h[2]]
     if not holders:
         across = [(u, w) for u in words for w in words if u and w and (u[-1], w[0]) == pair]
+        digits = [(x, y) for w in words for x, y in zip(w, w[1:]) if (x, y) != pair
+                  and str(x).endswith(str(pair[0])) and str(y).startswith(str(pair[1]))]
         story = ("no word holds it" + (f": it joins the end of {across[0][0]} to the start of "
                                        f"{across[0][1]}, a pair counted across two words; count "
-                                       "within each word only" if across else ""))
+                                       "within each word only" if across else
+                                       f": its digits are those of {digits[0]} read from inside "
+                                       "the numbers: pairs found in the ranks written as text (a "
+                                       "regex or a substring search can start inside a number); "
+                                       "pair the ranks themselves, zip(word, word[1:])" if digits
+                                       else ""))
     else:
         w, f, at = holders[0]
         story = (f"{w} (frequency {f}) holds it at position{'s' * (len(at) > 1)} "
@@ -82,6 +92,32 @@ def explain_counts(words: dict, got, want: dict, label: str):
                               "story": f"the pair {pair} counted {got.get(pair, 0)} time"
                                        f"{'s' * (got.get(pair, 0) != 1)} where the reference "
                                        f"counts {want.get(pair, 0)}: {story}"}
+
+
+def _counts_cut(words: dict, got: dict, want: dict) -> str:
+    """How `got` is `want` scaled (relative frequencies) or cut short: only the most frequent
+    pairs kept (a trim), or some words never counted (a loop over part of them); else ''."""
+    if want and set(got) == set(want):
+        ratios = [got[p] / want[p] for p in want]
+        total = sum(want.values())
+        if all(abs(r - ratios[0]) < 1e-9 * abs(ratios[0]) for r in ratios) and ratios[0] != 1:
+            return ("every count divided by the total, " + str(total) + " (relative frequencies): "
+                    "count(a, b) is a whole number of occurrences; return the counts themselves"
+                    if abs(ratios[0] * total - 1) < 1e-9 else
+                    f"every count multiplied by {ratios[0]:.6g}: return the counts themselves")
+    if not got or len(got) >= len(want) or any(want.get(p) != c for p, c in got.items()):
+        return ""
+    if min(got.values()) >= max(c for p, c in want.items() if p not in got):
+        return (f"only the {len(got)} most frequent pairs returned (most_common({len(got)}), a "
+                f"trim): the other {len(want) - len(got)} pairs' counts are lost; return every pair")
+    left = [w for w in words if all(p not in got for p in zip(w, w[1:])) and len(w) > 1]
+    kept = [(w, f) for w, f in words.items() if w not in left]
+    if left and all(want.get(p) == sum(f * list(zip(w, w[1:])).count(p) for w, f in kept) for p in got):
+        where = " (the last ones)" if list(words)[-len(left):] == left else ""
+        return (f"the words {', '.join(map(str, left[:3]))}{' ...' * (len(left) > 3)}{where} never "
+                f"counted: {len(left)} of the {len(words)} words left out (a loop over part of them: "
+                "chunks, a slice, a range that stops early); count every word")
+    return ""
 
 
 # -------------------------------------------------------------------------------- merge
@@ -175,6 +211,12 @@ def _change(text: str, decoded: str) -> str:
             (lambda t: unicodedata.normalize("NFKC", t), "normalized to NFKC"),
             (lambda t: unicodedata.normalize("NFD", t), "normalized to NFD"),
             (lambda t: t.replace("\n", " "), "its newlines made spaces"),
+            (lambda t: t.replace("\r\n", "\n"), "its \\r\\n line endings made \\n (the \\r bytes lost: "
+             "a text opened or normalized with universal newlines)"),
+            (lambda t: t.removeprefix("\ufeff"), "without the U+FEFF it starts with (the byte order "
+             "mark dropped: 'utf-8-sig', the file-reading codec, not 'utf-8')"),
+            (lambda t: regex.sub("\ufffd+", "\ufffd", t), "with each run of U+FFFD collapsed into one "
+             "(each invalid byte is its own U+FFFD)"),
             (lambda t: t.replace(" ", "\u2581"), "its spaces written as '\u2581' (sentencepiece's meta "
              "symbol, which byte-level BPE does not use)"),
             (lambda t: "\u2581" + t.replace(" ", "\u2581"), "its spaces written as '\u2581' and one put "
@@ -256,11 +298,34 @@ def explain_ids(text: str, pieces: list, got, want, vocab: dict, label: str):
                "leading space (' cat'), and merges join them")
     elif len(mine) > len(theirs):
         how = "merged too far: the reference keeps it in more tokens"
+    elif pieces[piece] in ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d"):
+        how = (f"not merged far enough: the contraction {pieces[piece]!r} is no pre-token of yours: "
+               "GPT-2's pattern starts 's|'t|'re|'ve|'m|'ll|'d, and one of them is missing or "
+               "changed in yours (a typo in a copied pattern?), so its merges never apply")
     else:
-        how = "not merged far enough: the reference's token is longer"
+        how = "not merged far enough: the reference's token is longer" + _left_raw(
+            got, vocab, pieces, ends, piece)
     story = (f"{where}, your token {_b(mine)} where the reference has {_b(theirs)} (token {k}: "
              f"{how})")
     return _said(length, story, "ranks", "for", label)
+
+
+def _left_raw(got, vocab, pieces, ends, piece) -> str:
+    """', all of it left as raw bytes ...' when the pre-token `piece` is only single bytes in
+    `got` while every longer pre-token is too and some shorter one is merged (a length
+    limit); else ''."""
+    raw, at = {}, 0  # pre-token -> whether all of its tokens in got are single bytes
+    for t in got:
+        i = next(i for i, e in enumerate(ends) if e > at)
+        raw[i] = raw.get(i, True) and t < 256
+        at += len(vocab[t])
+    size = len(pieces[piece].encode("utf-8"))
+    merged = [len(pieces[i].encode("utf-8")) for i, r in raw.items() if not r]
+    if not raw.get(piece) or not merged or max(merged) >= size:
+        return ""
+    return (f", and yours is its {size} bytes unmerged, while shorter pre-tokens are merged: "
+            f"pre-tokens longer than {max(merged)} bytes skipped (a length limit: BPE merges every "
+            "pre-token, however long)")
 
 
 # --------------------------------------------------------------------------------- text
@@ -281,6 +346,14 @@ def explain_text(got, want: str, label: str):
         return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (
             f"your text {got[:60]!r} is the reference's {want[:60]!r} {how}: decode gives the "
             "tokens' text exactly as it is")}
+    dropped = _left_out(want, got)
+    if dropped:
+        low = all(ord(c) < 4 for c in want if c not in got)
+        return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (
+            f"your text {got[:60]!r} is the reference's {want[:60]!r} with the characters {dropped} "
+            "left out" + (": ids 0-3 skipped as if they were PAD, BOS, EOS and UNK, but here they are "
+                          "the bytes 0x00-0x03 (this vocabulary has no special tokens)" if low else
+                          ": decode keeps every token's bytes"))}
     i = _first_difference(got, want)
     story = (f"your text {got[:60]!r}, the reference's {want[:60]!r}: they differ from character "
              f"{i} on ({got[i:i + 8]!r} where the reference has {want[i:i + 8]!r})")

@@ -449,7 +449,8 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
     trains through the special tokens (`escape` False: cut with the tokens read as
     patterns); `split` False takes the whole text as one word, "whitespace" splits it at
     spaces; `freq`, `overlap` as _count; `tie` "smallest", "largest" or "first" (the first pair
-    counted: max(counts, key=counts.get)), "wordpiece" (count(ab) / (count(a) count(b))); `first` the first new id; `extra` merges more;
+    counted: max(counts, key=counts.get)), "wordpiece" (count(ab) / (count(a) count(b)));
+    `first` the first new id; `extra` merges more;
     `update` False never merges the words; `prefix` put before the text (HF's
     add_prefix_space); `chars` code points instead of UTF-8 bytes; `min_count` the smallest
     count a merge needs (HF's min_frequency); `stop` False: no early stop (max() of no pair
@@ -479,11 +480,12 @@ def _learn(text, n_merges, special_tokens=(), *, cut=True, split=True, freq=True
             counts = carried
         if stop and (not counts or max(counts.values()) < min_count):
             break
+        units = _unit_counts(words) if tie == "wordpiece" else None
         key = {"smallest": lambda p, c=counts: (c[p], -p[0], -p[1]),
                "second_first": lambda p, c=counts: (c[p], -p[1], -p[0]),
                "largest": lambda p, c=counts: (c[p], p), "first": counts.get,
                "first_element": lambda p, c=counts: (c[p], -p[0]),
-               "wordpiece": lambda p, c=counts, u=tie == "wordpiece" and _unit_counts(words): (
+               "wordpiece": lambda p, c=counts, u=units: (
                    c[p] / (u[p[0]] * u[p[1]]), -p[0], -p[1])}[tie]
         pair = max(counts, key=key)
         merges.append(pair)
@@ -1291,7 +1293,8 @@ DECODE = Item(
           label="ids=[256, 257, 258] (another vocabulary: 256: b'ab', 257: b'cd', 258: b'e')"),
      _decode_case([239, 187, 191, 104, 105, 13, 10, 101, 204, 129],
                   " (a text that starts with U+FEFF, a \\r\\n line ending, e + U+0301)"),
-     _decode_case([104, 0, 1, 2, 3, 105, 255, 254, 97], " (the bytes 0x00-0x03, two invalid bytes in a row)")],
+     _decode_case([104, 0, 1, 2, 3, 105, 255, 254, 97],
+                  " (the bytes 0x00-0x03, two invalid bytes in a row)")],
     laddered(DECODE_MISTAKES, _DECODE_LADDER), what="text", prep="for",
     formula="Join every token's bytes, then .decode('utf-8', errors='replace').",
     twins=(_decode_with(),), section=DECODING, again=True,

@@ -1515,18 +1515,21 @@ def _explain_pieces(case, result, expected):
         k, n = late[0] if late else (0, 0)
         if late and result[k][n] == "" and expected[k][n]:
             return _LATE, {"call": _first_wrong_piece(case, result, expected)}
-    return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on",
-                              "story": _placeholder(result, expected) + _first_wrong_piece(case, result, expected)}
+    story = _placeholder(case, result, expected) + _first_wrong_piece(case, result, expected)
+    return SEQUENCE_DIFFERS, {"what": "pieces", "prep": "on", "story": story}
 
 
-def _placeholder(result, expected):
+def _placeholder(case, result, expected):
     """'a cut character written as X ...: ' when the first wrong call returned, where the
-    reference holds bytes back (''), a text that is nowhere in the stream's text; else ''."""
-    for got, want in zip(result, expected):
+    reference holds bytes back (''), a text that is nowhere in the stream's text nor in the
+    text it already shows; else ''."""
+    streams = case.args[1]
+    for (_, shown), got, want in zip(streams, result, expected):
         wrong = [(g, w) for g, w in zip(got, want) if g != w]
         if wrong:
             g, w = wrong[0]
-            if w == "" and isinstance(g, str) and g and g not in "".join(want):
+            if w == "" and isinstance(g, str) and g and g not in "".join(want) \
+                    and g not in shown.decode("utf-8", errors="replace"):
                 return (f"part of a character written as {g!r} (a placeholder for bytes that are no "
                         "whole text), not held back until its other bytes come: an incremental "
                         "decoder holds them (codecs.getincrementaldecoder('utf-8')('replace')): ")

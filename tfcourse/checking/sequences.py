@@ -13,6 +13,7 @@ tokenizer's own parts (pre-tokenizing, counting, merging) are given by the chapt
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
 
 import regex
@@ -348,7 +349,8 @@ def explain_text(got, want: str, label: str):
             "tokens' text exactly as it is")}
     dropped = _left_out(want, got)
     if dropped:
-        low = all(ord(c) < 4 for c in want if c not in got)
+        missing = Counter(want) - Counter(got)
+        low = all(ord(c) < 4 for c in missing)
         return SEQUENCE_DIFFERS, {"what": "text", "prep": "for", "story": (
             f"your text {got[:60]!r} is the reference's {want[:60]!r} with the characters {dropped} "
             "left out" + (": ids 0-3 skipped as if they were PAD, BOS, EOS and UNK, but here they are "

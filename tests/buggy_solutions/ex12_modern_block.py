@@ -935,6 +935,20 @@ def attention_start_minus_one(q, k, v, past_k=None, past_v=None, base=10000.0):
     return _attend(q, k, v, torch.ones(q.size(-2), start + q.size(-2), dtype=torch.bool).tril(start))
 
 
+@wrong("RMSNorm.gain_added")
+@_norm
+def rms_gain_as_a_shift(self, x):
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) + self.weight
+
+
+@wrong("SwiGLU.concatenated")
+@_ffn
+def swiglu_branches_joined(self, x):
+    h = torch.cat([self.activation(self.gate(x)), self.up(x)], dim=-1)
+    return self.down(self.dropout(h))
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

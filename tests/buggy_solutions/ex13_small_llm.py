@@ -356,6 +356,26 @@ def adamw_lerp_by_beta(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0
     return param * (1 - lr * weight_decay) - lr * m / (1 - beta1**step) / denom, m, v
 
 
+@wrong("adamw_step.correction_times_step")
+def adamw_corrections_as_products(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - beta1 * step), v / (1 - beta2 * step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.xor_for_power")
+def adamw_caret_square(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                       weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad ^ 2
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -772,6 +792,16 @@ def clip_mean_squares_summed(parameters, max_norm):
     total = torch.sqrt(sum(g.pow(2).mean() for g in grads))
     for g in grads:
         g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.condition_reversed")
+def clip_when_small(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    if total < max_norm:
+        for g in grads:
+            g.mul_(max_norm / (total + 1e-6))
     return total
 
 

@@ -88,7 +88,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     else:
         root = square ** power + (e if eps == "outside" else 0)
     y = (h / root).to(x.dtype) if cast else h / root
-    return {True: lambda: y * module.weight, False: lambda: y,
+    return {True: lambda: y * module.weight, False: lambda: y, "added": lambda: y + module.weight,
             "plus_one": lambda: y * (1 + module.weight)}[gain]()
 
 
@@ -179,7 +179,8 @@ RMS_MISTAKES = (
         "wrong_axis", "Normalized over the wrong axis",
         "each position is normalized over its own d_model features: the mean of x^2 over the "
         "last axis (dim=-1, keepdim=True).",
-        tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1))),
+        tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1)))
+        + (lambda module, x: _rms(module, x, dim=tuple(range(x.dim()))),),  # the whole tensor
     ),
     Mistake(
         "unbiased_count", "Mean of squares divided by d_model - 1",
@@ -241,6 +242,12 @@ RMS_MISTAKES = (
         (_rms_with(gain=False),),
     ),
     Mistake(
+        "gain_added", "Gain added, not multiplied: x / rms + weight",
+        "the gain scales each normalized feature: weight * x / sqrt(mean(x^2) + eps); added, "
+        "it shifts the features instead (a bias's job).",
+        (_rms_with(gain="added"),),
+    ),
+    Mistake(
         "gain_before_norm", "Gain applied before normalizing: the RMS of weight * x is taken",
         "normalize x first, then scale: weight * x / sqrt(mean(x^2) + eps). Multiplied in "
         "first, the gain is divided out again by the root mean square it enters (a gain of 2 "
@@ -271,6 +278,7 @@ _RMS_LADDER = {
     "wrong_axis": (None, "on a (batch, seq, d_model) x, print the shape of your mean of "
                    "squares: (batch, seq, 1)."),
     "no_gain": (None, "set self.weight to 2 and print one output row: does it double?"),
+    "gain_added": (None, "set self.weight to 0: your output must be 0."),
     "keepdim": (None, "print x.pow(2).mean(-1).shape next to x.shape."),
     "unbiased_count": (None, "for the row [1., 2., 3.] print x.pow(2).mean(-1): 4.67."),
     "wrong_count": (None, "for x of shape (2, 5, 8), print the number you divide the sum of "
@@ -491,6 +499,13 @@ SWIGLU_MISTAKES = (
         (_swiglu_with(drop=False),),
     ),
     Mistake(
+        "concatenated", "The two branches concatenated, not multiplied",
+        "SwiGLU multiplies the branches feature by feature: activation(gate(x)) * up(x), d_ff "
+        "wide; torch.cat makes 2 d_ff features, which self.down (d_ff -> d_model) cannot take.",
+        (lambda ffn, x: ffn.down(ffn.dropout(torch.cat((ffn.activation(ffn.gate(x)), ffn.up(x)),
+                                                       -1))),),
+    ),
+    Mistake(
         "dropout_after_down", "Dropout after the down projection",
         "the dropout goes on the gated hidden layer, before self.down: down(dropout(activation("
         "gate(x)) * up(x))), as the docstring writes it (nanoGPT drops after its projection; "
@@ -527,6 +542,7 @@ _SWIGLU_LADDER = {
                               "wide, gate(x)."),
     "down_one_branch": (None, "print the shape of what self.down receives: (..., d_ff), the "
                         "product."),
+    "concatenated": (None, "print the shape of what self.down receives: (..., d_ff)."),
     "dropout_always_on": (None, "in eval mode with dropout=0.5, call your layer twice on the "
                           "same x: the outputs must be equal."),
     "down_each_branch": (None, "print the shape of what you multiply: (..., d_ff), before "

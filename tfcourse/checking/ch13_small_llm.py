@@ -62,7 +62,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
            sign=-1, python_step=False, amsgrad=False, stored="raw", ema_beta=(0, 1),
-           bc_beta=(0, 1), bc_outside=False, bc_power=1.0):
+           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step=""):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -80,7 +80,9 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     * m subtracted); ema "swapped_m", "swapped_v": one moment's weights swapped; square "plain":
     v averages g itself; ema_beta, bc_beta: which of
     (beta1, beta2) m's and v's averages, and their corrections, use; bc_outside: v's correction
-    divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power)."""
+    divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
+    times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step; square "xor":
+    g ^ 2 (Python's bitwise XOR: it raises on float tensors)."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
     if l2 == "decayed":
@@ -96,7 +98,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         m_new = (1 - beta1) * m + beta1 * g if ema == "swapped_m" else m.lerp(g, 1 - beta1)
         v_new = (1 - beta2) * v + beta2 * g * g if ema == "swapped_v" else beta2 * v + (1 - beta2) * g * g
     else:
-        g2 = {"abs": g.abs(), "plain": g}.get(square, g * g)
+        g2 = g ^ 2 if square == "xor" else {"abs": g.abs(), "plain": g}.get(square, g * g)
         b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
         m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
     if amsgrad:
@@ -105,6 +107,9 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     t = step + shift
     bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
     bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
+    if times_step:  # beta * step typed for beta ** step
+        bc1 = 1 - beta1 * t if "m" in times_step else bc1
+        bc2 = 1 - beta2 * t if "v" in times_step else bc2
     if bc_outside:
         denom = vv**power / bc2 + eps
     elif eps_at == "inside":
@@ -242,6 +247,21 @@ ADAMW_MISTAKES = (
         "1 - beta2^step with step as given (at step 1: 1 - beta1 and 1 - beta2, never 0).",
         tuple(member(_adamw_with(shift=s, python_step=py), how=h) for s, py, h in (
             (-1, False, "0 (step - 1)"), (-1, True, "0 (step - 1)"), (1, False, "2 (step + 1)"))),
+    ),
+    Mistake(
+        "correction_times_step", "Bias correction{which} 1 - beta * step, not 1 - beta ** step",
+        "the corrections are powers: 1 - beta1 ** step and 1 - beta2 ** step (0.1 and 0.001 at "
+        "step 1, near 1 later). beta * step is a product: it is right at step 1 only, and goes "
+        "negative once step > 1 / beta.",
+        tuple(member(_adamw_with(times_step=t), which=w) for t, w in (
+            ("mv", "s"), ("m", " of m"), ("v", " of v"))),
+    ),
+    Mistake(
+        "xor_for_power", "^ written for a power: in Python ^ is bitwise XOR",
+        "grad ^ 2 is a bitwise XOR, which torch refuses for float tensors (and Python for "
+        "floats): the square is grad ** 2, grad * grad or grad.square(); the powers of the "
+        "betas are beta1 ** step.",
+        (_adamw_with(square="xor"),),
     ),
     Mistake(
         "correction_misplaced", "Bias corrections {how}",
@@ -382,6 +402,8 @@ ADAMW_MISTAKES = (
 _ADAMW_LADDER = {
     "l2_decay": (None, "with grad = 0 and exp_avg = exp_avg_sq = 0, step 1: your param must "
                  "be param * (1 - lr * weight_decay) exactly."),
+    "correction_times_step": (None, "print 1 - beta1 ** step at step 7 next to yours: 0.52."),
+    "xor_for_power": (None, "print 3 ** 2 and 3 ^ 2 in Python: 9 and 1."),
     "decay_of_other_tensor": (None, "with grad = 0 and both moments 0, your param must still "
                               "shrink by 1 - lr * weight_decay."),
     "decay_scale": (None, "with grad = 0 and both moments 0, print your param / param "
@@ -461,7 +483,8 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     divide_first: step / warmup computed on every step (ZeroDivisionError at warmup 0);
     unguarded: (step - warmup) / (total - warmup) without max(1, ...) (ZeroDivisionError when
     warmup = total); decay_shift: added to the decay's step count (-1: one step late); shape:
-    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2));
+    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2), "no_one",
+    "minus", "no_pi": a term of (1 + cos(pi progress)) / 2 left out or flipped);
     floordiv: the progress by //; span_extra: added to the decay's length; warm "floored":
     max(r, step / warmup), or a key of _WARM_SHAPES (another curve of step / warmup);
     endless_warmup: warmup = total_steps kept in the warm-up branch; floor "swapped": (1 - r) +
@@ -496,7 +519,10 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     c = {"cosine": 0.5 * (1.0 + math.cos(math.pi * 2 * cycles * progress)), "linear": 1 - progress,
          "quarter": math.cos(math.pi / 2 * progress),
          "no_half": 1.0 + math.cos(math.pi * progress),
-         "no_half_clipped": min(1.0, 1.0 + math.cos(math.pi * progress))}[shape]
+         "no_half_clipped": min(1.0, 1.0 + math.cos(math.pi * progress)),
+         "no_one": 0.5 * math.cos(math.pi * progress),
+         "minus": 0.5 * (1.0 - math.cos(math.pi * progress)),
+         "no_pi": 0.5 * (1.0 + math.cos(progress))}[shape]
     return {"scaled": r + (1 - r) * c, "none": c, "added": r + c, "clamped": max(r, c),
             "unshifted": (1 - r) * c, "times": r * c, "swapped": (1 - r) + r * c}[floor]
 
@@ -627,7 +653,13 @@ COSINE_MISTAKES = (
          member(_all_cosine(shape="no_half"), how="1 + cos(pi * progress), the / 2 left out: it "
                 "starts at 2"),
          member(_all_cosine(shape="no_half_clipped"), how="min(1, 1 + cos(pi * progress)), the "
-                "/ 2 left out and clipped at 1: flat for the first half of the decay")),
+                "/ 2 left out and clipped at 1: flat for the first half of the decay"),
+         member(_all_cosine(shape="no_one"), how="cos(pi * progress) / 2, the 1 + left out: it "
+                "starts at 0.5 and ends at -0.5"),
+         member(_all_cosine(shape="minus"), how="(1 - cos(pi * progress)) / 2, the sign "
+                "flipped: it climbs from 0 to 1"),
+         member(_all_cosine(shape="no_pi"), how="(1 + cos(progress)) / 2, pi left out: it "
+                "barely decays (to 0.77)")),
     ),
     Mistake(
         "full_cosine", "A whole cosine period: it climbs back to the peak",
@@ -778,6 +810,8 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
             return min(1.0, n / (max_norm + 1e-6))
         if coef == "capped":
             return min(max_norm, max_norm / (n + 1e-6))
+        if coef == "reversed":  # `if norm < max_norm:` typed for >
+            return max_norm / (n + 1e-6) if n < max_norm else 1.0
         return min(1.0, max_norm / (n + 1e-6))
 
     new_grads, new_weights = [], [w.clone() for w in weights]
@@ -798,7 +832,7 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
     if target == "weights":
         new_weights = [w * torch.tensor(factor(total), dtype=w.dtype) for w in weights]
     after = math.sqrt(sum(float((g.double() ** 2).sum()) for g in new_grads if g is not None))
-    value = {"before": total, "after": after, "none": None,
+    value = {"before": total, "after": after, "none": None, "squared": total ** 2,
              "factor": min(1.0, max_norm / (total + 1e-6))}[returned]
     return (value, new_grads, new_weights)
 
@@ -894,7 +928,9 @@ CLIP_MISTAKES = (
         "does (training logs it: a spike tells a bad batch).",
         (member(_clip_with(returned="after"), how="Returned the norm after clipping"),
          member(_clip_with(returned="none"), how="Norm not returned"),
-         member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm")),
+         member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm"),
+         member(_clip_with(returned="squared"), how="Returned the squared norm (the sum of "
+                "squares), not its square root")),
     ),
     Mistake(
         "not_written_back", "Gradients not changed above the threshold: the clipped copies "
@@ -965,6 +1001,13 @@ CLIP_MISTAKES = (
         (_clip_with(coef="capped"),),
     ),
     Mistake(
+        "condition_reversed", "Clipped when the norm is BELOW max_norm: the test reversed",
+        "scale only when the norm is above the threshold (if norm > max_norm, or the factor "
+        "min(1, max_norm / (norm + 1e-6))): reversed, small gradients are blown up to max_norm "
+        "and large ones pass unclipped.",
+        (_clip_with(coef="reversed"),),
+    ),
+    Mistake(
         "first_only", "Only the first gradient scaled: the loop left after one tensor (a "
         "return inside it)",
         "scale EVERY gradient by the one factor, then return the norm after the loop: a return "
@@ -1012,6 +1055,7 @@ CLIP_MISTAKES = (
 _CLIP_LADDER = {
     "ratio_inverted": (None, "print your factor for a norm of 10 and max_norm 1: 0.1."),
     "factor_capped_at_max_norm": (None, "print your factor for a norm of 1 and max_norm 4: 1."),
+    "condition_reversed": (None, "print your factor for a norm of 10 and max_norm 1: 0.1."),
     "first_only": (None, "print every gradient's norm after your call: each scaled by the "
                    "same factor."),
     "gradients_stacked": (None, "call your function on two parameters of shapes (4, 3) and "

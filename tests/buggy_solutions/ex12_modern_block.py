@@ -949,6 +949,14 @@ def swiglu_branches_joined(self, x):
     return self.down(self.dropout(h))
 
 
+@wrong("rotary_attention.inf_times_zero")
+def attention_mask_times_inf(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    future = 1 - torch.ones(q.size(-2), k.size(-2)).tril(start)
+    return torch.softmax(q @ k.mT / math.sqrt(q.size(-1)) + future * float("-inf"), -1) @ v
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

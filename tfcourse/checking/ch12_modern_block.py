@@ -1021,7 +1021,8 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     inverted: the mask's True read as hidden (a True = masked mask given to
     scaled_dot_product_attention, whose bool attn_mask is True = may attend); based: the side(s)
     own_base rotates; axes: the axes the cached keys and values are concatenated on (None: that
-    one not concatenated); fill: what the hidden scores are set to (-1e9: an additive mask);
+    one not concatenated); fill: what the hidden scores are set to (-1e9: an additive mask;
+    "times": the mask made by multiplying by -inf, NaN where 0 * -inf);
     mask "at": a (seq, at + seq) mask, built from the shifted start; mixed "v": the cached
     keys concatenated in front of the new values, "k": the cached values in front of the keys."""
     start = 0 if past_k is None else past_k.size(-2)
@@ -1050,7 +1051,9 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
                "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril(),
                "at": torch.ones(seq, at + seq, dtype=torch.bool).tril(at)}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
-    if allowed is not None:
+    if allowed is not None and fill == "times":  # (1 - allowed) * -inf: 0 * -inf is NaN
+        scores = scores + (~allowed).to(scores.dtype) * -math.inf
+    elif allowed is not None:
         scores = scores.masked_fill(allowed if inverted else ~allowed, fill)
     return scores.softmax(dim) @ v  # (batch, heads, seq, d_head)
 
@@ -1198,6 +1201,13 @@ ATTENTION_MISTAKES = (
                                                                         (1, "start + 1")))
         + tuple(member(_attention_with(shift=d, mask="at"), position=p + " (the mask built from "
                        "it too)") for d, p in ((-1, "start - 1"), (1, "start + 1"))),
+    ),
+    Mistake(
+        "inf_times_zero", "The mask made as (1 - allowed) * -inf: 0 * -inf is NaN",
+        "multiplying the 0/1 mask by -inf gives NaN (not 0) where a key is allowed, and every "
+        "score plus NaN is NaN: fill the hidden scores instead, scores.masked_fill(~allowed, "
+        "float('-inf')), or add a mask of 0 and -inf built with torch.where.",
+        (_attention_with(fill="times"),),
     ),
     Mistake(
         "cache_mixed_up", "The cached {what} concatenated in front of the new {to}",
@@ -1374,6 +1384,7 @@ _ATTENTION_LADDER = {
     "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
     "positions_off_by_one": (None, "print the start you rotate the new tokens at, next to "
                              "past_k.size(-2)."),
+    "inf_times_zero": (None, "print 0 * float('-inf')."),
     "cache_mixed_up": (None, "print which tensors each of your two torch.cat receives."),
     "offset_twice": (None, "print your mask for 2 new tokens after 3 cached ones: rows "
                      "[1 1 1 1 0] and [1 1 1 1 1]."),

@@ -81,7 +81,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     v averages g itself; ema_beta, bc_beta: which of
     (beta1, beta2) m's and v's averages, and their corrections, use; bc_outside: v's correction
     divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
-    times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step; square "xor":
+    times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step (with a "("
+    first: (1 - beta) ** step); square "xor":
     g ^ 2 (Python's bitwise XOR: it raises on float tensors)."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
@@ -107,9 +108,10 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     t = step + shift
     bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
     bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
-    if times_step:  # beta * step typed for beta ** step
-        bc1 = 1 - beta1 * t if "m" in times_step else bc1
-        bc2 = 1 - beta2 * t if "v" in times_step else bc2
+    if times_step:  # beta * step typed for beta ** step, or (1 - beta) ** step
+        paren = times_step.startswith("(")
+        bc1 = ((1 - beta1) ** t if paren else 1 - beta1 * t) if "m" in times_step else bc1
+        bc2 = ((1 - beta2) ** t if paren else 1 - beta2 * t) if "v" in times_step else bc2
     if bc_outside:
         denom = vv**power / bc2 + eps
     elif eps_at == "inside":
@@ -254,6 +256,14 @@ ADAMW_MISTAKES = (
         "step 1, near 1 later). beta * step is a product: it is right at step 1 only, and goes "
         "negative once step > 1 / beta.",
         tuple(member(_adamw_with(times_step=t), which=w) for t, w in (
+            ("mv", "s"), ("m", " of m"), ("v", " of v"))),
+    ),
+    Mistake(
+        "correction_parenthesized", "Bias correction{which} (1 - beta) ** step, not 1 - beta ** "
+        "step",
+        "the power binds to beta alone: 1 - beta1 ** step (0.1 at step 1, near 1 later); "
+        "(1 - beta1) ** step shrinks towards 0 instead, so the corrected moments blow up.",
+        tuple(member(_adamw_with(times_step="(" + t), which=w) for t, w in (
             ("mv", "s"), ("m", " of m"), ("v", " of v"))),
     ),
     Mistake(
@@ -403,6 +413,8 @@ _ADAMW_LADDER = {
     "l2_decay": (None, "with grad = 0 and exp_avg = exp_avg_sq = 0, step 1: your param must "
                  "be param * (1 - lr * weight_decay) exactly."),
     "correction_times_step": (None, "print 1 - beta1 ** step at step 7 next to yours: 0.52."),
+    "correction_parenthesized": (None, "print 1 - beta1 ** step at step 7 next to yours: "
+                                 "0.52."),
     "xor_for_power": (None, "print 3 ** 2 and 3 ^ 2 in Python: 9 and 1."),
     "decay_of_other_tensor": (None, "with grad = 0 and both moments 0, your param must still "
                               "shrink by 1 - lr * weight_decay."),

@@ -1326,6 +1326,8 @@ ATTENTION_MISTAKES = (
         "opposite of nn.MultiheadAttention's key_padding_mask): pass the lower triangle, "
         ".tril(start), not the upper one; by hand, masked_fill(~allowed, -inf).",
         (_attention_with(inverted=True), _attention_with(inverted=True, fill=-1e9),
+         _attention_with(inverted=True, diagonal=-1),  # kpos < qpos hidden: the past, not the future
+         _attention_with(inverted=True, diagonal=-1, fill=-1e9),
          lambda *a, **kw: _attention_with(inverted=True)(*a, **kw).nan_to_num(0.0)),
     ),
     Mistake(

@@ -83,7 +83,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
     times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step (with a "("
     first: (1 - beta) ** step); square "xor":
-    g ^ 2 (Python's bitwise XOR: it raises on float tensors)."""
+    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
     if l2 == "decayed":
@@ -99,7 +99,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         m_new = (1 - beta1) * m + beta1 * g if ema == "swapped_m" else m.lerp(g, 1 - beta1)
         v_new = (1 - beta2) * v + beta2 * g * g if ema == "swapped_v" else beta2 * v + (1 - beta2) * g * g
     else:
-        g2 = g ^ 2 if square == "xor" else {"abs": g.abs(), "plain": g}.get(square, g * g)
+        g2 = g ^ 2 if square == "xor" else {"abs": g.abs(), "plain": g, "double": 2 * g}.get(
+            square, g * g)
         b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
         m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
     if amsgrad:
@@ -375,7 +376,10 @@ ADAMW_MISTAKES = (
         (member(_adamw_with(square="abs"), which="|grad|", why=""),
          member(_adamw_with(square="plain"), which="grad itself (the square lost)",
                 why=" Averaging grad itself, v goes negative wherever the gradient does, and "
-                    "its square root is NaN there.")),
+                    "its square root is NaN there."),
+         member(_adamw_with(square="double"), which="2 grad (grad * 2 typed for grad ** 2)",
+                why=" 2 grad goes negative wherever the gradient does, and v's square root is "
+                    "NaN there.")),
     ),
     Mistake(
         "old_moments", "The step uses last step's moments",

@@ -13,12 +13,13 @@ llama, GPT-NeoX, course repositories), each reached by at least one case:
 - RMSNorm: a mean far from 0 (centering shows), rms about eps, an eps of its own, 4-D and 1-D
   inputs, float64 beyond float32's range, float16 beyond its own, bfloat16.
 - SwiGLU: each of the layer's activations (SiLU, GELU, ReLU: a hard-coded one, or another
-  library's variant, shows), dropout in training, float64 (where GELU's variants show) and
-  bfloat16.
+  library's variant, shows), dropout in training and in eval mode (F.dropout left on shows),
+  float64 (where GELU's variants show) and bfloat16.
 - rotate: both pair conventions, each in half precision (float16 and bfloat16) at positions
   in the thousands; an offset; a base of 500,000; an earlier case's shape with another base,
   start or dtype (tables cached by shape alone); a 2-D x; float64; a gradient.
-- rotary_attention: no cache; one and several new tokens after a cache; bases other than the
+- rotary_attention: no cache; one and several new tokens after a cache, and more new tokens
+  than cached ones (an offset added twice shows); bases other than the
   default with a cache (500 and 500,000); another d_head (a module cached by d_head); a
   gradient. Its attention is chapter 01's: chapter 01's attention mistakes (masked to zero,
   the mask after the softmax, the scale, ...) are tried here too, after the rotation and the

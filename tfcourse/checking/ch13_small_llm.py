@@ -6,8 +6,8 @@ The cases reach the regimes where these break: step 1 (m and v still 0: the bias
 is everything there), a late step, gradients so small that eps decides, a zero gradient,
 float64 and bfloat16 parameters; a schedule at its first step, at the end of its warm-up, at
 its last step and past it, with a warm-up of 0, of 1 and as long as the run, a floor above
-the warm-up's first steps; a gradient norm below, above and exactly at the threshold, all
-gradients 0, and parameters without a gradient; models with tied and untied output layers,
+the warm-up's first steps; a gradient norm below, above and exactly at the threshold (and
+below a threshold other than 1), all gradients 0, and parameters without a gradient; models with tied and untied output layers,
 biases and LayerNorms, and one with a convolution, bare nn.Parameters, a norm of its own
 class and an embedding and a Linear under other names (a rule by layer type or by name sorts
 them wrong); characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the

@@ -696,6 +696,10 @@ _TYPOS = (
         a * c + b * s, a * s + b * c)),
     ("the second component's sign flipped: b cos - a sin", lambda a, b, c, s: (
         a * c - b * s, b * c - a * s)),
+    ("the second component's b term subtracted: a sin - b cos", lambda a, b, c, s: (
+        a * c - b * s, a * s - b * c)),
+    ("the first component's a term negated: -a cos - b sin", lambda a, b, c, s: (
+        -a * c - b * s, a * s + b * c)),
     ("the first component's b written a: a cos - a sin", lambda a, b, c, s: (
         a * c - a * s, a * s + b * c)),
     ("the second component's a written b: b sin + b cos", lambda a, b, c, s: (

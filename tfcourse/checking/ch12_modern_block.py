@@ -1204,8 +1204,10 @@ ATTENTION_MISTAKES = (
         "start - 1): rotate the new queries and keys at start, start + 1, ...",
         tuple(member(_attention_with(shift=d), position=p) for d, p in ((-1, "start - 1"),
                                                                         (1, "start + 1")))
-        + tuple(member(_attention_with(shift=d, mask="at"), position=p + " (the mask built from "
-                       "it too)") for d, p in ((-1, "start - 1"), (1, "start + 1"))),
+        + tuple(member(lambda q, k, v, past_k=None, past_v=None, base=10000.0, d=d: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else d, mask="at"),
+            position=p + " (the mask built from it too)")
+            for d, p in ((-1, "start - 1"), (1, "start + 1"))),
     ),
     Mistake(
         "inf_times_zero", "The mask made as (1 - allowed) * -inf: 0 * -inf is NaN",

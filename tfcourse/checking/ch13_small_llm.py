@@ -1017,10 +1017,11 @@ CLIP_MISTAKES = (
         (_clip_with(coef="capped"),),
     ),
     Mistake(
-        "condition_reversed", "Clipped when the norm is BELOW max_norm: the test reversed",
-        "scale only when the norm is above the threshold (if norm > max_norm, or the factor "
-        "min(1, max_norm / (norm + 1e-6))): reversed, small gradients are blown up to max_norm "
-        "and large ones pass unclipped.",
+        "condition_reversed", "Gradients scaled UP below the threshold, unclipped above it: "
+        "max(1, max_norm / norm) for min(1, ...), or the test reversed",
+        "the factor is min(1, max_norm / (norm + 1e-6)): at most 1, below 1 only when the norm "
+        "is above max_norm. A max for the min (or `if norm < max_norm:`) blows small gradients "
+        "up to max_norm and lets large ones pass unclipped.",
         (_clip_with(coef="reversed"),),
     ),
     Mistake(

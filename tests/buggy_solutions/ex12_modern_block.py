@@ -805,6 +805,158 @@ def attention_with_its_weights(q, k, v, past_k=None, past_v=None, base=10000.0):
     return weights @ v, weights
 
 
+@wrong("RMSNorm.wrong_count")
+@_norm
+def rms_over_the_batch(self, x):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).sum(-1, keepdim=True) / x.shape[0] + self.eps)
+    return self.weight * h.to(x.dtype)
+
+
+@wrong("RMSNorm.statistic_not_squared")
+@_norm
+def rms_root_of_mean_abs(self, x):
+    h = x.float()
+    return self.weight * (h / torch.sqrt(h.abs().mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+
+
+@wrong("SwiGLU.no_activation")
+@_ffn
+def swiglu_bilinear(self, x):
+    return self.down(self.dropout(self.gate(x) * self.up(x)))
+
+
+@wrong("SwiGLU.activation_twice")
+@_ffn
+def swiglu_gate_activated_twice(self, x):
+    g = self.activation(self.gate(x))  # a gate layer that already held its SiLU
+    return self.down(self.dropout(self.activation(g) * self.up(x)))
+
+
+@wrong("SwiGLU.activation_after_down")
+@_ffn
+def swiglu_activation_last(self, x):
+    return self.activation(self.down(self.dropout(self.gate(x) * self.up(x))))
+
+
+@wrong("SwiGLU.down_one_branch")
+@_ffn
+def swiglu_down_on_gate(self, x):
+    gated = self.down(self.dropout(self.activation(self.gate(x))))
+    return gated * self.up(x)
+
+
+@wrong("SwiGLU.dropout_always_on")
+@_ffn
+def swiglu_functional_dropout(self, x):
+    h = self.activation(self.gate(x)) * self.up(x)
+    return self.down(F.dropout(h, self.dropout.p))
+
+
+@wrong("rotate.sizes_unpacked_swapped")
+def rotate_sizes_swapped(x, start=0, base=10000.0, pairs="halves"):
+    d, seq = x.shape[-2:]
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.outer(torch.arange(start, start + seq, dtype=torch.float64), theta)
+    return _turn(x, angle.cos().to(x.dtype), angle.sin().to(x.dtype), pairs)
+
+
+@wrong("rotate.formula_typo")
+def rotate_second_line_mistyped(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    a, b = (x.chunk(2, -1)) if pairs == "halves" else (x[..., ::2], x[..., 1::2])
+    first, second = a * cos - b * sin, a * cos + b * sin
+    if pairs == "halves":
+        return torch.cat((first, second), -1)
+    return torch.stack((first, second), -1).flatten(-2)
+
+
+@wrong("rotate.pair_read_swapped")
+def rotate_pairs_backwards(x, start=0, base=10000.0, pairs="halves"):
+    cos, sin = _angles(x, start, base)
+    if pairs == "halves":
+        return _turn(x, cos, sin, pairs)
+    a, b = x[..., 1::2], x[..., ::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+
+
+@wrong("rotate.partial_rotary")
+def rotate_half_the_features(x, start=0, base=10000.0, pairs="halves"):
+    r = x.size(-1) // 2  # rotary_pct = 0.5
+    cos, sin = _angles(x[..., :r], start, base)
+    return torch.cat((_turn(x[..., :r], cos, sin, pairs), x[..., r:]), -1)
+
+
+@wrong("rotate.start_added_to_angle")
+def rotate_start_on_angle(x, start=0, base=10000.0, pairs="halves"):
+    d = x.size(-1)
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = torch.outer(torch.arange(x.size(-2), dtype=torch.float64), theta) + start
+    return _turn(x, angle.cos().to(x.dtype), angle.sin().to(x.dtype), pairs)
+
+
+@wrong("rotary_attention.cache_mixed_up")
+def attention_values_from_past_keys(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_k, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.offset_twice")
+def attention_mask_offset_twice(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    rows = torch.arange(start, start + q.size(-2))[:, None] + start
+    return _attend(q, k, v, torch.arange(k.size(-2))[None, :] <= rows)
+
+
+@wrong("rotary_attention.rope_sized_otherwise")
+def attention_rope_of_seq(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-2), base), _start(past_k)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("rotary_attention.mask_inverted")
+def attention_additive_mask_inverted(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    allowed = torch.ones(q.size(-2), k.size(-2)).tril(start)
+    return torch.softmax(q @ k.mT / math.sqrt(q.size(-1)) + allowed * -1e9, -1) @ v
+
+
+@wrong("rotary_attention.positions_off_by_one")
+def attention_start_minus_one(q, k, v, past_k=None, past_v=None, base=10000.0):
+    start = 0 if past_k is None else past_k.size(-2) - 1
+    rope = RotaryEmbedding(q.size(-1), base)
+    q, k = rope(q, start), rope(k, start)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), start + q.size(-2), dtype=torch.bool).tril(start))
+
+
+@wrong("RMSNorm.gain_added")
+@_norm
+def rms_gain_as_a_shift(self, x):
+    h = x.float()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) + self.weight
+
+
+@wrong("SwiGLU.concatenated")
+@_ffn
+def swiglu_branches_joined(self, x):
+    h = torch.cat([self.activation(self.gate(x)), self.up(x)], dim=-1)
+    return self.down(self.dropout(h))
+
+
+@wrong("rotary_attention.inf_times_zero")
+def attention_mask_times_inf(q, k, v, past_k=None, past_v=None, base=10000.0):
+    q, k, start = _rotated(q, k, v, past_k, base)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    future = 1 - torch.ones(q.size(-2), k.size(-2)).tril(start)
+    return torch.softmax(q @ k.mT / math.sqrt(q.size(-1)) + future * float("-inf"), -1) @ v
+
+
 # ---------------------------------------------------------------------------------- RIGHT
 
 

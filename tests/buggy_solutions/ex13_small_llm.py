@@ -328,6 +328,64 @@ def adamw_returns_the_old_state(param, grad, exp_avg, exp_avg_sq, step, lr, beta
     return param * (1 - lr * weight_decay) - update, exp_avg, exp_avg_sq  # m and v left behind
 
 
+@wrong("adamw_step.decay_of_other_tensor")
+def adamw_decay_on_the_gradient(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                eps=1e-8, weight_decay=1e-2):
+    update, m, v = _adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps)
+    return param - lr * weight_decay * grad - update, m, v
+
+
+@wrong("adamw_step.grad_not_squared")
+def adamw_second_moment_of_grad(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = exp_avg.mul(beta1).add(grad, alpha=1 - beta1)
+    v = exp_avg_sq.mul(beta2).add(grad, alpha=1 - beta2)  # the square lost
+    step_size = lr / (1 - beta1**step)
+    denom = (v / (1 - beta2**step)).sqrt() + eps
+    return param * (1 - lr * weight_decay) - step_size * m / denom, m, v
+
+
+@wrong("adamw_step.moment_weights")
+def adamw_lerp_by_beta(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                       weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = torch.lerp(exp_avg, grad, beta1)  # lerp's weight is the new value's
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad**2
+    denom = (v / (1 - beta2**step)).sqrt() + eps
+    return param * (1 - lr * weight_decay) - lr * m / (1 - beta1**step) / denom, m, v
+
+
+@wrong("adamw_step.correction_times_step")
+def adamw_corrections_as_products(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                                  eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - beta1 * step), v / (1 - beta2 * step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.xor_for_power")
+def adamw_caret_square(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999), eps=1e-8,
+                       weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad ^ 2
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.correction_parenthesized")
+def adamw_corrections_parenthesized(param, grad, exp_avg, exp_avg_sq, step, lr,
+                                    betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - beta1) ** step, v / (1 - beta2) ** step
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -507,6 +565,29 @@ def cosine_counts_both_ends(step, warmup, total_steps, min_ratio=0.0):
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+@wrong("cosine_lr.warmup_curve")
+def cosine_quadratic_warmup(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return (step / warmup) ** 2
+    return _decay(step, warmup, total_steps, min_ratio)
+
+
+@wrong("cosine_lr.floor_misplaced")
+def cosine_floor_and_range_swapped(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return (1 - min_ratio) + min_ratio * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@wrong("cosine_lr.decay_shape")
+def cosine_without_the_half(step, warmup, total_steps, min_ratio=0.0):
+    if step <= warmup:
+        return step / warmup
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    return min_ratio + (1 - min_ratio) * min(1.0, 1 + math.cos(math.pi * progress))
+
+
 # ------------------------------------------------------------------------- clip_grad_norm
 
 
@@ -669,6 +750,71 @@ def clip_sums_squared(parameters, max_norm):
     return norm
 
 
+@wrong("clip_grad_norm.ratio_inverted")
+def clip_ratio_upside_down(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.mul_(min(1.0, total.item() / (max_norm + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.factor_capped_at_max_norm")
+def clip_capped_by_max_norm(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.mul_(min(max_norm, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.first_only")
+def clip_returns_in_the_loop(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+        return total
+
+
+@wrong("clip_grad_norm.gradients_stacked")
+def clip_norm_of_the_stack(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.linalg.vector_norm(torch.stack(grads))
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.zip_misaligned")
+def clip_zipped_with_every_parameter(parameters, max_norm):
+    parameters = list(parameters)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    for p, g in zip(parameters, grads):
+        p.grad = g * min(1.0, max_norm / (total.item() + 1e-6))
+    return total
+
+
+@wrong("clip_grad_norm.norm_combined")
+def clip_mean_squares_summed(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = torch.sqrt(sum(g.pow(2).mean() for g in grads))
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (total.item() + 1e-6)))
+    return total
+
+
+@wrong("clip_grad_norm.condition_reversed")
+def clip_when_small(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = _norm(grads)
+    if total < max_norm:
+        for g in grads:
+            g.mul_(max_norm / (total + 1e-6))
+    return total
+
+
 # ------------------------------------------------------------------------- param_groups
 
 
@@ -809,6 +955,35 @@ def groups_by_known_layers(model, weight_decay):
         seen |= set(map(id, kept))
         groups.append(dict(params=kept, weight_decay=wd))
     return groups
+
+
+@wrong("param_groups.tensor_membership")
+def groups_by_tensor_membership(model, weight_decay):
+    linear = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    embedding = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
+    decay, rest = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p in linear and p not in embedding else rest).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+@wrong("param_groups.grad_filter")
+def groups_of_parameters_with_gradients(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    live = [p for p in model.parameters() if p.grad is not None]  # a clipping habit
+    return [{"params": [p for p in live if id(p) in linear], "weight_decay": weight_decay},
+            {"params": [p for p in live if id(p) not in linear], "weight_decay": 0.0}]
+
+
+@wrong("param_groups.return_kind")
+def groups_as_a_tuple(model, weight_decay):
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embedded
+    params = [p for p in model.parameters() if p.requires_grad]
+    return ({"params": [p for p in params if id(p) in linear], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) not in linear], "weight_decay": 0.0})
 
 
 # ----------------------------------------------------------------------------- TextStream

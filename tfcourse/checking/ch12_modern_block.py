@@ -13,12 +13,13 @@ llama, GPT-NeoX, course repositories), each reached by at least one case:
 - RMSNorm: a mean far from 0 (centering shows), rms about eps, an eps of its own, 4-D and 1-D
   inputs, float64 beyond float32's range, float16 beyond its own, bfloat16.
 - SwiGLU: each of the layer's activations (SiLU, GELU, ReLU: a hard-coded one, or another
-  library's variant, shows), dropout in training, float64 (where GELU's variants show) and
-  bfloat16.
+  library's variant, shows), dropout in training and in eval mode (F.dropout left on shows),
+  float64 (where GELU's variants show) and bfloat16.
 - rotate: both pair conventions, each in half precision (float16 and bfloat16) at positions
   in the thousands; an offset; a base of 500,000; an earlier case's shape with another base,
   start or dtype (tables cached by shape alone); a 2-D x; float64; a gradient.
-- rotary_attention: no cache; one and several new tokens after a cache; bases other than the
+- rotary_attention: no cache; one and several new tokens after a cache, and more new tokens
+  than cached ones (an offset added twice shows); bases other than the
   default with a cache (500 and 500,000); another d_head (a module cached by d_head); a
   gradient. Its attention is chapter 01's: chapter 01's attention mistakes (masked to zero,
   the mask after the softmax, the scale, ...) are tried here too, after the rotation and the
@@ -59,10 +60,11 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     Gemma's (1 + weight); keepdim False: the mean of squares loses its last axis (raises, as
     the learner's code does); compute: the dtype computed in (torch.float32: HF's upcast,
     whatever x's dtype; "input": x's own, no upcast); count: what the sum of squares is divided
-    by instead of d_model (d_model -> number); inner: the statistic's own power before eps is
+    by instead of d_model (h -> number); inner: the statistic's own power before eps is
     added (0.5: already a root, the std or the rms, then rooted again); cast False: the result
     left in the dtype computed in, not cast back to x's; stat: the statistic squared instead
-    of the mean of the squares ("abs": mean(|x|)^2, "mean": mean(x)^2)."""
+    of the mean of the squares ("abs": mean(|x|)^2, "mean": mean(x)^2; "abs_unsquared" and
+    "mean_unsquared": mean(|x|) and mean(x) themselves, under the root)."""
     h = x.to({None: torch.promote_types(x.dtype, torch.float32), "input": x.dtype}.get(
         compute, compute))
     if center:
@@ -72,9 +74,10 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     else:
         square = (h * h).sum(dim, keepdim=keepdim) if l2 else (h * h).mean(dim, keepdim=keepdim)
         if count is not None:
-            square = (h * h).sum(dim, keepdim=keepdim) / count(h.size(-1))
+            square = (h * h).sum(dim, keepdim=keepdim) / count(h)
         if stat != "square":
-            square = {"abs": h.abs(), "mean": h}[stat].mean(dim, keepdim=keepdim) ** 2
+            square = {"abs": h.abs(), "mean": h}[stat.split("_")[0]].mean(dim, keepdim=keepdim) ** (
+                1 if stat.endswith("unsquared") else 2)
     square = square ** inner
     e = module.eps
     if eps == "finfo":  # nn.RMSNorm(eps=None): the dtype's machine epsilon
@@ -86,7 +89,7 @@ def _rms(module, x, center=False, eps="inside", power=0.5, gain=True, dim=-1, l2
     else:
         root = square ** power + (e if eps == "outside" else 0)
     y = (h / root).to(x.dtype) if cast else h / root
-    return {True: lambda: y * module.weight, False: lambda: y,
+    return {True: lambda: y * module.weight, False: lambda: y, "added": lambda: y + module.weight,
             "plus_one": lambda: y * (1 + module.weight)}[gain]()
 
 
@@ -123,6 +126,18 @@ RMS_MISTAKES = (
              "differ in size (mean(|x|) <= rms), so the output comes out too large."),
             ("mean", "The mean", "mean(x)^2 lets positive and negative features cancel (it is 0 "
              "for a row of mean 0)."))
+              for e in ("inside", "outside")),
+    ),
+    Mistake(
+        "statistic_not_squared", "{which} under the square root, not the mean of the squares",
+        "the root mean square squares each feature, then averages: sqrt(mean(x^2) + eps), "
+        "x.pow(2).mean(-1, keepdim=True). {why}",
+        tuple(member(_rms_with(stat=s, eps=e), which=w, why=y) for s, w, y in (
+            ("abs_unsquared", "The mean absolute value, mean(|x|),", "sqrt(mean(|x|)) has the "
+             "units of sqrt(x), not of x: the output is not scale-free (x times 4 comes out "
+             "times 2)."),
+            ("mean_unsquared", "The mean, mean(x),", "sqrt(mean(x)) lets positive and negative "
+             "features cancel, and is NaN for a row of negative mean."))
               for e in ("inside", "outside")),
     ),
     Mistake(
@@ -165,14 +180,27 @@ RMS_MISTAKES = (
         "wrong_axis", "Normalized over the wrong axis",
         "each position is normalized over its own d_model features: the mean of x^2 over the "
         "last axis (dim=-1, keepdim=True).",
-        tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1))),
+        tuple(_rms_with(dim=d) for d in (0, 1, -2, (-2, -1)))
+        + (lambda module, x: _rms(module, x, dim=tuple(range(x.dim()))),),  # the whole tensor
     ),
     Mistake(
         "unbiased_count", "Mean of squares divided by d_model - 1",
         "the root MEAN square divides the sum of the squares by d_model, the number of "
         "features: x.pow(2).mean(-1). d_model - 1 is the unbiased variance's count (around a "
         "mean that RMSNorm does not subtract).",
-        (_rms_with(count=lambda d: d - 1),),
+        (_rms_with(count=lambda h: h.size(-1) - 1),),
+    ),
+    Mistake(
+        "wrong_count", "Sum of squares divided by {which}, not by d_model",
+        "the root MEAN square averages each position's own d_model features: x.pow(2).mean(-1, "
+        "keepdim=True), or the sum over the last axis divided by x.size(-1). {which_cap} counts "
+        "something else, so every row comes out scaled by a constant.",
+        tuple(member(_rms_with(count=c), which=w, which_cap=w[0].upper() + w[1:])
+              for c, w in ((lambda h: h.size(0), "x.shape[0], the batch size"),
+                           (lambda h: h.size(1), "x.shape[1], the sequence length"),
+                           (lambda h: h.size(-2), "x.shape[-2], the sequence length"),
+                           (lambda h: h.numel(), "x.numel(), the number of every entry"),
+                           (lambda h: h.numel() // h.size(-1), "the number of positions"))),
     ),
     Mistake(
         "keepdim", "Mean of squares taken without keepdim=True",
@@ -215,6 +243,12 @@ RMS_MISTAKES = (
         (_rms_with(gain=False),),
     ),
     Mistake(
+        "gain_added", "Gain added, not multiplied: x / rms + weight",
+        "the gain scales each normalized feature: weight * x / sqrt(mean(x^2) + eps); added, "
+        "it shifts the features instead (a bias's job).",
+        (_rms_with(gain="added"),),
+    ),
+    Mistake(
         "gain_before_norm", "Gain applied before normalizing: the RMS of weight * x is taken",
         "normalize x first, then scale: weight * x / sqrt(mean(x^2) + eps). Multiplied in "
         "first, the gain is divided out again by the root mean square it enters (a gain of 2 "
@@ -245,8 +279,12 @@ _RMS_LADDER = {
     "wrong_axis": (None, "on a (batch, seq, d_model) x, print the shape of your mean of "
                    "squares: (batch, seq, 1)."),
     "no_gain": (None, "set self.weight to 2 and print one output row: does it double?"),
+    "gain_added": (None, "set self.weight to 0: your output must be 0."),
     "keepdim": (None, "print x.pow(2).mean(-1).shape next to x.shape."),
     "unbiased_count": (None, "for the row [1., 2., 3.] print x.pow(2).mean(-1): 4.67."),
+    "wrong_count": (None, "for x of shape (2, 5, 8), print the number you divide the sum of "
+                    "squares by: 8."),
+    "statistic_not_squared": (None, "multiply x by 4: your normalized rows must not change."),
     "gain_plus_one": (None, "with self.weight all ones, your output must have root mean "
                       "square 1, not 2."),
     "no_upcast": (None, "print (torch.tensor([300.0], dtype=torch.float16) ** 2)."),
@@ -403,6 +441,55 @@ SWIGLU_MISTAKES = (
          lambda ffn, x: ffn.down(ffn.dropout(ffn.up(x)))),
     ),
     Mistake(
+        "no_activation", "No activation on the gate: a bilinear layer, self.activation never "
+        "called",
+        "SwiGLU's gate goes through the layer's activation before the product: "
+        "activation(gate(x)) * up(x). Without it, gate(x) * up(x) is the bilinear variant "
+        "(Shazeer's GLU variants paper): another layer, whatever its name.",
+        (_swiglu_with(where="none"),),
+    ),
+    Mistake(
+        "activation_twice", "Activation applied twice to the gate",
+        "the gate goes through self.activation once: activation(gate(x)) * up(x); "
+        "activation(activation(gate(x))) squeezes it a second time (a gate whose layer already "
+        "applies its SiLU, ported to a module that applies it again).",
+        (lambda ffn, x: _swiglu(ffn, x, act=lambda z: ffn.activation(ffn.activation(z))),
+         lambda ffn, x: _swiglu(ffn, x, where="both", act=lambda z: ffn.activation(
+             ffn.activation(z)))),
+    ),
+    Mistake(
+        "activation_after_down", "Activation applied after the down projection{how}",
+        "the activation acts on the gate branch, d_ff wide, before the product: "
+        "down(dropout(activation(gate(x)) * up(x))); the down projection's output, the "
+        "layer's result, goes out as it is.",
+        (member(lambda ffn, x: ffn.activation(_swiglu(ffn, x, where="none")),
+                how=", not to the gate: activation(down(gate(x) * up(x)))"),
+         member(lambda ffn, x: ffn.activation(_swiglu(ffn, x)),
+                how=" too: activation(down(activation(gate(x)) * up(x)))")),
+    ),
+    Mistake(
+        "down_one_branch", "Down projection applied to the {which} branch alone, then multiplied "
+        "by {other} (a parenthesis slip)",
+        "close the parentheses after the product: down(dropout(activation(gate(x)) * up(x))). "
+        "{which_cap} projected to d_model times {other} (d_ff wide) does not even have the same "
+        "width when d_ff != d_model.",
+        tuple(member(c, which=w, other=o, which_cap=w.capitalize()) for c, w, o in (
+            (lambda ffn, x: ffn.down(ffn.dropout(ffn.activation(ffn.gate(x)))) * ffn.up(x),
+             "gate", "up(x)"),
+            (lambda ffn, x: ffn.down(ffn.activation(ffn.gate(x))) * ffn.dropout(ffn.up(x)),
+             "gate", "up(x)"),
+            (lambda ffn, x: ffn.activation(ffn.gate(x)) * ffn.down(ffn.dropout(ffn.up(x))),
+             "up", "activation(gate(x))"))),
+    ),
+    Mistake(
+        "dropout_always_on", "Dropout left on in eval mode: F.dropout without training=",
+        "F.dropout(h, p) drops in every mode (its training argument defaults to True); the "
+        "module self.dropout (nn.Dropout) follows model.train() and model.eval(): use it, or "
+        "pass training=self.training.",
+        (lambda ffn, x: ffn.down(F.dropout(ffn.activation(ffn.gate(x)) * ffn.up(x),
+                                           ffn.dropout.p)),),
+    ),
+    Mistake(
         "added", "Gate added instead of multiplied",
         "the gate scales up(x) feature by feature: activation(gate(x)) * up(x), a product.",
         (_swiglu_with(combine="add"),),
@@ -411,6 +498,13 @@ SWIGLU_MISTAKES = (
         "dropout_missing", "Dropout not applied",
         "in training the gated hidden layer goes through self.dropout before self.down.",
         (_swiglu_with(drop=False),),
+    ),
+    Mistake(
+        "concatenated", "The two branches concatenated, not multiplied",
+        "SwiGLU multiplies the branches feature by feature: activation(gate(x)) * up(x), d_ff "
+        "wide; torch.cat makes 2 d_ff features, which self.down (d_ff -> d_model) cannot take.",
+        (lambda ffn, x: ffn.down(ffn.dropout(torch.cat((ffn.activation(ffn.gate(x)), ffn.up(x)),
+                                                       -1))),),
     ),
     Mistake(
         "dropout_after_down", "Dropout after the down projection",
@@ -443,6 +537,15 @@ SWIGLU_MISTAKES = (
 )
 
 _SWIGLU_LADDER = {
+    "no_activation": (None, "print whether your forward calls self.activation."),
+    "activation_twice": (None, "count the calls of self.activation in your forward: one."),
+    "activation_after_down": (None, "print which tensor your activation receives: (..., d_ff) "
+                              "wide, gate(x)."),
+    "down_one_branch": (None, "print the shape of what self.down receives: (..., d_ff), the "
+                        "product."),
+    "concatenated": (None, "print the shape of what self.down receives: (..., d_ff)."),
+    "dropout_always_on": (None, "in eval mode with dropout=0.5, call your layer twice on the "
+                          "same x: the outputs must be equal."),
     "down_each_branch": (None, "print the shape of what you multiply: (..., d_ff), before "
                          "self.down."),
     "one_projection_twice": (None, "print which layers your forward calls: self.gate, self.up "
@@ -493,6 +596,7 @@ SWIGLU = Item(
         _swiglu_case(5, (2, 3, 6), 10, "relu"),  # ReGLU
         _swiglu_case(6, (2, 3, 6), 10, "gelu", dtype=torch.bfloat16),
         _swiglu_case(7, (2, 3, 6), 10, "gelu", dtype=torch.float64),  # where GELU's variants show
+        _swiglu_case(8, (2, 3, 6), 10, dropout=0.5),  # dropout > 0 in eval mode: off
     ],
     laddered(SWIGLU_MISTAKES, _SWIGLU_LADDER),
     formula="Compare with down(dropout(activation(gate(x)) * up(x))).",
@@ -508,7 +612,7 @@ SWIGLU = Item(
 def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=None,
             exponent="2i/d", angle_dtype=torch.float64, sign=1, swap=False, layout=None,
             rounded=None, written=None, heads_axis=False, table_dtype=None, positions_to=None,
-            seq_axis=None):
+            seq_axis=None, formula=None, partial=None, angle_shift=False, read_swapped=False):
     """RoPE with the variations that mistakes make. layout: how the d_head / 2 angles are
     laid out over the features for `pairs` (None: right; "interleaved" for halves,
     "halved" for adjacent: the other convention's); written: `pairs` read in the other
@@ -517,7 +621,13 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     heads_axis: the positions counted along axis -3 (x read as (batch, seq, heads, d_head));
     table_dtype: cos and sin cast to it instead of x's dtype (float32: the result promoted);
     positions_to "seq": torch.arange(start, seq); seq_axis: the axis seq is read from
-    (x.shape[2])."""
+    (x.shape[2]); formula: (a, b, cos, sin) -> the pair's two rotated features (a typo's);
+    partial: the number of leading features rotated (GPT-NeoX's rotary_ndims, theta computed
+    over them), the rest passed through; angle_shift: start added to the angles, not to the
+    positions; read_swapped: each pair read as (b, a)."""
+    if partial:
+        rotated = _rotate(x[..., :partial], start, base, pairs)
+        return torch.cat((rotated, x[..., partial:]), -1)
     heads_axis = heads_axis and x.dim() > 2
     seq, d = x.size(-3 if heads_axis else -2), x.size(-1)
     seq = seq if seq_axis is None else x.shape[seq_axis]
@@ -536,6 +646,8 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
     if rounded == "positions":
         positions = positions.to(x.dtype).to(angle_dtype)
     angle = positions[:, None] * theta  # (seq, d / 2)
+    if angle_shift:
+        angle = torch.arange(seq, dtype=angle_dtype)[:, None] * theta + start
     if heads_axis:  # Meta's reshape_for_broadcast: (seq, 1, d / 2)
         angle = angle[:, None, :]
     cos, sin = angle.cos().to(table_dtype or x.dtype), angle.sin().to(table_dtype or x.dtype)
@@ -549,9 +661,10 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
             return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
         a, b = x[..., 0::2], x[..., 1::2]
         return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
-    if written in ("other", "swapped") or heads_axis:
+    if written in ("other", "swapped") or heads_axis or formula or read_swapped:
         a, b = (x[..., 0::2], x[..., 1::2]) if pairs == "adjacent" else x.chunk(2, dim=-1)
-        first, second = a * cos - b * sin, a * sin + b * cos
+        a, b = (b, a) if read_swapped else (a, b)
+        first, second = (formula or _rotation)(a, b, cos, sin)
         if written == "swapped":
             first, second = second, first
         if (pairs == "adjacent") == (written == "other"):
@@ -567,6 +680,41 @@ def _rotate(x, start=0, base=10000.0, pairs="halves", *, offset=True, own_base=N
         cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
         rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), -1).flatten(-2)
     return x * cos + rotated * sin
+
+
+def _rotation(a, b, cos, sin):
+    return a * cos - b * sin, a * sin + b * cos
+
+
+# One term of (a cos - b sin, a sin + b cos) written otherwise: (the typo, the formula's terms).
+_TYPOS = (
+    ("the second component's cos and sin exchanged: a cos + b sin", lambda a, b, c, s: (
+        a * c - b * s, a * c + b * s)),
+    ("the first component's cos and sin exchanged: a sin - b cos", lambda a, b, c, s: (
+        a * s - b * c, a * s + b * c)),
+    ("the first component's sign flipped: a cos + b sin", lambda a, b, c, s: (
+        a * c + b * s, a * s + b * c)),
+    ("the second component's sign flipped: b cos - a sin", lambda a, b, c, s: (
+        a * c - b * s, b * c - a * s)),
+    ("the second component's b term subtracted: a sin - b cos", lambda a, b, c, s: (
+        a * c - b * s, a * s - b * c)),
+    ("the first component's a term negated: -a cos - b sin", lambda a, b, c, s: (
+        -a * c - b * s, a * s + b * c)),
+    ("the first component's b written a: a cos - a sin", lambda a, b, c, s: (
+        a * c - a * s, a * s + b * c)),
+    ("the second component's a written b: b sin + b cos", lambda a, b, c, s: (
+        a * c - b * s, b * s + b * c)),
+    ("the first component's a written b: b cos - b sin", lambda a, b, c, s: (
+        b * c - b * s, a * s + b * c)),
+    ("the second component's b written a: a sin + a cos", lambda a, b, c, s: (
+        a * c - b * s, a * s + a * c)),
+    ("sin written cos in the first component: a cos - b cos", lambda a, b, c, s: (
+        a * c - b * c, a * s + b * c)),
+    ("cos written sin in the second component: a sin + b sin", lambda a, b, c, s: (
+        a * c - b * s, a * s + b * s)),
+    ("the second component the first's: a cos - b sin twice", lambda a, b, c, s: (
+        a * c - b * s, a * c - b * s)),
+)
 
 
 def _rotate_with(only=None, **bug):
@@ -599,7 +747,33 @@ def _from_zero(case, error):
     return dataclasses.replace(case, kwargs={**case.kwargs, "start": 0}, label=case.label + " (at start=0)")
 
 
+def _unpacked_swapped(theta_from, halves_by):
+    """rotate with d, seq = x.shape[-2:] (the two sizes unpacked in the wrong order), in the
+    common ways of writing it: theta from torch.arange(0, d, 2) or arange(d // 2), halves
+    sliced at d // 2 or chunked (it raises where the learner's code does)."""
+    def compute(x, start=0, base=10000.0, pairs="halves"):
+        d, seq = x.shape[-2:]
+        i = torch.arange(0, d, 2) if theta_from == "step" else 2 * torch.arange(d // 2)
+        angle = torch.outer(torch.arange(start, start + seq, dtype=torch.float64),
+                            base ** (-i.double() / d))
+        cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+        if pairs == "adjacent":
+            a, b = x[..., 0::2], x[..., 1::2]
+            return torch.stack((a * cos - b * sin, a * sin + b * cos), -1).flatten(-2)
+        a, b = (x[..., :d // 2], x[..., d // 2:]) if halves_by == "slice" else x.chunk(2, -1)
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), -1)
+    return compute
+
+
 ROTATE_MISTAKES = (
+    Mistake(
+        "sizes_unpacked_swapped", "d_head and seq unpacked in the wrong order: d, seq = "
+        "x.shape[-2:]",
+        "x is (..., seq, d_head): the positions are the second-to-last axis and the features "
+        "the last, seq, d_head = x.shape[-2:] (or x.size(-2), x.size(-1)); the other order "
+        "builds seq angles per pair for d_head positions.",
+        tuple(_unpacked_swapped(t, h) for t in ("step", "half") for h in ("slice", "chunk")),
+    ),
     Mistake(
         "table_sliced_at_start", "A table of seq positions sliced at start: short, or empty, "
         "once start > 0",
@@ -699,6 +873,39 @@ ROTATE_MISTAKES = (
         tuple(_rotate_with(only, written="swapped") for only in (None, "halves", "adjacent")),
     ),
     Mistake(
+        "formula_typo", "The rotation's formula mistyped: {typo}",
+        "each pair (a, b) becomes (a cos - b sin, a sin + b cos), the rotation by the angle: "
+        "compare your two lines with it term by term (a mistyped one is no rotation: it changes "
+        "the pair's length).",
+        tuple(member(_rotate_with(only, formula=f), typo=t) for t, f in _TYPOS
+              for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
+        "pair_read_swapped", "Each pair read as (b, a): the two features of a pair exchanged",
+        "pair i is (a, b) = (x[..., 2i], x[..., 2i + 1]) for adjacent pairs, (x[..., i], "
+        "x[..., i + d_head/2]) for halves, a first: (a cos - b sin, a sin + b cos) with them "
+        "read the other way round turns every pair backwards and writes it in the wrong places.",
+        tuple(_rotate_with(only, read_swapped=True) for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
+        "partial_rotary", "Only the first {part} of the features rotated (GPT-NeoX's rotary_pct)",
+        "rotate rotates every feature of x, in d_head / 2 pairs, with theta_i = base ** (-2i / "
+        "d_head) over the whole width; GPT-NeoX's and Phi's rotary_pct rotates a part only "
+        "(theta over that part), passing the rest through: not this course's (Llama's) RoPE.",
+        tuple(member(lambda x, start=0, base=10000.0, pairs="halves", f=f, only=only: (
+            _rotate(x, start, base, pairs, partial=int(x.size(-1) * f))
+            if only in (None, pairs) else _rotate(x, start, base, pairs)), part=p)
+            for f, p in ((0.5, "half"), (0.25, "quarter")) for only in (None, "halves", "adjacent")),
+    ),
+    Mistake(
+        "start_added_to_angle", "start added to the angles (t theta_i + start), not to the "
+        "positions",
+        "the offset moves the POSITION: the angle of token t is (start + t) * theta_i, each "
+        "pair turning at its own rate; t theta_i + start adds the same start radians to every "
+        "pair's angle.",
+        (_rotate_with(angle_shift=True),),
+    ),
+    Mistake(
         "positions_on_heads", "Positions laid along the heads axis: x read as (batch, seq, "
         "heads, d_head)",
         "here x is (batch, heads, seq, d_head): the position is axis -2 (seq = x.size(-2)), and "
@@ -739,6 +946,16 @@ _ROTATE_LADDER = {
                                    "pairs='adjacent': only features 0 and 1 may change."),
     "parts_swapped": (None, "rotate x = e_0 (a 1 at feature 0) by a small angle: feature 0 "
                       "must stay near 1."),
+    "sizes_unpacked_swapped": (None, "print seq and d_head as your code reads them, next to "
+                               "x.shape."),
+    "formula_typo": (None, "rotate x = e_0 (a 1 at feature 0) at position 1: the output must "
+                     "still have length 1."),
+    "pair_read_swapped": (None, "rotate x = e_0 (a 1 at feature 0) at position 1: feature 0 must "
+                          "become cos 1, 0.54."),
+    "partial_rotary": (None, "rotate x = e_last (a 1 at the last feature) at position 1: it must "
+                       "move."),
+    "start_added_to_angle": (None, "call rotate(x[..., 5:6, :], start=5) and compare with "
+                             "rotate(x)[..., 5:6, :]: equal."),
     "positions_on_heads": (None, "print x.shape and which axis your positions count along: "
                            "x.size(-2) of them."),
     "positions_to_seq": (None, "print the positions you build for x of 3 positions at "
@@ -798,7 +1015,7 @@ ROTATE = Item(
 def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=False,
                offset=True, rerotate=False, mask="offset", which="qk", scale=None, past="before",
                diagonal=0, pairs="halves", shift=0, rotated_dims=None, own_base=None, fixed="",
-               dim=-1, inverted=False, based="qk", axes=(-2, -2)):
+               dim=-1, inverted=False, based="qk", axes=(-2, -2), fill=-math.inf, mixed=""):
     """Causal attention of the new positions with RoPE, with the variations mistakes make:
     scale (d_head -> what the scores are divided by); past: the cache "before" the new keys,
     "after" them, or "ignored"; diagonal: added to the mask's diagonal; mask "no_cache": the
@@ -809,7 +1026,10 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
     inverted: the mask's True read as hidden (a True = masked mask given to
     scaled_dot_product_attention, whose bool attn_mask is True = may attend); based: the side(s)
     own_base rotates; axes: the axes the cached keys and values are concatenated on (None: that
-    one not concatenated)."""
+    one not concatenated); fill: what the hidden scores are set to (-1e9: an additive mask;
+    "times": the mask made by multiplying by -inf, NaN where 0 * -inf);
+    mask "at": a (seq, at + seq) mask, built from the shifted start; mixed "v": the cached
+    keys concatenated in front of the new values, "k": the cached values in front of the keys."""
     start = 0 if past_k is None else past_k.size(-2)
     at = max((start if offset else 0) + shift, 0)
 
@@ -825,18 +1045,21 @@ def _attention(q, k, v, past_k=None, past_v=None, base=10000.0, *, rotate_v=Fals
         rk, v = torch.cat((rk, past_k), -2), torch.cat((v, past_v), -2)
     if past_k is not None and past == "before":
         key_axis, value_axis = axes
-        rk = rk if key_axis is None else torch.cat((past_k, rk), key_axis)
-        v = v if value_axis is None else torch.cat((past_v, v), value_axis)
+        rk = rk if key_axis is None else torch.cat((past_v if mixed == "k" else past_k, rk), key_axis)
+        v = v if value_axis is None else torch.cat((past_k if mixed == "v" else past_v, v), value_axis)
         if rerotate:  # the cached keys rotated again, with the new ones
             rk = _rotate(torch.cat((past_k, k), -2), 0, base)
     seq, total = q.size(-2), rk.size(-2)
     allowed = {"offset": torch.ones(seq, total, dtype=torch.bool).tril(total - seq + diagonal),
                "unshifted": torch.ones(seq, total, dtype=torch.bool).tril(),
                "none": None, "square": torch.ones(seq, seq, dtype=torch.bool).tril(),
-               "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril()}[mask]
+               "no_cache": None if start else torch.ones(seq, total, dtype=torch.bool).tril(),
+               "at": torch.ones(seq, at + seq, dtype=torch.bool).tril(at)}[mask]
     scores = rq @ rk.transpose(-2, -1) / (scale or math.sqrt)(q.size(-1))
-    if allowed is not None:
-        scores = scores.masked_fill(allowed if inverted else ~allowed, -math.inf)
+    if allowed is not None and fill == "times":  # (1 - allowed) * -inf: 0 * -inf is NaN
+        scores = scores + (~allowed).to(scores.dtype) * -math.inf
+    elif allowed is not None:
+        scores = scores.masked_fill(allowed if inverted else ~allowed, fill)
     return scores.softmax(dim) @ v  # (batch, heads, seq, d_head)
 
 
@@ -864,6 +1087,18 @@ def _without_cache(case, error):
         return None
     kwargs = {k: v for k, v in case.kwargs.items() if k not in ("past_k", "past_v")}
     return dataclasses.replace(case, kwargs=kwargs, label=case.label + " (without the cache)")
+
+
+def _rope_sized(axis, q, k, v, past_k, past_v, base):
+    """rotary_attention with RotaryEmbedding(q.size(axis), base) (raising as the package's
+    does when that size does not fit)."""
+    start = 0 if past_k is None else past_k.size(-2)
+    rope = RotaryEmbedding(q.size(axis), base)
+    q, k = rope(q, start), rope(k, start)
+    if past_k is not None:
+        k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
+    causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start)
+    return scaled_dot_product_attention(q, k, v, causal)[0]
 
 
 def _through_chapter01(compute):
@@ -968,7 +1203,35 @@ ATTENTION_MISTAKES = (
         "the first new token is at position start = past_k.size(-2) (the cached ones are 0 ... "
         "start - 1): rotate the new queries and keys at start, start + 1, ...",
         tuple(member(_attention_with(shift=d), position=p) for d, p in ((-1, "start - 1"),
-                                                                        (1, "start + 1"))),
+                                                                        (1, "start + 1")))
+        + tuple(member(lambda q, k, v, past_k=None, past_v=None, base=10000.0, d=d: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else d, mask="at"),
+            position=p + " (the mask built from it too)")
+            for d, p in ((-1, "start - 1"), (1, "start + 1"))),
+    ),
+    Mistake(
+        "inf_times_zero", "The mask made as (1 - allowed) * -inf: 0 * -inf is NaN",
+        "multiplying the 0/1 mask by -inf gives NaN (not 0) where a key is allowed, and every "
+        "score plus NaN is NaN: fill the hidden scores instead, scores.masked_fill(~allowed, "
+        "float('-inf')), or add a mask of 0 and -inf built with torch.where.",
+        (_attention_with(fill="times"),),
+    ),
+    Mistake(
+        "cache_mixed_up", "The cached {what} concatenated in front of the new {to}",
+        "past_k holds the earlier keys and past_v the earlier values: torch.cat((past_k, k), "
+        "dim=-2) and torch.cat((past_v, v), dim=-2), each with its own kind (the two have the "
+        "same shape, so only the values tell).",
+        (member(_attention_with(mixed="v"), what="keys (past_k)", to="values"),
+         member(_attention_with(mixed="k"), what="values (past_v)", to="keys")),
+    ),
+    Mistake(
+        "rope_sized_otherwise", "RotaryEmbedding sized with {which}, not d_head",
+        "RotaryEmbedding(dim, base) rotates dim features in dim / 2 pairs: dim is d_head = "
+        "q.size(-1), each head's width; q.size({axis}) is {which}.",
+        tuple(member(lambda q, k, v, past_k=None, past_v=None, base=10000.0, a=a: _rope_sized(
+            a, q, k, v, past_k, past_v, base), which=w, axis=a)
+            for a, w in ((-2, "the number of new tokens"), (1, "the number of heads"),
+                         (0, "the batch size"))),
     ),
     Mistake(
         "positions_from_total", "New tokens rotated from start + seq - 1, one new token's position",
@@ -1031,6 +1294,20 @@ ATTENTION_MISTAKES = (
                     "several: a prompt's continuation, or speculative decoding)")),
     ),
     Mistake(
+        "offset_twice", "The cache's length added twice {where}",
+        "start = past_k.size(-2) is added ONCE: new token t is at position start + t, rotated "
+        "there and reading the keys 0 ... start + t. {effect}",
+        (member(lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, diagonal=0 if past_k is None else past_k.size(-2)),
+            where="to the queries' positions in the mask",
+            effect="Added twice, each new token also reads start keys of later positions: "
+                   "with a cache the mask hides nothing."),
+         member(lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else past_k.size(-2)),
+            where="to the new tokens' rotation positions",
+            effect="Added twice, the new tokens are rotated at 2 start + t.")),
+    ),
+    Mistake(
         "other_pairs", "RoPE's pairs taken in {which} convention",
         "rotary_attention rotates in the course's convention, pairs='halves' (transformers'), the "
         "one the cached keys were rotated in: RotaryEmbedding(d_head, base) as it is, with no "
@@ -1055,7 +1332,9 @@ ATTENTION_MISTAKES = (
         "scaled_dot_product_attention's bool attn_mask is True where a query MAY attend (the "
         "opposite of nn.MultiheadAttention's key_padding_mask): pass the lower triangle, "
         ".tril(start), not the upper one; by hand, masked_fill(~allowed, -inf).",
-        (_attention_with(inverted=True),
+        (_attention_with(inverted=True), _attention_with(inverted=True, fill=-1e9),
+         _attention_with(inverted=True, diagonal=-1),  # kpos < qpos hidden: the past, not the future
+         _attention_with(inverted=True, diagonal=-1, fill=-1e9),
          lambda *a, **kw: _attention_with(inverted=True)(*a, **kw).nan_to_num(0.0)),
     ),
     Mistake(
@@ -1114,6 +1393,12 @@ _ATTENTION_LADDER = {
     "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
     "positions_off_by_one": (None, "print the start you rotate the new tokens at, next to "
                              "past_k.size(-2)."),
+    "inf_times_zero": (None, "print 0 * float('-inf')."),
+    "cache_mixed_up": (None, "print which tensors each of your two torch.cat receives."),
+    "offset_twice": (None, "print your mask for 2 new tokens after 3 cached ones: rows "
+                     "[1 1 1 1 0] and [1 1 1 1 1]."),
+    "rope_sized_otherwise": (None, "print the dim your RotaryEmbedding is built with, next to "
+                             "q.size(-1)."),
     "positions_from_total": (None, "print the start you rotate 3 new tokens at, after a cache of "
                              "4: 4."),
     "cache_length_from_heads": (None, "print past_k.shape and the start you rotate at."),
@@ -1180,6 +1465,7 @@ ATTENTION = Item(
         gradient_case(_attention_case(3, 1, 4, past=2), "q"),
         _attention_case(4, 2, 4, past=5, base=500000.0),  # Llama 3's base, 4 new after 5
         _attention_case(5, 1, 3, past=3, d=16),  # another d_head: a table cached by d_head
+        _attention_case(6, 1, 4, past=1),  # more new tokens than cached ones
     ],
     laddered(ATTENTION_MISTAKES, _ATTENTION_LADDER),
     formula="Compare with softmax(rotate(q, start) rotate(k, start)^T / sqrt(d_head), masked "

@@ -6,8 +6,8 @@ The cases reach the regimes where these break: step 1 (m and v still 0: the bias
 is everything there), a late step, gradients so small that eps decides, a zero gradient,
 float64 and bfloat16 parameters; a schedule at its first step, at the end of its warm-up, at
 its last step and past it, with a warm-up of 0, of 1 and as long as the run, a floor above
-the warm-up's first steps; a gradient norm below, above and exactly at the threshold, all
-gradients 0, and parameters without a gradient; models with tied and untied output layers,
+the warm-up's first steps; a gradient norm below, above and exactly at the threshold (and
+below a threshold other than 1), all gradients 0, and parameters without a gradient; models with tied and untied output layers,
 biases and LayerNorms, and one with a convolution, bare nn.Parameters, a norm of its own
 class and an embedding and a Linear under other names (a rule by layer type or by name sorts
 them wrong); characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the
@@ -62,7 +62,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
            sign=-1, python_step=False, amsgrad=False, stored="raw", ema_beta=(0, 1),
-           bc_beta=(0, 1), bc_outside=False, bc_power=1.0):
+           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step=""):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -76,9 +76,14 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     (torch's amsgrad=True); eps_at "after": lr * m_hat / sqrt(v_hat) + eps (the division first);
     stored "corrected": m_hat and v_hat returned as the state, "swapped": (param, v, m); l2
     "both": the L2 term and the decoupled decay ("decayed": the L2 term of the decayed weight);
-    decay "constant": lr * wd subtracted, not lr * wd * param; ema_beta, bc_beta: which of
+    decay "constant": lr * wd subtracted, not lr * wd * param ("grad", "moment": lr * wd * g or
+    * m subtracted); ema "swapped_m", "swapped_v": one moment's weights swapped; square "plain":
+    v averages g itself; ema_beta, bc_beta: which of
     (beta1, beta2) m's and v's averages, and their corrections, use; bc_outside: v's correction
-    divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power)."""
+    divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
+    times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step (with a "("
+    first: (1 - beta) ** step); square "xor":
+    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
     if l2 == "decayed":
@@ -90,8 +95,12 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         m_new, v_new = beta1 * m + g, beta2 * v + g * g
     elif ema == "swapped":
         m_new, v_new = (1 - beta1) * m + beta1 * g, (1 - beta2) * v + beta2 * g * g
+    elif ema in ("swapped_m", "swapped_v"):
+        m_new = (1 - beta1) * m + beta1 * g if ema == "swapped_m" else m.lerp(g, 1 - beta1)
+        v_new = (1 - beta2) * v + beta2 * g * g if ema == "swapped_v" else beta2 * v + (1 - beta2) * g * g
     else:
-        g2 = g.abs() if square == "abs" else g * g
+        g2 = g ^ 2 if square == "xor" else {"abs": g.abs(), "plain": g, "double": 2 * g}.get(
+            square, g * g)
         b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
         m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
     if amsgrad:
@@ -100,6 +109,10 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     t = step + shift
     bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
     bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
+    if times_step:  # beta * step typed for beta ** step, or (1 - beta) ** step
+        paren = times_step.startswith("(")
+        bc1 = ((1 - beta1) ** t if paren else 1 - beta1 * t) if "m" in times_step else bc1
+        bc2 = ((1 - beta2) ** t if paren else 1 - beta2 * t) if "v" in times_step else bc2
     if bc_outside:
         denom = vv**power / bc2 + eps
     elif eps_at == "inside":
@@ -119,6 +132,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
         p = p * (1 - scale * wd)
     if decay == "constant":
         p = p - scale * wd
+    if decay in ("grad", "moment"):  # the decay term of another tensor than the weight
+        p = p - scale * wd * (g if decay == "grad" else m_new)
     p = p + sign * update
     if decay == "after" and not l2:
         p = p * (1 - scale * wd)
@@ -196,6 +211,15 @@ ADAMW_MISTAKES = (
         (_adamw_with(decay="constant"),),
     ),
     Mistake(
+        "decay_of_other_tensor", "Weight decay applied to {which}, not to the weight",
+        "the decoupled decay shrinks the WEIGHT: param * (1 - lr * weight_decay), i.e. param - "
+        "lr * weight_decay * param; lr * weight_decay * {what} only adds to the gradient step.",
+        (member(_adamw_with(decay="grad"), which="the gradient: lr * weight_decay * grad "
+                "subtracted", what="grad"),
+         member(_adamw_with(decay="moment"), which="m: lr * weight_decay * exp_avg subtracted",
+                what="exp_avg")),
+    ),
+    Mistake(
         "decay_scale", "Weight decay scaled by {which}, not by lr",
         "the decoupled decay takes lr * weight_decay of the weight at each step: param * (1 - "
         "lr * weight_decay), lr once, no bias correction.",
@@ -226,6 +250,29 @@ ADAMW_MISTAKES = (
         "1 - beta2^step with step as given (at step 1: 1 - beta1 and 1 - beta2, never 0).",
         tuple(member(_adamw_with(shift=s, python_step=py), how=h) for s, py, h in (
             (-1, False, "0 (step - 1)"), (-1, True, "0 (step - 1)"), (1, False, "2 (step + 1)"))),
+    ),
+    Mistake(
+        "correction_times_step", "Bias correction{which} 1 - beta * step, not 1 - beta ** step",
+        "the corrections are powers: 1 - beta1 ** step and 1 - beta2 ** step (0.1 and 0.001 at "
+        "step 1, near 1 later). beta * step is a product: it is right at step 1 only, and goes "
+        "negative once step > 1 / beta.",
+        tuple(member(_adamw_with(times_step=t), which=w) for t, w in (
+            ("mv", "s"), ("m", " of m"), ("v", " of v"))),
+    ),
+    Mistake(
+        "correction_parenthesized", "Bias correction{which} (1 - beta) ** step, not 1 - beta ** "
+        "step",
+        "the power binds to beta alone: 1 - beta1 ** step (0.1 at step 1, near 1 later); "
+        "(1 - beta1) ** step shrinks towards 0 instead, so the corrected moments blow up.",
+        tuple(member(_adamw_with(times_step="(" + t), which=w) for t, w in (
+            ("mv", "s"), ("m", " of m"), ("v", " of v"))),
+    ),
+    Mistake(
+        "xor_for_power", "^ written for a power: in Python ^ is bitwise XOR",
+        "grad ^ 2 is a bitwise XOR, which torch refuses for float tensors (and Python for "
+        "floats): the square is grad ** 2, grad * grad or grad.square(); the powers of the "
+        "betas are beta1 ** step.",
+        (_adamw_with(square="xor"),),
     ),
     Mistake(
         "correction_misplaced", "Bias corrections {how}",
@@ -318,12 +365,21 @@ ADAMW_MISTAKES = (
         "m = beta1 * m + (1 - beta1) * grad and v = beta2 * v + (1 - beta2) * grad^2: the old "
         "average keeps beta, the new gradient gets 1 - beta.",
         (member(_adamw_with(ema="plain"), which="1 - beta missing on the gradient"),
-         member(_adamw_with(ema="swapped"), which="beta and 1 - beta swapped")),
+         member(_adamw_with(ema="swapped"), which="beta and 1 - beta swapped"),
+         member(_adamw_with(ema="swapped_m"), which="m's beta1 and 1 - beta1 swapped (torch.lerp's "
+                "weight is the new value's: m.lerp(grad, 1 - beta1))"),
+         member(_adamw_with(ema="swapped_v"), which="v's beta2 and 1 - beta2 swapped")),
     ),
     Mistake(
-        "grad_not_squared", "v averages |grad|, not grad^2",
-        "the second moment is the average of the SQUARED gradient: (1 - beta2) * grad * grad.",
-        (_adamw_with(square="abs"),),
+        "grad_not_squared", "v averages {which}, not grad^2",
+        "the second moment is the average of the SQUARED gradient: (1 - beta2) * grad * grad.{why}",
+        (member(_adamw_with(square="abs"), which="|grad|", why=""),
+         member(_adamw_with(square="plain"), which="grad itself (the square lost)",
+                why=" Averaging grad itself, v goes negative wherever the gradient does, and "
+                    "its square root is NaN there."),
+         member(_adamw_with(square="double"), which="2 grad (grad * 2 typed for grad ** 2)",
+                why=" 2 grad goes negative wherever the gradient does, and v's square root is "
+                    "NaN there.")),
     ),
     Mistake(
         "old_moments", "The step uses last step's moments",
@@ -360,6 +416,12 @@ ADAMW_MISTAKES = (
 _ADAMW_LADDER = {
     "l2_decay": (None, "with grad = 0 and exp_avg = exp_avg_sq = 0, step 1: your param must "
                  "be param * (1 - lr * weight_decay) exactly."),
+    "correction_times_step": (None, "print 1 - beta1 ** step at step 7 next to yours: 0.52."),
+    "correction_parenthesized": (None, "print 1 - beta1 ** step at step 7 next to yours: "
+                                 "0.52."),
+    "xor_for_power": (None, "print 3 ** 2 and 3 ^ 2 in Python: 9 and 1."),
+    "decay_of_other_tensor": (None, "with grad = 0 and both moments 0, your param must still "
+                              "shrink by 1 - lr * weight_decay."),
     "decay_scale": (None, "with grad = 0 and both moments 0, print your param / param "
                     "next to 1 - lr * weight_decay."),
     "decay_after_update": (None, "write the decay with the param you were given, before you "
@@ -417,6 +479,12 @@ ADAMW = Item(
 # cosine_lr
 
 
+# Warm-up curves other than the linear step / warmup (x = step / warmup).
+_WARM_SHAPES = {"quadratic": lambda x: x * x, "square root": math.sqrt,
+                "half-cosine": lambda x: (1 - math.cos(math.pi * x)) / 2,
+                "exponential": lambda x: 1e-3 ** (1 - x)}
+
+
 def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="scaled",
             clamp="min", start="warmup", span="rest", cycles=0.5, warm="linear",
             divide_first=False, unguarded=False, decay_shift=0, shape="cosine", floordiv=False,
@@ -431,9 +499,12 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     divide_first: step / warmup computed on every step (ZeroDivisionError at warmup 0);
     unguarded: (step - warmup) / (total - warmup) without max(1, ...) (ZeroDivisionError when
     warmup = total); decay_shift: added to the decay's step count (-1: one step late); shape:
-    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2));
+    of the decay ("cosine", "linear": 1 - progress, "quarter": cos(pi progress / 2), "no_one",
+    "minus", "no_pi": a term of (1 + cos(pi progress)) / 2 left out or flipped);
     floordiv: the progress by //; span_extra: added to the decay's length; warm "floored":
-    max(r, step / warmup); endless_warmup: warmup = total_steps kept in the warm-up branch."""
+    max(r, step / warmup), or a key of _WARM_SHAPES (another curve of step / warmup);
+    endless_warmup: warmup = total_steps kept in the warm-up branch; floor "swapped": (1 - r) +
+    r c; shape "no_half": 1 + cos(pi progress), "no_half_clipped": min(1, 1 + cos(...))."""
     if endless_warmup and warmup == total:
         return step / warmup
     if divide_first:
@@ -449,6 +520,8 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
             return float(step // warmup)
         if warm == "floored":
             return max(r, step / warmup)
+        if warm in _WARM_SHAPES:
+            return _WARM_SHAPES[warm](step / warmup)
         return min(1.0, (step + warm_shift) / (warmup + warm_extra))
     begin = warmup if start == "warmup" else 0
     length = (total - warmup if unguarded else max(1, total - warmup)) if span == "rest" \
@@ -460,9 +533,14 @@ def _cosine(step, warmup, total, r=0.0, *, warm_shift=0, warm_extra=0, floor="sc
     elif clamp == "zero" and step > total:
         return 0.0
     c = {"cosine": 0.5 * (1.0 + math.cos(math.pi * 2 * cycles * progress)), "linear": 1 - progress,
-         "quarter": math.cos(math.pi / 2 * progress)}[shape]
+         "quarter": math.cos(math.pi / 2 * progress),
+         "no_half": 1.0 + math.cos(math.pi * progress),
+         "no_half_clipped": min(1.0, 1.0 + math.cos(math.pi * progress)),
+         "no_one": 0.5 * math.cos(math.pi * progress),
+         "minus": 0.5 * (1.0 - math.cos(math.pi * progress)),
+         "no_pi": 0.5 * (1.0 + math.cos(progress))}[shape]
     return {"scaled": r + (1 - r) * c, "none": c, "added": r + c, "clamped": max(r, c),
-            "unshifted": (1 - r) * c, "times": r * c}[floor]
+            "unshifted": (1 - r) * c, "times": r * c, "swapped": (1 - r) + r * c}[floor]
 
 
 def _all_cosine(**bug):
@@ -527,7 +605,9 @@ COSINE_MISTAKES = (
          member(_all_cosine(floor="clamped"), how="as a clamp: max(r, cosine) stays flat at the "
                 "end instead of curving down to it"),
          member(_all_cosine(floor="unshifted"), how="not added: (1 - r) * cosine ends at 0"),
-         member(_all_cosine(floor="times"), how="multiplied in: r * cosine starts at r, not 1")),
+         member(_all_cosine(floor="times"), how="multiplied in: r * cosine starts at r, not 1"),
+         member(_all_cosine(floor="swapped"), how="and range swapped: (1 - r) + r * cosine "
+                "ends at 1 - r (and never decays for r = 0)")),
     ),
     Mistake(
         "not_clamped", "Schedule not clamped after its last step: {how}",
@@ -585,13 +665,29 @@ COSINE_MISTAKES = (
         "the decay follows (1 + cos(pi * progress)) / 2: 1 at progress 0, 0.5 half way, 0 at "
         "progress 1 (then squeezed above the floor): flat at both ends, steepest in the middle.",
         (member(_all_cosine(shape="linear"), how="A linear decay, 1 - progress"),
-         member(_all_cosine(shape="quarter"), how="A quarter cosine, cos(pi * progress / 2)")),
+         member(_all_cosine(shape="quarter"), how="A quarter cosine, cos(pi * progress / 2)"),
+         member(_all_cosine(shape="no_half"), how="1 + cos(pi * progress), the / 2 left out: it "
+                "starts at 2"),
+         member(_all_cosine(shape="no_half_clipped"), how="min(1, 1 + cos(pi * progress)), the "
+                "/ 2 left out and clipped at 1: flat for the first half of the decay"),
+         member(_all_cosine(shape="no_one"), how="cos(pi * progress) / 2, the 1 + left out: it "
+                "starts at 0.5 and ends at -0.5"),
+         member(_all_cosine(shape="minus"), how="(1 - cos(pi * progress)) / 2, the sign "
+                "flipped: it climbs from 0 to 1"),
+         member(_all_cosine(shape="no_pi"), how="(1 + cos(progress)) / 2, pi left out: it "
+                "barely decays (to 0.77)")),
     ),
     Mistake(
         "full_cosine", "A whole cosine period: it climbs back to the peak",
         "half a period goes from 1 down to the floor: cos(pi * progress) for progress in [0, 1], "
         "not cos(2 pi progress).",
         (_all_cosine(cycles=1.0),),
+    ),
+    Mistake(
+        "warmup_curve", "A {how} warm-up, not a linear one",
+        "the warm-up is a straight line from 0 to the peak: step / warmup, half the peak half "
+        "way (warmup / 2), 1 at step = warmup.",
+        tuple(member(_all_cosine(warm=w), how=w) for w in _WARM_SHAPES),
     ),
     Mistake(
         "no_warmup", "No warm-up: the peak from the first step",
@@ -615,6 +711,7 @@ COSINE_MISTAKES = (
     ),
 )
 _COSINE_LADDER = {
+    "warmup_curve": (None, "print the factor at step = warmup / 2: 0.5."),
     "warmup_off_by_one": (None, "print your factor at steps 1 and warmup: 1 / warmup and 1."),
     "floor_ignored": (None, "print your factor at step total_steps with min_ratio=0.1: 0.1."),
     "floor_misplaced": (None, "print your factor at the end of the warm-up and at total_steps: "
@@ -695,9 +792,12 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
     tensors' norms), "mean_squares" (the squared norms averaged over the tensors), "rms" (over
     the entries), "sum_squared" (each tensor's sum squared); power: of the sum of squares; coef "right",
     "inverted" (total / max_norm above the threshold), "always" (max_norm / total below it
-    too), "unguarded" (max_norm / total, no 1e-6); returned "before", "after", "none" or
-    "factor"; target: what is scaled ("grads", "weights", or "none": the clipped gradients
-    never written back); by_value: each entry clamped to [-max_norm, max_norm]."""
+    too), "unguarded" (max_norm / total, no 1e-6), "ratio_inverted" (min(1, total / max_norm)),
+    "capped" (min(max_norm, max_norm / total)); returned "before", "after", "none" or
+    "factor"; target: what is scaled ("grads", "weights", "first": the first gradient only, or
+    "none": the clipped gradients never written back); by_value: each entry clamped to
+    [-max_norm, max_norm]; norm "sum_of_means" (each tensor's mean square summed), "stack" or
+    "cat" (torch.stack or torch.cat of the gradients: raising where torch's do)."""
     present = [g for g in grads if g is not None]
     source = weights if norm == "weights" else present
     squares = [float((x.double() ** 2).sum()) for x in source]
@@ -706,6 +806,9 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
              "mean_squares": lambda: (sum(squares) / max(1, len(squares))) ** 0.5,
              "rms": lambda: (sum(squares) / max(1, sum(x.numel() for x in source))) ** 0.5,
              "sum_squared": lambda: sum(float(x.double().sum()) ** 2 for x in source) ** 0.5,
+             "sum_of_means": lambda: sum(s / max(1, x.numel()) for s, x in zip(squares, source)) ** 0.5,
+             "stack": lambda: float(torch.stack(source).double().norm()),
+             "cat": lambda: float(torch.cat(source).double().norm()),
              "largest": lambda: max(map(math.sqrt, squares), default=0.0),
              "l1": lambda: sum(float(x.double().abs().sum()) for x in source),
              "inf": lambda: max((float(x.double().abs().max()) for x in source if x.numel()),
@@ -719,11 +822,20 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
             return max_norm / (n + 1e-6)
         if coef == "unguarded":  # a Python float: ZeroDivisionError on zero gradients
             return min(1.0, max_norm / n)
+        if coef == "ratio_inverted":
+            return min(1.0, n / (max_norm + 1e-6))
+        if coef == "capped":
+            return min(max_norm, max_norm / (n + 1e-6))
+        if coef == "reversed":  # `if norm < max_norm:` typed for >
+            return max_norm / (n + 1e-6) if n < max_norm else 1.0
         return min(1.0, max_norm / (n + 1e-6))
 
     new_grads, new_weights = [], [w.clone() for w in weights]
-    for g in grads:
-        if g is None:
+    for i, g in enumerate(grads):
+        if g is not None and target == "first" and any(
+                h is not None for h in grads[:i]):  # only the first gradient scaled
+            new_grads.append(g.clone())
+        elif g is None:
             new_grads.append(None)
         elif by_value:
             new_grads.append(g.clamp(-max_norm, max_norm))
@@ -736,7 +848,7 @@ def _clip(weights, grads, max_norm, *, norm="global", power=0.5, coef="right", r
     if target == "weights":
         new_weights = [w * torch.tensor(factor(total), dtype=w.dtype) for w in weights]
     after = math.sqrt(sum(float((g.double() ** 2).sum()) for g in new_grads if g is not None))
-    value = {"before": total, "after": after, "none": None,
+    value = {"before": total, "after": after, "none": None, "squared": total ** 2,
              "factor": min(1.0, max_norm / (total + 1e-6))}[returned]
     return (value, new_grads, new_weights)
 
@@ -763,6 +875,20 @@ def _clip_case(seed, shapes, scale, max_norm, *, none=(), zero=False, exact=None
              f"norm {norm:.4g}, max_norm={max_norm}{note}")
     return Case((weights, grads, max_norm), label=label, names=("weights", "grads"), seed=seed,
                 run=_clipping, parts=("returned norm", "gradients", "weights"))
+
+
+def _zip_misaligned(weights, grads, max_norm):
+    """clip_grad_norm writing the scaled gradients back by zip(parameters, gradients present):
+    after a parameter without .grad each lands on the next parameter (torch raises where the
+    sizes differ)."""
+    params = [nn.Parameter(w.clone()) for w in weights]
+    for p, g in zip(params, grads):
+        p.grad = None if g is None else g.clone()
+    present = [p.grad for p in params if p.grad is not None]
+    total = math.sqrt(sum(float((g.double() ** 2).sum()) for g in present))
+    for p, g in zip(params, present):
+        p.grad = g * min(1.0, max_norm / (total + 1e-6))
+    return (total, [p.grad for p in params], [p.detach() for p in params])
 
 
 def _clip_same(actual, expected):
@@ -818,7 +944,9 @@ CLIP_MISTAKES = (
         "does (training logs it: a spike tells a bad batch).",
         (member(_clip_with(returned="after"), how="Returned the norm after clipping"),
          member(_clip_with(returned="none"), how="Norm not returned"),
-         member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm")),
+         member(_clip_with(returned="factor"), how="Returned the clip factor, not the norm"),
+         member(_clip_with(returned="squared"), how="Returned the squared norm (the sum of "
+                "squares), not its square root")),
     ),
     Mistake(
         "not_written_back", "Gradients not changed above the threshold: the clipped copies "
@@ -868,7 +996,57 @@ CLIP_MISTAKES = (
              "Dividing by the number of entries makes a norm that shrinks with the model's size."),
             ("sum_squared", "Each tensor's sum squared, not the sum of its squares",
              "(sum g)^2 lets positive and negative entries cancel: g.pow(2).sum(), not "
-             "g.sum().pow(2).")))
+             "g.sum().pow(2)."),
+            ("sum_of_means", "Each tensor's MEAN square summed, not its sum of squares",
+             "g.pow(2).mean() divides by each tensor's size: a norm that shrinks with the "
+             "tensors' sizes; sum every squared entry, g.pow(2).sum().")))
+    ),
+    Mistake(
+        "ratio_inverted", "Clip ratio inverted: min(1, norm / max_norm), not min(1, max_norm / "
+        "norm)",
+        "the factor is min(1, max_norm / (norm + 1e-6)): below 1 when the norm is ABOVE "
+        "max_norm. Inverted, large gradients are left alone and small ones shrunk.",
+        (_clip_with(coef="ratio_inverted"),),
+    ),
+    Mistake(
+        "factor_capped_at_max_norm", "The factor capped at max_norm, not at 1: min(max_norm, "
+        "max_norm / norm)",
+        "below the threshold the gradients are left as they are: min(1, max_norm / (norm + "
+        "1e-6)). Capped at max_norm, a norm below the threshold multiplies every gradient by "
+        "max_norm (right only when max_norm is 1).",
+        (_clip_with(coef="capped"),),
+    ),
+    Mistake(
+        "condition_reversed", "Gradients scaled UP below the threshold, unclipped above it: "
+        "max(1, max_norm / norm) for min(1, ...), or the test reversed",
+        "the factor is min(1, max_norm / (norm + 1e-6)): at most 1, below 1 only when the norm "
+        "is above max_norm. A max for the min (or `if norm < max_norm:`) blows small gradients "
+        "up to max_norm and lets large ones pass unclipped.",
+        (_clip_with(coef="reversed"),),
+    ),
+    Mistake(
+        "first_only", "Only the first gradient scaled: the loop left after one tensor (a "
+        "return inside it)",
+        "scale EVERY gradient by the one factor, then return the norm after the loop: a return "
+        "(or break) indented into the loop stops after the first parameter.",
+        (_clip_with(target="first"),),
+    ),
+    Mistake(
+        "gradients_stacked", "The gradients {how} into one tensor: {why}",
+        "the global norm combines tensors of any shapes: sqrt(sum(g.pow(2).sum() for g in "
+        "grads)), or torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])) (torch's "
+        "clip_grad_norm_ stacks the per-tensor NORMS, 0-d, never the gradients).",
+        (member(_clip_with(norm="stack"), how="stacked", why="torch.stack needs equal shapes"),
+         member(_clip_with(norm="cat"), how="concatenated", why="torch.cat needs the same number "
+                "of axes (flatten each first)")),
+    ),
+    Mistake(
+        "zip_misaligned", "Gradients written back by zip(parameters, gradients present): "
+        "misaligned after a parameter without .grad",
+        "after a parameter whose .grad is None, zip pairs each remaining gradient with the "
+        "parameter before its own: scale each p.grad in place (p.grad.mul_(factor)) in a loop "
+        "over the parameters, skipping the ones without a gradient.",
+        (_zip_misaligned,),
     ),
     Mistake(
         "by_value", "Clipped by value, not by norm",
@@ -892,6 +1070,15 @@ CLIP_MISTAKES = (
     ),
 )
 _CLIP_LADDER = {
+    "ratio_inverted": (None, "print your factor for a norm of 10 and max_norm 1: 0.1."),
+    "factor_capped_at_max_norm": (None, "print your factor for a norm of 1 and max_norm 4: 1."),
+    "condition_reversed": (None, "print your factor for a norm of 10 and max_norm 1: 0.1."),
+    "first_only": (None, "print every gradient's norm after your call: each scaled by the "
+                   "same factor."),
+    "gradients_stacked": (None, "call your function on two parameters of shapes (4, 3) and "
+                          "(3,)."),
+    "zip_misaligned": (None, "give three parameters, the middle one without .grad, and print "
+                       "each p.grad.shape after your call."),
     "per_tensor": (None, "print the norm of all gradients together after your clipping: "
                    "max_norm (when it was above)."),
     "weights_clipped": (None, "print p.grad and p before and after your call: only p.grad may "
@@ -918,6 +1105,7 @@ CLIP = Item(
         _clip_case(3, [(3, 2), (4,), (2, 2)], 1.0, 1.0, zero=True, none=(1,),
                    note=" (all gradients 0)"),
         _clip_case(4, [(3, 3), (5,), (2, 3)], 3.0, 2.0, none=(1,), dtype=torch.float64),
+        _clip_case(5, [(2, 3), (4,)], 0.3, 4.0, note=" (below a threshold other than 1)"),
     ],
     laddered(CLIP_MISTAKES, _CLIP_LADDER), same=_clip_same, what="result",
     formula="Compute n = sqrt(sum of every gradient's squared entries), multiply every gradient "
@@ -951,11 +1139,12 @@ def _grouping(fn, args, case):
     groups = fn(model, weight_decay)
     if not isinstance(groups, (list, tuple)):
         return groups
-    return _names(model, list(groups))
+    names = _names(model, list(groups))
+    return tuple(names) if isinstance(groups, tuple) else names  # a tuple told as one
 
 
 def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
-            swapped=False, both=False, frozen=False, reversed_=False, unset=()):
+            swapped=False, both=False, frozen=False, reversed_=False, unset=(), kept=None):
     """param_groups with the variations mistakes make, as _names gives them. rule "linear"
     (nn.Linear weights, not embeddings), "2d" (every matrix: nanoGPT's), "all", "not_bias"
     (every tensor whose name does not end in bias), "linear_tied" (every nn.Linear weight, a
@@ -964,17 +1153,25 @@ def _groups(model, wd, *, rule="linear", norms=False, biases=False, tied="once",
     listed in both groups; swapped: the decay on the other group; both: weight_decay on both
     groups; frozen: parameters with requires_grad=False listed too; reversed_: the undecayed
     group first (timm's param_groups_weight_decay order); unset: the indices of the groups
-    given no "weight_decay" key."""
+    given no "weight_decay" key; rule "in" and "in_reversed": nn.Linear weights found by `p in
+    a list of tensors` (== elementwise: it raises as the learner's does), the two tests in
+    either order; kept "grad": only the parameters with a .grad (p.grad is not None) listed."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     linears = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     linear_biases = {id(m.bias) for m in model.modules() if isinstance(m, nn.Linear)
                      and m.bias is not None}
     named = dict(model.named_parameters())
     decay, rest = [], []
+    linear_list = [m.weight for m in model.modules() if isinstance(m, nn.Linear)]
+    embedding_list = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
     for name, p in named.items():
-        if not (p.requires_grad or frozen):
+        if not (p.requires_grad or frozen) or (kept == "grad" and p.grad is None):
             continue
-        if rule == "2d":
+        if rule == "in":
+            yes = p in linear_list and p not in embedding_list
+        elif rule == "in_reversed":
+            yes = p not in embedding_list and p in linear_list
+        elif rule == "2d":
             yes = p.dim() >= 2
         elif rule == "all":
             yes = True
@@ -1202,6 +1399,22 @@ GROUPS_MISTAKES = (
         "it) and test what owns it, not a list of layer types or the names' spelling.",
     ),
     Mistake(
+        "tensor_membership", "Tensors tested with `in` on a list of tensors: `in` compares them "
+        "with ==, entry by entry",
+        "`p in [w1, w2, ...]` tries p is w1, then p == w1: a tensor of elementwise results, "
+        "whose truth value raises (or whose shapes do not even broadcast): test identity, by "
+        "`any(p is w for w in ...)` or a set of id(w) (`id(p) in ids`).",
+        tuple(_groups_with(rule=r) for r in ("in", "in_reversed")),
+    ),
+    Mistake(
+        "grad_filter", "Parameters filtered by p.grad, not by requires_grad: before the first "
+        "backward every parameter is left out",
+        "param_groups is called when the optimizer is built, before any backward: every p.grad "
+        "is None then. Keep the parameters that will be trained, p.requires_grad (p.grad is "
+        "None says only that no gradient has been computed yet).",
+        (_groups_with(kept="grad"),),
+    ),
+    Mistake(
         "groups_reversed", "The groups in the other order: the undecayed group first",
         "the first group holds the decayed weights (weight_decay), the second the rest (0.0): "
         "code that reads groups[0] as the decayed one (a schedule, a log) depends on the order.",
@@ -1209,6 +1422,9 @@ GROUPS_MISTAKES = (
     ),
 )
 _GROUPS_LADDER = {
+    "tensor_membership": (None, "print torch.ones(2) in [torch.zeros(3)]."),
+    "grad_filter": (None, "build a fresh model and print how many of its parameters have a "
+                    ".grad: none."),
     "everything_decayed": (None, "print the names in your second group: the norms, the "
                            "biases and the embeddings."),
     "embeddings_decayed": (None, "print isinstance(module, nn.Embedding) for the module that "
@@ -1238,6 +1454,7 @@ GROUPS = Item(
                      "class, an embedding named wte and a Linear named embed_proj"),
     ],
     laddered(GROUPS_MISTAKES, _GROUPS_LADDER), what="groups", explain=_listed_twice,
+    same=lambda actual, expected: type(actual) is type(expected) and same(actual, expected),
     formula="Put each nn.Linear's weight (not an embedding's) in a group with weight_decay, "
             "every other parameter once in a group with 0.0.",
     twins=(_groups_with(),),

@@ -80,6 +80,9 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
     if isinstance(expected, tuple) and isinstance(value, list):
         return ("a list", "a tuple is", what, "a list cannot be a dict key or a set member (it is "
                 "unhashable): return tuple(...)")
+    if isinstance(expected, list) and isinstance(value, tuple) and safely(same, list(value), expected):
+        return ("a tuple", "a list is", what, "the docstring asks for a list (a caller may append "
+                "to it or extend it, a tuple has neither): return [...], not (...)")
     if isinstance(expected, float) and isinstance(value, torch.Tensor):
         return ("a 0-d tensor", "a Python float is", what, "a tensor where a float is expected "
                 "(an optimizer's lr, a schedule) carries a dtype and a device along: float(...) it")
@@ -121,6 +124,8 @@ def as_kind_of(value, expected):
     tuple, a 0-d tensor into a float, a number into a tensor), to see if its values are right."""
     if isinstance(expected, tuple) and isinstance(value, list):
         value = tuple(value)
+    if isinstance(expected, list) and isinstance(value, tuple):
+        value = list(value)
     if _nested(value, expected):
         return [x for part in value for x in part]
     if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, str) for k in value):

@@ -1108,3 +1108,94 @@ def learn_by_likelihood_score(text, n_merges, special_tokens=()):
         merges.append(pair)
         words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
     return merges
+
+
+@wrong("count_pairs.stride_two")
+def count_in_steps_of_two(words):
+    counts = {}
+    for word, freq in words.items():
+        for i in range(0, len(word) - 1, 2):  # merge's stride
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+    return counts
+
+
+@wrong("count_pairs.frequency_as_index")
+def count_with_enumerate(words):
+    counts = Counter()
+    for freq, word in enumerate(words):  # enumerate for items()
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return counts
+
+
+@wrong("count_pairs.return_kind")
+def count_with_packed_keys(words):
+    counts = {}
+    for word, freq in words.items():
+        for a, b in zip(word, word[1:]):
+            counts[a << 32 | b] = counts.get(a << 32 | b, 0) + freq  # a u64 key
+    return counts
+
+
+@wrong("merge.end_pair_missed")
+def merge_bound_two_short(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 2 and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.two_at_a_time")
+def merge_in_chunks_of_two(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if tuple(word[i:i + 2]) == tuple(pair):
+            out.append(new_id)
+        else:
+            out.extend(word[i:i + 2])
+        i += 2
+    return tuple(out)
+
+
+@wrong("merge.token_compared_twice")
+def merge_comparing_pair0_twice(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and word[i] == pair[0] and word[i + 1] == pair[0]:  # pair[1]
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.never_true")
+def merge_by_tuple_identity(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and (word[i], word[i + 1]) is pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.extended_by_int")
+def merge_adding_the_int(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out += new_id
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)

@@ -121,6 +121,15 @@ def _count(words, *, overlap=True, freq=True, once=False, skip=None, assign=Fals
     return counts
 
 
+def _strided(words, start):
+    """count_pairs over the positions start, start + 2, ... of each word."""
+    counts = Counter()
+    for word, f in words.items():
+        for i in range(start, len(word) - 1, 2):
+            counts[word[i], word[i + 1]] += f
+    return counts
+
+
 def _count_with(**bug):
     return lambda words: _count(words, **bug)
 
@@ -192,6 +201,21 @@ COUNT_MISTAKES = (
                 why="range(len(items) - 1), or items[:-1], stops one word early."),
          member(lambda words: _count(dict(list(words.items())[1:])), which="first",
                 why="range(1, len(items)), or items[1:], starts one word late.")),
+    ),    Mistake(
+        "stride_two", "Positions scanned in steps of two: pairs that start at {which} positions "
+        "never counted",
+        "every position i = 0 ... len(word) - 2 starts a pair: range(len(word) - 1), step 1. A "
+        "merge moves on by two after a match; counting does not (range(0, len(word) - 1, 2), or "
+        "zip(word[::2], word[1::2]), skips every other pair).",
+        (member(lambda words: _strided(words, 0), which="odd"),
+         member(lambda words: _strided(words, 1), which="even")),
+    ),
+    Mistake(
+        "frequency_as_index", "Each word's position in the dict taken as its frequency",
+        "`for freq, word in enumerate(words)` gives each word its index ({first}, {second}, ...), "
+        "not the number of times it occurs: for word, freq in words.items().",
+        (member(lambda words: +_count({w: i for i, w in enumerate(words)}), first=0, second=1),
+         member(lambda words: +_count({w: i for i, w in enumerate(words, 1)}), first=1, second=2)),
     ),
 )
 _COUNT_LADDER = {
@@ -208,6 +232,8 @@ _COUNT_LADDER = {
                       "positions 0 and 2."),
     "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
                               "once each."),
+    "stride_two": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), once each."),
+    "frequency_as_index": (None, "print your counts for {{(1, 2): 5}}: {{(1, 2): 5}}."),
 }
 
 
@@ -240,7 +266,7 @@ COUNT = Item(
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
            same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True, tail=False,
-           miss=1):
+           miss=1, reach=1, chunk=False):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
@@ -250,7 +276,9 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
     False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end when the
     last token is the pair's first; "always": at any last position reached); `tail`:
     the loop stops before the last token, which is appended after it whatever happened;
-    `miss` 2: a pair's first token not followed by its second skips the next position too."""
+    `miss` 2: a pair's first token not followed by its second skips the next position too;
+    `reach` 2: a match tested only where i + 2 < len(word) (the pair at the end never merged);
+    `chunk`: after a miss, two tokens copied and two positions skipped."""
     word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
@@ -258,16 +286,28 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
     while i < len(word) - (0 if last and not tail else 1):
         if bound == "always" and i + 1 == len(word):
             word[i + 1]  # (word[i], word[i + 1]) == pair read at the last position: IndexError
-        if (i + 1 < len(word) or not bound) and not done and (
+        if (i + reach < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
             i += 1 if runs and word[i + 1:i + 3] == tuple(pair) else step
             done = first_only
+        elif chunk:
+            out += word[i:i + 2]
+            i += 2
         else:
             out.append(word[i])
             i += miss if same(word[i], pair[0]) else 1
     return tuple(out + list(word[-1:]) if tail else out)
+
+
+def _extended_by_int(word, pair, new_id):
+    """merge with out += new_id: a list extends by an iterable, so the first match raises."""
+    out = []
+    for i in range(len(word) - 1):
+        if (word[i], word[i + 1]) == tuple(pair):
+            out += new_id
+    return tuple(word)
 
 
 def _merge_with(**bug):
@@ -387,6 +427,43 @@ MERGE_MISTAKES = (
         "a merge replaces the two tokens by ONE rank, new_id: out.append(new_id), not "
         "out.append(pair) (a tuple inside the word, which is no rank).",
         (lambda word, pair, new_id: _merge(word, pair, pair),),
+    ),    Mistake(
+        "end_pair_missed", "The pair at the word's end never merged: the bound check one short",
+        "the last two tokens, at len(word) - 2 and len(word) - 1, are a pair too: test i + 1 < "
+        "len(word) (i < len(word) - 1) before reading word[i + 1], not i < len(word) - 2.",
+        (_merge_with(reach=2),),
+    ),
+    Mistake(
+        "two_at_a_time", "The word read two tokens at a time: after a miss, the next position skipped",
+        "after a position that is no match, copy word[i] alone and move on by ONE: copying "
+        "word[i:i + 2] and moving on by two skips a pair that starts at word[i + 1] (an odd "
+        "offset).",
+        (_merge_with(chunk=True),),
+    ),
+    Mistake(
+        "token_compared_twice", "The pair's {which} token compared twice: {wrong}",
+        "a position matches when word[i] == pair[0] and word[i + 1] == pair[1]; comparing both "
+        "with pair[{k}] finds ({which_token}, {which_token}) instead, wherever it is.",
+        (member(lambda word, pair, new_id: _merge(word, (pair[0], pair[0]), new_id), which="first",
+                wrong="word[i + 1] == pair[0], not pair[1]", k=0,
+                which_token="a"),
+         member(lambda word, pair, new_id: _merge(word, (pair[1], pair[1]), new_id), which="second",
+                wrong="word[i] == pair[1], not pair[0]", k=1,
+                which_token="b")),
+    ),
+    Mistake(
+        "never_true", "Nothing merged: the pair test is never true, even where the word holds the pair",
+        "the word holds the pair (a tuple given as pair too), yet comes back as it was: a test "
+        "that never holds, such as `is` (a tuple made by (word[i], word[i + 1]) is a new object, "
+        "never pair itself) or a token compared with the whole pair (word[i] == pair). Compare "
+        "values: (word[i], word[i + 1]) == tuple(pair).",
+        (lambda word, pair, new_id: tuple(word),),
+    ),
+    Mistake(
+        "extended_by_int", "new_id added with +=: a list extends by an iterable, and an int is not one",
+        "out += new_id asks the int for its items (TypeError: 'int' object is not iterable): "
+        "out.append(new_id), or out += [new_id].",
+        (_extended_by_int,),
     ),
 )
 _MERGE_LADDER = {
@@ -395,6 +472,11 @@ _MERGE_LADDER = {
     "last_appended": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
     "next_skipped": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
     "pair_written": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
+    "end_pair_missed": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "two_at_a_time": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "token_compared_twice": (None, "print merge((1, 2), (1, 2), 9) and merge((1, 1), (1, 2), 9)."),
+    "never_true": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
+    "extended_by_int": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
     "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
     "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),

@@ -1199,3 +1199,76 @@ def merge_adding_the_int(word, pair, new_id):
             out.append(word[i])
             i += 1
     return tuple(out)
+
+
+@wrong("learn_merges.one_part_trained")
+def learn_with_words_reset_per_part(text, n_merges, special_tokens=()):
+    parts = [text]
+    if special_tokens:
+        parts = re.split("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True))), text)
+    for part in parts:
+        words = Counter(tuple(p.encode("utf-8")) for p in pre_tokenize(part))  # made again each part
+    return _learn(words, n_merges)
+
+
+@wrong("encode.pair_reversed")
+def encode_looking_pairs_up_reversed(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) >= 2:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get((p[1], p[0]), float("inf")))
+            if pair not in merges:
+                break
+            word = merge(word, pair, merges[pair])
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.merges_in_dict_order")
+def encode_each_merge_in_dict_order(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        for pair, rank in merges.items():
+            word = merge(word, pair, rank)
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.rank_offset")
+def encode_writing_the_merge_index(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode("utf-8"))
+        while len(word) > 1:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, float("inf")))
+            if pair not in merges:
+                break
+            word = list(merge(word, pair, merges[pair] - 256))
+        ids += word
+    return ids
+
+
+@wrong("encode.emitted_inside_loop")
+def encode_extending_inside_the_loop(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) >= 2:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, float("inf")))
+            if pair not in merges:
+                break
+            word = merge(word, pair, merges[pair])
+            ids.extend(word)
+    return ids
+
+
+@wrong("decode.id_left_out")
+def decode_all_but_the_last(ids, vocab):
+    return b"".join(vocab[ids[k]] for k in range(len(ids) - 1)).decode("utf-8", errors="replace")
+
+
+@wrong("decode.cut_at_nul")
+def decode_as_a_c_string(ids, vocab):
+    return b"".join(vocab[i] for i in ids).split(b"\x00")[0].decode("utf-8", errors="replace")

@@ -29,7 +29,8 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
   newlines, tabs, whitespace only; upper-case contractions with merges of each case; long
   digits; punctuation after a space; letters of 2 and 4 bytes, a decomposed letter, a
   ligature; the empty text; \r\n line endings; a pre-token longer than 16 bytes; every
-  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge.
+  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge; merges given out of rank order
+  (a dict read in another order).
 - decode: a character cut between tokens, ids ending inside a 2-byte and a 4-byte character,
   ids starting inside one, a cut character followed by a whole one, no ids; a text that
   starts with U+FEFF, a \r\n line ending, e + U+0301; the bytes 0x00-0x03 (no special
@@ -40,6 +41,7 @@ the learner's sequence first differs, and for encode and decode which usual chan
 (a strip, a normalization, a part of each pre-token, characters left out) the result shows.
 """
 
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -867,8 +869,22 @@ LEARN_MISTAKES = (
         "then).",
         (_learn_with(stop=False),),
     ),
+    Mistake(
+        "one_part_trained", "Only the text {which} trained on: the words rebuilt for every part",
+        "the parts between special tokens are all training text: make the word counts once, "
+        "before the loop over the parts, and add every part's pre-tokens to them ({how} keeps "
+        "the {last} part's words alone).",
+        (member(lambda text, n_merges, special_tokens=(): _learn(
+            _parts(text, special_tokens)[-1], n_merges), which="after the last special token",
+            how="words = Counter() inside the loop", last="last"),
+         member(lambda text, n_merges, special_tokens=(): _learn(
+             _parts(text, special_tokens)[0], n_merges), which="before the first special token",
+             how="a return or break inside the loop", last="first")),
+    ),
 )
 _LEARN_LADDER = {
+    "one_part_trained": (SPECIALS, "print the words you count for 'ab<|end|>cd' with "
+                         "special_tokens=('<|end|>',): 'ab' and 'cd'."),
     "specials_merged": (SPECIALS, "print the pre-tokens of 'ab<|end|>ab' with "
                         "special_tokens=('<|end|>',): '<|end|>' must not be among them."),
     "across_pre_tokens": (None, "print the words you count pairs in, for 'ab. ab.': "
@@ -968,8 +984,15 @@ def _token_bytes(merges):
     return vocab
 
 
+def _parts(text, special_tokens):
+    """The text between the special tokens (each cut out, the longest first)."""
+    if not special_tokens:
+        return [text]
+    return regex.split("|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True))), text)
+
+
 def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix="",
-            shortest=1, pattern=GPT2_PATTERN, normalize=None):
+            shortest=1, pattern=GPT2_PATTERN, normalize=None, offset=0, emit=False):
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
@@ -984,7 +1007,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
     "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
     every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
-    the merges in rank order, stopping at the first whose pair the word does not hold."""
+    the merges in rank order, stopping at the first whose pair the word does not hold;
+    "dict_order": every merge applied once, in the dict's order; "reversed": each pair's rank
+    looked up as (b, a); `offset` added to each rank written; `emit`: the word written out
+    after every merge, inside the loop (and never when nothing is merged)."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -1002,7 +1028,7 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick in ("sorted", "each_once", "stop_at_absent"):  # every merge once, in pair (or rank) order
+        if pick in ("sorted", "each_once", "stop_at_absent", "dict_order"):  # every merge once
             for pair in sorted(merges) if pick == "sorted" else merges:
                 if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
                     break
@@ -1023,6 +1049,13 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 pair = min(zip(word, word[1:]), key=merges.get)
                 word, done = merge(word, pair, merges[pair]), done + 1
                 continue
+            if pick in ("reversed", "reversed_set"):  # merges.get((b, a)): ties go to the first pair
+                pairs = set(zip(word, word[1:])) if pick == "reversed_set" else zip(word, word[1:])
+                pair = min(pairs, key=lambda p: merges.get(p[::-1], math.inf))
+                if pair not in merges:
+                    break
+                word, done = merge(word, pair, merges[pair]), done + 1
+                continue
             if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
                 pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
                 if pair not in merges:
@@ -1033,9 +1066,11 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
                     "leftmost": found[0], "count": max(counts, key=counts.get),
                     "count_rank": max(counts, key=lambda p: (counts[p], -merges[p]))}[pick]
-            word = merge(word, pair, merges[pair])
+            word = merge(word, pair, merges[pair] + offset)
             done += 1
-        out += word
+            if emit:
+                out += word
+        out += () if emit else word
     return out
 
 
@@ -1149,8 +1184,45 @@ ENCODE_MISTAKES = (
         "is a merge (a while loop).",
         (_encode_with(rounds=1),),
     ),
+    Mistake(
+        "pair_reversed", "Each pair's rank looked up the other way round: merges[(b, a)] for a "
+        "followed by b",
+        "a merge (a, b) is the pair a then b, as learned: look up merges.get((word[i], word[i + "
+        "1])); the pair reversed is no merge (or another one), so the lowest-rank pair is never "
+        "found.",
+        (_encode_with(pick="reversed"), _encode_with(pick="reversed_set")),
+    ),
+    Mistake(
+        "merges_in_dict_order", "Every merge applied once, in the dict's order, not by rank",
+        "a dict of merges need not be in rank order (one read from a file, or built by hand): "
+        "merge the adjacent pair of the LOWEST rank, again and again; `for pair in merges` "
+        "follows the order of insertion, right only when that is the order of the ranks.",
+        (_encode_with(pick="dict_order"),),
+    ),
+    Mistake(
+        "rank_offset", "A merged pair written as {what}, not as its rank: {why}",
+        "merges[pair] is the new token's rank, 256 or more; write it as it is: merge(word, pair, "
+        "merges[pair]).",
+        (member(_encode_with(offset=-256), what="its merge index (rank - 256)",
+                why="the new token reads as the byte of that number"),
+         member(_encode_with(offset=256), what="rank + 256", why="a rank no merge has")),
+    ),
+    Mistake(
+        "emitted_inside_loop", "The ranks written out inside the merge loop: every intermediate word "
+        "emitted",
+        "ids.extend(word) belongs after the loop that merges one pre-token, once it stops: inside "
+        "it, each round's word is written (and a pre-token that no merge changes never).",
+        (_encode_with(emit=True),),
+    ),
 )
 _ENCODE_LADDER = {
+    "pair_reversed": (None, "print merges.get((116, 104)) and merges.get((104, 116)) for 'th'."),
+    "merges_in_dict_order": (None, "encode 'abc' with merges {(98, 99): 257, (97, 98): 256}: "
+                             "[256, 99]."),
+    "rank_offset": (None, "print the id your merge writes for 'th' with merges {{(116, 104): 256}}: "
+                    "256."),
+    "emitted_inside_loop": (None, "print encode('a th', merges) with {(116, 104): 256}: [97, 32, "
+                            "256]."),
     "nothing_merged": (None, "print encode('the', merges) with merges (t, h), (th, e): one token."),
     "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
                                 "(th, e): one token, 'the'."),
@@ -1229,7 +1301,9 @@ ENCODE = Item(
      _encode_case("the cat\r\nsat on the mat\r\n", _MERGES, " (\\r\\n line endings)"),
      _encode_case("the cat thecattlethecattle", _MERGES, " (a pre-token of 19 bytes)"),
      _encode_case("it's don't they're we've I'm we'll he'd", _CONTRACTIONS,
-                  " (every GPT-2 contraction, each a merge)")],
+                  " (every GPT-2 contraction, each a merge)"),
+     _encode_case("abc bcd", {(98, 99): 257, (97, 98): 256, (257, 100): 258},
+                  " (merges given out of rank order: bc, ab, bc+d)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
@@ -1336,8 +1410,24 @@ DECODE_MISTAKES = (
         "byte of 'é' into a character of its own ('Ã©').",
         (_decode_with(codec="latin-1"),),
     ),
+    Mistake(
+        "id_left_out", "The {which} id never decoded: {how}",
+        "every id is a token: join the bytes of all of them, b''.join(vocab[i] for i in ids).",
+        (member(lambda ids, vocab: _decode(ids[:-1], vocab), which="last",
+                how="range(len(ids) - 1), or ids[:-1], stops one short"),
+         member(lambda ids, vocab: _decode(ids[1:], vocab), which="first",
+                how="range(1, len(ids)), or ids[1:], starts one late")),
+    ),
+    Mistake(
+        "cut_at_nul", "The text cut at the first NUL byte (0x00), as a C string ends",
+        "0x00 is a byte like any other in UTF-8 (the character U+0000): nothing ends there. Keep "
+        "every byte: b''.join(vocab[i] for i in ids).decode('utf-8', errors='replace').",
+        (lambda ids, vocab: _decode(ids, vocab).split("\x00")[0],),
+    ),
 )
 _DECODE_LADDER = {
+    "id_left_out": (None, "print decode([104, 105]): 'hi'."),
+    "cut_at_nul": (None, "print repr(decode([104, 0, 105])): 'h\\x00i'."),
     "ids_as_bytes": (None, "print vocab[256] next to what your decode makes of [256]."),
     "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "
                        "character?"),

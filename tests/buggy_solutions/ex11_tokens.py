@@ -1272,3 +1272,13 @@ def decode_all_but_the_last(ids, vocab):
 @wrong("decode.cut_at_nul")
 def decode_as_a_c_string(ids, vocab):
     return b"".join(vocab[i] for i in ids).split(b"\x00")[0].decode("utf-8", errors="replace")
+
+
+@wrong("decode.cut_until_valid")
+def decode_strictly_cutting_the_end(ids, vocab):
+    data = b"".join(vocab[i] for i in ids)
+    while True:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            data = data[:-1]

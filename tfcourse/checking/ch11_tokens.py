@@ -1325,6 +1325,15 @@ def _decode(ids, vocab, *, per_token=False, errors="replace", codec="utf-8"):
     return b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
 
 
+def _valid_prefix(ids, vocab):
+    """decode of the bytes up to the first that is no UTF-8 (a strict decode retried shorter)."""
+    data = b"".join(vocab[i] for i in ids)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return data[:error.start].decode("utf-8")
+
+
 def _clean_up(text):
     for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
                           (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
@@ -1424,9 +1433,19 @@ DECODE_MISTAKES = (
         "every byte: b''.join(vocab[i] for i in ids).decode('utf-8', errors='replace').",
         (lambda ids, vocab: _decode(ids, vocab).split("\x00")[0],),
     ),
+    Mistake(
+        "cut_until_valid", "The bytes cut short until they decode strictly: everything from the "
+        "first byte that is no text on lost",
+        "a strict decode retried with the last byte cut off (or cut at the error's start) keeps "
+        "only the text before the first bad byte: a cut character at the end, and all the text "
+        "after a bad byte, vanish. decode('utf-8', errors='replace') keeps it all and shows each "
+        "bad byte as U+FFFD.",
+        (_valid_prefix,),
+    ),
 )
 _DECODE_LADDER = {
     "id_left_out": (None, "print decode([104, 105]): 'hi'."),
+    "cut_until_valid": (None, "print repr(decode([104, 255, 105])): 'h\\ufffdi'."),
     "cut_at_nul": (None, "print repr(decode([104, 0, 105])): 'h\\x00i'."),
     "ids_as_bytes": (None, "print vocab[256] next to what your decode makes of [256]."),
     "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "

@@ -462,9 +462,10 @@ MERGE_MISTAKES = (
         (lambda word, pair, new_id: tuple(word),),
     ),
     Mistake(
-        "extended_by_int", "new_id added with +=: a list extends by an iterable, and an int is not one",
-        "out += new_id asks the int for its items (TypeError: 'int' object is not iterable): "
-        "out.append(new_id), or out += [new_id].",
+        "extended_by_int", "new_id added as an iterable (out += new_id, out.extend(new_id)): an int "
+        "is not one",
+        "a list's += and extend take the items of an iterable, and ask the int for its items "
+        "(TypeError: 'int' object is not iterable): out.append(new_id), or out += [new_id].",
         (_extended_by_int,),
     ),
 )

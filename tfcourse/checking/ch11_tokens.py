@@ -1010,8 +1010,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
     the merges in rank order, stopping at the first whose pair the word does not hold;
     "dict_order": every merge applied once, in the dict's order; "reversed": each pair's rank
-    looked up as (b, a); `offset` added to each rank written; `emit`: the word written out
-    after every merge, inside the loop (and never when nothing is merged)."""
+    looked up as (b, a) ("reversed_both": and (b, a)'s rank written); `offset` added to each
+    rank written; `emit`: the word written out after every merge, inside the loop (and never
+    when nothing is merged)."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -1050,12 +1051,13 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 pair = min(zip(word, word[1:]), key=merges.get)
                 word, done = merge(word, pair, merges[pair]), done + 1
                 continue
-            if pick in ("reversed", "reversed_set"):  # merges.get((b, a)): ties go to the first pair
+            if pick in ("reversed", "reversed_set", "reversed_both"):  # merges.get((b, a))
                 pairs = set(zip(word, word[1:])) if pick == "reversed_set" else zip(word, word[1:])
-                pair = min(pairs, key=lambda p: merges.get(p[::-1], math.inf))
-                if pair not in merges:
+                pair = min(pairs, key=lambda p: merges.get(p[::-1], math.inf))  # ties: the first
+                key = pair[::-1] if pick == "reversed_both" else pair  # the rank written: (b, a)'s
+                if key not in merges:
                     break
-                word, done = merge(word, pair, merges[pair]), done + 1
+                word, done = merge(word, pair, merges[key]), done + 1
                 continue
             if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
                 pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
@@ -1191,7 +1193,8 @@ ENCODE_MISTAKES = (
         "a merge (a, b) is the pair a then b, as learned: look up merges.get((word[i], word[i + "
         "1])); the pair reversed is no merge (or another one), so the lowest-rank pair is never "
         "found.",
-        (_encode_with(pick="reversed"), _encode_with(pick="reversed_set")),
+        (_encode_with(pick="reversed"), _encode_with(pick="reversed_set"),
+         _encode_with(pick="reversed_both")),
     ),
     Mistake(
         "merges_in_dict_order", "Every merge applied once, in the dict's order, not by rank",

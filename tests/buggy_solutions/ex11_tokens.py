@@ -1282,3 +1282,12 @@ def decode_strictly_cutting_the_end(ids, vocab):
             return data.decode("utf-8")
         except UnicodeDecodeError:
             data = data[:-1]
+
+
+@wrong("count_pairs.pairs_apart")
+def count_tokens_two_apart(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[2:]):  # word[1:]
+            counts[pair] += freq
+    return counts

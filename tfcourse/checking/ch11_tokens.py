@@ -132,6 +132,15 @@ def _strided(words, start):
     return counts
 
 
+def _apart(words, k):
+    """count_pairs of the tokens k positions apart, (word[i], word[i + k])."""
+    counts = Counter()
+    for word, f in words.items():
+        for pair in zip(word, word[k:]):
+            counts[pair] += f
+    return counts
+
+
 def _count_with(**bug):
     return lambda words: _count(words, **bug)
 
@@ -213,6 +222,12 @@ COUNT_MISTAKES = (
          member(lambda words: _strided(words, 1), which="even")),
     ),
     Mistake(
+        "pairs_apart", "Pairs of tokens {k} apart: (word[i], word[i + {k}]), not adjacent ones",
+        "a pair is two ADJACENT tokens, word[i] and word[i + 1]: zip(word, word[1:]), not "
+        "zip(word, word[{k}:]).",
+        tuple(member(lambda words, k=k: _apart(words, k), k=k) for k in (2, 3)),
+    ),
+    Mistake(
         "frequency_as_index", "Each word's position in the dict taken as its frequency",
         "`for freq, word in enumerate(words)` gives each word its index ({first}, {second}, ...), "
         "not the number of times it occurs: for word, freq in words.items().",
@@ -235,6 +250,7 @@ _COUNT_LADDER = {
     "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
                               "once each."),
     "stride_two": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), once each."),
+    "pairs_apart": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), once each."),
     "frequency_as_index": (None, "print your counts for {{(1, 2): 5}}: {{(1, 2): 5}}."),
 }
 

@@ -20,25 +20,27 @@ from .comparison import clone, safely
 from .sandbox import call
 
 
-def later_failures(item, obj, case) -> list:
+def later_failures(item, obj, case):
     """(case, reference object, learner's result) for every case after `case`, of the same
     kind, where the learner's `obj` returns a wrong result (a case it raises on or gets
     right says nothing about which wrong computation it runs, nor one in half precision or
-    in training mode, where its rounding or its random draws are not the mistake's)."""
-    if obj is None or item.is_module or not any(c is case for c in item.cases):
-        return []
-    kind = case.run or item.run
-    failures = []
-    for later in item.cases[[id(c) for c in item.cases].index(id(case)) + 1:]:
-        if (later.run or item.run) is not kind or _half(later) or later.train:
-            continue
+    in training mode, where its rounding or its random draws are not the mistake's), one at a
+    time (the learner's code runs when one is asked for)."""
+    for later in _later_cases(item, obj, case):
         outcome = call(item._run, obj, clone(later.args), later, seed=later.seed)
         reference = item._reference_object(later)
         compare = item.match or later.same or item.same
         if outcome.error is None and not safely(compare, outcome.value,
                                                 item._expected(reference, later)):
-            failures.append((later, reference, outcome.value))
-    return failures
+            yield later, reference, outcome.value
+
+
+def _later_cases(item, obj, case) -> list:
+    if obj is None or item.is_module or not any(c is case for c in item.cases):
+        return []
+    kind = case.run or item.run
+    return [later for later in item.cases[[id(c) for c in item.cases].index(id(case)) + 1:]
+            if (later.run or item.run) is kind and not _half(later) and not later.train]
 
 
 def agreement(item, mistake, compute, failures) -> tuple[int, int]:
@@ -72,7 +74,9 @@ def confirmed(item, found, obj, case):
     of them wins (the first of equals)."""
     if not found:
         return None, None
-    failures = later_failures(item, obj, case)
+    if len(found) == 1:  # one match: the learner's later cases run only until they decide
+        return found[0] if _kept(item, *found[0], obj, case) else (None, None)
+    failures = list(later_failures(item, obj, case))
     if not failures:
         return found[0]
     scored = [(f, agreement(item, f[0], f[1], failures)) for f in found]
@@ -81,6 +85,20 @@ def confirmed(item, found, obj, case):
         return None, None
     return max(kept, key=lambda k: k[1])[0]
 
+
+def _kept(item, mistake, compute, obj, case) -> bool:
+    """Whether one match is not contradicted (as in `confirmed`), stopping as soon as the
+    learner's cases left cannot contradict it."""
+    left, agreed, disagreed = len(_later_cases(item, obj, case)), 0, 0
+    if left < 2:
+        return True
+    for failure in later_failures(item, obj, case):
+        a, d = agreement(item, mistake, compute, [failure])
+        agreed, disagreed = agreed + a, disagreed + d
+        left = len(_later_cases(item, obj, failure[0]))
+        if disagreed + left < max(2, 2 * agreed):
+            return True
+    return disagreed < max(2, 2 * agreed)
 
 def _finite(value) -> bool:
     """Whether every number of `value` (tensors and floats, in lists, tuples, dicts) is finite."""

@@ -979,6 +979,15 @@ ATTENTION_MISTAKES = (
             q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
     ),
     Mistake(
+        "positions_after_new", "New tokens rotated from start + seq: the offset advanced by the new "
+        "tokens before they are used",
+        "the first new token is at start = past_k.size(-2) and token t at start + t: the offset "
+        "moves on by seq only AFTER this call's tokens are rotated (start + seq is the next "
+        "call's first position).",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2)),),
+    ),
+    Mistake(
         "cache_length_from_heads", "The cache's length read from the {axis} axis",
         "past_k is (batch, heads, start, d_head): the number of cached positions is "
         "past_k.size(-2) (or size(2)); past_k.size({index}) is {what}.",
@@ -1114,6 +1123,8 @@ _ATTENTION_LADDER = {
     "other_pairs": (None, "print the pairs argument of your RotaryEmbedding."),
     "positions_off_by_one": (None, "print the start you rotate the new tokens at, next to "
                              "past_k.size(-2)."),
+    "positions_after_new": (None, "print the start you rotate 3 new tokens at, after a cache of "
+                            "4: 4."),
     "positions_from_total": (None, "print the start you rotate 3 new tokens at, after a cache of "
                              "4: 4."),
     "cache_length_from_heads": (None, "print past_k.shape and the start you rotate at."),

@@ -158,7 +158,7 @@ def test_every_item_of_a_chapter_with_a_knobbed_copy_declares_it():
 
 
 LAYERS = ("diagnosis", "mistakes", "comparison", "sandbox", "errors", "explanation", "sequences", "state",
-          "readings", "gradients", "pipeline", "entry")
+          "readings", "gradients", "confirmation", "pipeline", "entry")
 
 
 def test_each_module_of_the_checker_imports_only_those_above_it():

@@ -377,6 +377,15 @@ class BiasBeforeGain(LayerNorm):
         return (x_hat + self.bias) * self.weight
 
 
+@wrong("LayerNorm.affine_before_norm")
+class AffineBeforeNorm(LayerNorm):
+    def forward(self, x):
+        x = self.weight * x + self.bias  # undone by the normalization
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
 @wrong("PositionWiseFeedForward.residual_inside")
 class ResidualInside(PositionWiseFeedForward):
     def forward(self, x):

@@ -269,6 +269,27 @@ def mask_ignored(query, key, value, mask=None, block_size=128):
     return _loop(query, key, value, None, block_size)
 
 
+@wrong("tiled_attention.mask_of_first_block")
+def mask_of_the_first_block(query, key, value, mask=None, block_size=128):
+    n = key.size(-2)
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], n)
+    m = query.new_full((*query.shape[:-1], 1), -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros((*query.shape[:-1], value.size(-1)))
+    for j in range(0, n, block_size):
+        s = query @ key[..., j:j + block_size, :].transpose(-2, -1) / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., :s.size(-1)], -math.inf)  # the first block's columns
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = m_new.masked_fill(m_new == -math.inf, 0.0)
+        p, r = torch.exp(s - safe), torch.exp(m - safe)
+        total = r * total + p.sum(-1, keepdim=True)
+        o = r * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / total.masked_fill(total == 0, 1.0)
+
+
 @wrong("tiled_attention.masked_to_zero")
 def masked_to_zero(query, key, value, mask=None, block_size=128):
     return _loop(query, key, value, mask, block_size, fill=0.0)

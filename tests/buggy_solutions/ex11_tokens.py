@@ -1108,3 +1108,186 @@ def learn_by_likelihood_score(text, n_merges, special_tokens=()):
         merges.append(pair)
         words = Counter({_merge(w, pair, 256 + i): f for w, f in words.items()})
     return merges
+
+
+@wrong("count_pairs.stride_two")
+def count_in_steps_of_two(words):
+    counts = {}
+    for word, freq in words.items():
+        for i in range(0, len(word) - 1, 2):  # merge's stride
+            counts[word[i], word[i + 1]] = counts.get((word[i], word[i + 1]), 0) + freq
+    return counts
+
+
+@wrong("count_pairs.frequency_as_index")
+def count_with_enumerate(words):
+    counts = Counter()
+    for freq, word in enumerate(words):  # enumerate for items()
+        for pair in zip(word, word[1:]):
+            counts[pair] += freq
+    return counts
+
+
+@wrong("count_pairs.return_kind")
+def count_with_packed_keys(words):
+    counts = {}
+    for word, freq in words.items():
+        for a, b in zip(word, word[1:]):
+            counts[a << 32 | b] = counts.get(a << 32 | b, 0) + freq  # a u64 key
+    return counts
+
+
+@wrong("merge.end_pair_missed")
+def merge_bound_two_short(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 2 and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.two_at_a_time")
+def merge_in_chunks_of_two(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if tuple(word[i:i + 2]) == tuple(pair):
+            out.append(new_id)
+        else:
+            out.extend(word[i:i + 2])
+        i += 2
+    return tuple(out)
+
+
+@wrong("merge.token_compared_twice")
+def merge_comparing_pair0_twice(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and word[i] == pair[0] and word[i + 1] == pair[0]:  # pair[1]
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.never_true")
+def merge_by_tuple_identity(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and (word[i], word[i + 1]) is pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("merge.extended_by_int")
+def merge_adding_the_int(word, pair, new_id):
+    out, i = [], 0
+    while i < len(word):
+        if i < len(word) - 1 and word[i] == pair[0] and word[i + 1] == pair[1]:
+            out += new_id
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+@wrong("learn_merges.one_part_trained")
+def learn_with_words_reset_per_part(text, n_merges, special_tokens=()):
+    parts = [text]
+    if special_tokens:
+        parts = re.split("|".join(map(re.escape, sorted(special_tokens, key=len, reverse=True))), text)
+    for part in parts:
+        words = Counter(tuple(p.encode("utf-8")) for p in pre_tokenize(part))  # made again each part
+    return _learn(words, n_merges)
+
+
+@wrong("encode.pair_reversed")
+def encode_looking_pairs_up_reversed(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) >= 2:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get((p[1], p[0]), float("inf")))
+            if pair not in merges:
+                break
+            word = merge(word, pair, merges[pair])
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.merges_in_dict_order")
+def encode_each_merge_in_dict_order(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        for pair, rank in merges.items():
+            word = merge(word, pair, rank)
+        ids.extend(word)
+    return ids
+
+
+@wrong("encode.rank_offset")
+def encode_writing_the_merge_index(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode("utf-8"))
+        while len(word) > 1:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, float("inf")))
+            if pair not in merges:
+                break
+            word = list(merge(word, pair, merges[pair] - 256))
+        ids += word
+    return ids
+
+
+@wrong("encode.emitted_inside_loop")
+def encode_extending_inside_the_loop(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = tuple(piece.encode("utf-8"))
+        while len(word) >= 2:
+            pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, float("inf")))
+            if pair not in merges:
+                break
+            word = merge(word, pair, merges[pair])
+            ids.extend(word)
+    return ids
+
+
+@wrong("decode.id_left_out")
+def decode_all_but_the_last(ids, vocab):
+    return b"".join(vocab[ids[k]] for k in range(len(ids) - 1)).decode("utf-8", errors="replace")
+
+
+@wrong("decode.cut_at_nul")
+def decode_as_a_c_string(ids, vocab):
+    return b"".join(vocab[i] for i in ids).split(b"\x00")[0].decode("utf-8", errors="replace")
+
+
+@wrong("decode.cut_until_valid")
+def decode_strictly_cutting_the_end(ids, vocab):
+    data = b"".join(vocab[i] for i in ids)
+    while True:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            data = data[:-1]
+
+
+@wrong("count_pairs.pairs_apart")
+def count_tokens_two_apart(words):
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in zip(word, word[2:]):  # word[1:]
+            counts[pair] += freq
+    return counts

@@ -523,6 +523,15 @@ def attention_from_the_last_position(q, k, v, past_k=None, past_v=None, base=100
     return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
 
 
+@wrong("rotary_attention.positions_after_new")
+def attention_from_the_next_offset(q, k, v, past_k=None, past_v=None, base=10000.0):
+    rope, start = RotaryEmbedding(q.size(-1), base), _start(past_k)
+    at = start + q.size(-2) if past_k is not None else 0  # the offset advanced first
+    q, k = rope(q, at), rope(k, at)
+    k, v = _cat(past_k, k), _cat(past_v, v)
+    return _attend(q, k, v, torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(start))
+
+
 @wrong("rotary_attention.cache_length_from_heads")
 def attention_start_from_axis_1(q, k, v, past_k=None, past_v=None, base=10000.0):
     rope, start = RotaryEmbedding(q.size(-1), base), 0 if past_k is None else past_k.size(1)

@@ -1375,6 +1375,80 @@ class StreamOfTheCourse(TextStream):  # the course's own, under another name
     pass
 
 
+class _Codecs:
+    """A stream on codecs' incremental decoder, written right but for what its subclasses
+    change."""
+
+    def __init__(self, tokenizer, shown=b"", errors="replace"):
+        self.tokenizer, self.skip, self.shown, self.done = tokenizer, len(shown), shown, False
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+
+    def data(self, i):
+        return self.tokenizer.decode([3]).encode() if i == 3 else self.tokenizer.token(i)
+
+    def push(self, i):
+        if self.done or i in (0, 1):
+            return ""
+        if i == 2:
+            self.done = True
+            return ""
+        data = self.data(i)
+        data, self.skip = data[self.skip:], max(0, self.skip - len(data))
+        return self.decoder.decode(data)
+
+    def end(self):
+        return self.decoder.decode(b"", final=True)
+
+
+@wrong("TextStream.end_drops")
+class StreamSilentAfterEos(_Codecs):
+    def end(self):
+        return "" if self.done else super().end()  # the bytes held at EOS dropped
+
+
+@wrong("TextStream.shown_skipped_otherwise")
+class StreamSkippingShownInCharacters(_Codecs):
+    def __init__(self, tokenizer, shown=b""):
+        super().__init__(tokenizer, shown)
+        self.skip = len(shown.decode("utf-8", errors="replace"))  # characters, not bytes
+
+
+@wrong("TextStream.shown_skipped_otherwise")
+class StreamSkippingShownIfTheFirstTokenHoldsIt(_Codecs):
+    def push(self, i):
+        if self.skip and i not in (0, 1, 2):
+            data, self.skip = self.data(i), 0
+            return self.decoder.decode(data[len(self.shown):] if data.startswith(self.shown) else data)
+        return super().push(i)
+
+
+@wrong("TextStream.unk_around_decoder")
+class StreamReturningUnkAtOnce(_Codecs):
+    def push(self, i):
+        if i == 3 and not self.done:
+            return self.tokenizer.decode([3])  # the held bytes stay held
+        return super().push(i)
+
+
+@wrong("TextStream.unk_as_fffd")
+class StreamShowingUnkAsReplacement(_Codecs):
+    def data(self, i):
+        return "\ufffd".encode() if i == 3 else self.tokenizer.token(i)
+
+
+@wrong("TextStream.strict_swallowed")
+class StreamSwallowingDecodeErrors(_Codecs):
+    def __init__(self, tokenizer, shown=b""):
+        super().__init__(tokenizer, shown, errors="strict")
+
+    def push(self, i):
+        try:
+            return super().push(i)
+        except UnicodeDecodeError:
+            self.decoder.reset()
+            return ""
+
+
 # ----------------------------------------------------------------------------- right ones
 
 

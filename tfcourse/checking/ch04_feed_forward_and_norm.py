@@ -188,6 +188,15 @@ NORM_MISTAKES = (
         "self.bias (they start at 1 and 0, so the mistake only shows once they are trained).",
         tuple(_norm_with(affine=a) for a in ("b", "w", "")),
     ),
+    Mistake(
+        "affine_before_norm", "Gain and bias applied to x before normalizing{how}",
+        "normalizing takes each position's mean and spread away, and with them what was done to "
+        "x before (the bias entirely, the gain in part): scale and shift the normalized x, "
+        "weight * (x - mean) / sqrt(var + eps) + bias.",
+        (member(lambda m, x: _norm(m, x * m.weight + m.bias, affine=""), how=""),
+         member(lambda m, x: _norm(m, x * m.weight, affine="b"), how=" (the gain; the bias after)"),
+         member(lambda m, x: _norm(m, x * m.weight + m.bias), how=", and again after")),
+    ),
 )
 
 
@@ -204,6 +213,8 @@ def _norm_case(seed, shape, scale, dtype=torch.float32, eps=None, mean=0.5):
 # The second hints (check(..., hint=2)), by mistake, for each item (sections: the item's).
 _EVAL = "call module.eval() and run it twice on the same x: the outputs must be equal."
 _NORM_LADDER = {
+    "affine_before_norm": (None, "set self.bias to 5 and print one output row: it must be 5 "
+                           "more than with a bias of 0."),
     "builtin": (None, "write the mean, the variance and the division yourself, with "
                 "x.mean(...) and torch operations."),
     "no_keepdim": (None, "print x.mean(-1).shape next to x.shape: can they be subtracted "

@@ -35,7 +35,8 @@ def _sqrt_d_k(q, k, v):
 def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, rescale_out=1,
            running=True, update=True, guard=True, fill=-INF, subtract=True, normalize="end",
            blocks="all", mask_at="scores", empty="zero", exps="new", factor="down", values="block",
-           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF, expand_mask=True):
+           keepdim=True, axes=(-2, -1), start="zeros", first_max=-INF, expand_mask=True,
+           mask_of="block"):
     """The online softmax of tfcourse.efficiency.tiled_attention, with the variations that
     mistakes make (the defaults give the reference):
 
@@ -68,6 +69,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     first_max    what the running maximum starts at (a finite number: only "very negative")
     expand_mask  the mask broadcast over the keys before it is sliced by block (False: a mask
                  of one flag per query is empty from the second block on, and raises)
+    mask_of      each "block"'s own columns of the mask, or the "first" block's for every block
+                 (mask[..., :block width])
     """
     k_len = k.size(-2)
     if m is not None and expand_mask:
@@ -82,7 +85,7 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
         block = slice(start, block_size if blocks == "end"
                       else start + block_size - (blocks == "short"))
         s = q @ k[..., block, :].transpose(*axes) / scale(q, k, v)
-        allowed = None if m is None else m[..., block]
+        allowed = None if m is None else m[..., :s.size(-1)] if mask_of == "first" else m[..., block]
         if allowed is not None and mask_at in ("scores", "inverted", "zero"):
             where = {"scores": ~allowed, "inverted": allowed, "zero": ~allowed}[mask_at]
             value = torch.finfo(s.dtype).min if fill == "min" else fill
@@ -297,6 +300,13 @@ MISTAKES = (
         "your output is the same as with no mask: slice the mask like the keys, "
         "mask[..., start:start + block_size], and block each block's scores where it is False.",
         (_with(mask_at="ignored"),),
+    ),
+    Mistake(
+        "mask_of_first_block", "The first block's mask used for every block",
+        "each block of keys has its own columns of the mask: slice it like the keys, "
+        "mask[..., start:start + block_size]; mask[..., :block_size] (or :s.size(-1)) gives every "
+        "block the first block's columns.",
+        (_with(mask_of="first"),),
     ),
     Mistake(
         "masked_to_zero", "Masked scores set to 0 instead of -inf",
@@ -558,6 +568,8 @@ _TILED_LADDER = {
                     "too large."),
     "mask_inverted": (None, "print a block's masked scores next to the mask: -inf where the "
                       "mask is False."),
+    "mask_of_first_block": (None, "print the slice of the mask you use for the second block: "
+                            "columns block_size to 2 * block_size."),
     "mask_ignored": (None, "print a block's scores after masking: the False keys must be "
                      "-inf."),
     "masked_to_zero": (None, "print e^(S - m') for a masked key: it must be 0."),

@@ -29,7 +29,8 @@ transformers, llama.cpp, mlx-lm and course repositories), each reached by at lea
   newlines, tabs, whitespace only; upper-case contractions with merges of each case; long
   digits; punctuation after a space; letters of 2 and 4 bytes, a decomposed letter, a
   ligature; the empty text; \r\n line endings; a pre-token longer than 16 bytes; every
-  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge.
+  GPT-2 contraction ('s 't 're 've 'm 'll 'd), each a merge; merges given out of rank order
+  (a dict read in another order).
 - decode: a character cut between tokens, ids ending inside a 2-byte and a 4-byte character,
   ids starting inside one, a cut character followed by a whole one, no ids; a text that
   starts with U+FEFF, a \r\n line ending, e + U+0301; the bytes 0x00-0x03 (no special
@@ -40,6 +41,7 @@ the learner's sequence first differs, and for encode and decode which usual chan
 (a strip, a normalization, a part of each pre-token, characters left out) the result shows.
 """
 
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -121,6 +123,24 @@ def _count(words, *, overlap=True, freq=True, once=False, skip=None, assign=Fals
     return counts
 
 
+def _strided(words, start):
+    """count_pairs over the positions start, start + 2, ... of each word."""
+    counts = Counter()
+    for word, f in words.items():
+        for i in range(start, len(word) - 1, 2):
+            counts[word[i], word[i + 1]] += f
+    return counts
+
+
+def _apart(words, k):
+    """count_pairs of the tokens k positions apart, (word[i], word[i + k])."""
+    counts = Counter()
+    for word, f in words.items():
+        for pair in zip(word, word[k:]):
+            counts[pair] += f
+    return counts
+
+
 def _count_with(**bug):
     return lambda words: _count(words, **bug)
 
@@ -192,6 +212,27 @@ COUNT_MISTAKES = (
                 why="range(len(items) - 1), or items[:-1], stops one word early."),
          member(lambda words: _count(dict(list(words.items())[1:])), which="first",
                 why="range(1, len(items)), or items[1:], starts one word late.")),
+    ),    Mistake(
+        "stride_two", "Positions scanned in steps of two: pairs that start at {which} positions "
+        "never counted",
+        "every position i = 0 ... len(word) - 2 starts a pair: range(len(word) - 1), step 1. A "
+        "merge moves on by two after a match; counting does not (range(0, len(word) - 1, 2), or "
+        "zip(word[::2], word[1::2]), skips every other pair).",
+        (member(lambda words: _strided(words, 0), which="odd"),
+         member(lambda words: _strided(words, 1), which="even")),
+    ),
+    Mistake(
+        "pairs_apart", "Pairs of tokens {k} apart: (word[i], word[i + {k}]), not adjacent ones",
+        "a pair is two ADJACENT tokens, word[i] and word[i + 1]: zip(word, word[1:]), not "
+        "zip(word, word[{k}:]).",
+        tuple(member(lambda words, k=k: _apart(words, k), k=k) for k in (2, 3)),
+    ),
+    Mistake(
+        "frequency_as_index", "Each word's position in the dict taken as its frequency",
+        "`for freq, word in enumerate(words)` gives each word its index ({first}, {second}, ...), "
+        "not the number of times it occurs: for word, freq in words.items().",
+        (member(lambda words: +_count({w: i for i, w in enumerate(words)}), first=0, second=1),
+         member(lambda words: +_count({w: i for i, w in enumerate(words, 1)}), first=1, second=2)),
     ),
 )
 _COUNT_LADDER = {
@@ -208,6 +249,9 @@ _COUNT_LADDER = {
                       "positions 0 and 2."),
     "pair_range_off_by_one": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), "
                               "once each."),
+    "stride_two": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), once each."),
+    "pairs_apart": (None, "print your counts for {{(1, 2, 3): 1}}: (1, 2) and (2, 3), once each."),
+    "frequency_as_index": (None, "print your counts for {{(1, 2): 5}}: {{(1, 2): 5}}."),
 }
 
 
@@ -240,7 +284,7 @@ COUNT = Item(
 
 def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_only=False,
            same=lambda a, b: a == b, either=False, half=None, runs=False, bound=True, tail=False,
-           miss=1):
+           miss=1, reach=1, chunk=False):
     """merge with the variations mistakes make: `direction` "right" scans from the end;
     `step` 1 keeps the pair's second token after the new one; `last` False loses the
     word's last token when it is not merged (a loop up to len - 1); `first_only` replaces
@@ -250,7 +294,9 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
     False: word[i + 1] read without checking i + 1 < len(word) (IndexError at the end when the
     last token is the pair's first; "always": at any last position reached); `tail`:
     the loop stops before the last token, which is appended after it whatever happened;
-    `miss` 2: a pair's first token not followed by its second skips the next position too."""
+    `miss` 2: a pair's first token not followed by its second skips the next position too;
+    `reach` 2: a match tested only where i + 2 < len(word) (the pair at the end never merged);
+    `chunk`: after a miss, two tokens copied and two positions skipped."""
     word = tuple(word)
     if direction == "right":
         return tuple(reversed(_merge(word[::-1], pair[::-1], new_id)))
@@ -258,16 +304,28 @@ def _merge(word, pair, new_id, *, direction="left", step=2, last=True, first_onl
     while i < len(word) - (0 if last and not tail else 1):
         if bound == "always" and i + 1 == len(word):
             word[i + 1]  # (word[i], word[i + 1]) == pair read at the last position: IndexError
-        if (i + 1 < len(word) or not bound) and not done and (
+        if (i + reach < len(word) or not bound) and not done and (
                 (half == 1 or same(word[i], pair[0])) and (half == 0 or same(word[i + 1], pair[1]))
                 or either and same(word[i], pair[1]) and same(word[i + 1], pair[0])):
             out.append(new_id)
             i += 1 if runs and word[i + 1:i + 3] == tuple(pair) else step
             done = first_only
+        elif chunk:
+            out += word[i:i + 2]
+            i += 2
         else:
             out.append(word[i])
             i += miss if same(word[i], pair[0]) else 1
     return tuple(out + list(word[-1:]) if tail else out)
+
+
+def _extended_by_int(word, pair, new_id):
+    """merge with out += new_id: a list extends by an iterable, so the first match raises."""
+    out = []
+    for i in range(len(word) - 1):
+        if (word[i], word[i + 1]) == tuple(pair):
+            out += new_id
+    return tuple(word)
 
 
 def _merge_with(**bug):
@@ -387,6 +445,44 @@ MERGE_MISTAKES = (
         "a merge replaces the two tokens by ONE rank, new_id: out.append(new_id), not "
         "out.append(pair) (a tuple inside the word, which is no rank).",
         (lambda word, pair, new_id: _merge(word, pair, pair),),
+    ),    Mistake(
+        "end_pair_missed", "The pair at the word's end never merged: the bound check one short",
+        "the last two tokens, at len(word) - 2 and len(word) - 1, are a pair too: test i + 1 < "
+        "len(word) (i < len(word) - 1) before reading word[i + 1], not i < len(word) - 2.",
+        (_merge_with(reach=2),),
+    ),
+    Mistake(
+        "two_at_a_time", "The word read two tokens at a time: after a miss, the next position skipped",
+        "after a position that is no match, copy word[i] alone and move on by ONE: copying "
+        "word[i:i + 2] and moving on by two skips a pair that starts at word[i + 1] (an odd "
+        "offset).",
+        (_merge_with(chunk=True),),
+    ),
+    Mistake(
+        "token_compared_twice", "The pair's {which} token compared twice: {wrong}",
+        "a position matches when word[i] == pair[0] and word[i + 1] == pair[1]; comparing both "
+        "with pair[{k}] finds ({which_token}, {which_token}) instead, wherever it is.",
+        (member(lambda word, pair, new_id: _merge(word, (pair[0], pair[0]), new_id), which="first",
+                wrong="word[i + 1] == pair[0], not pair[1]", k=0,
+                which_token="a"),
+         member(lambda word, pair, new_id: _merge(word, (pair[1], pair[1]), new_id), which="second",
+                wrong="word[i] == pair[1], not pair[0]", k=1,
+                which_token="b")),
+    ),
+    Mistake(
+        "never_true", "Nothing merged: the pair test is never true, even where the word holds the pair",
+        "the word holds the pair (a tuple given as pair too), yet comes back as it was: a test "
+        "that never holds, such as `is` (a tuple made by (word[i], word[i + 1]) is a new object, "
+        "never pair itself) or a token compared with the whole pair (word[i] == pair). Compare "
+        "values: (word[i], word[i + 1]) == tuple(pair).",
+        (lambda word, pair, new_id: tuple(word),),
+    ),
+    Mistake(
+        "extended_by_int", "new_id added as an iterable (out += new_id, out.extend(new_id)): an int "
+        "is not one",
+        "a list's += and extend take the items of an iterable, and ask the int for its items "
+        "(TypeError: 'int' object is not iterable): out.append(new_id), or out += [new_id].",
+        (_extended_by_int,),
     ),
 )
 _MERGE_LADDER = {
@@ -395,6 +491,11 @@ _MERGE_LADDER = {
     "last_appended": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
     "next_skipped": (None, "print merge((1, 3, 1, 2), (1, 2), 9): (1, 3, 9)."),
     "pair_written": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
+    "end_pair_missed": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "two_at_a_time": (None, "print merge((3, 1, 2), (1, 2), 9): (3, 9)."),
+    "token_compared_twice": (None, "print merge((1, 2), (1, 2), 9) and merge((1, 1), (1, 2), 9)."),
+    "never_true": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
+    "extended_by_int": (None, "print merge((1, 2), (1, 2), 9): (9,)."),
     "overlaps_merged": (None, "print merge((5, 5, 5), (5, 5), 9): (9, 5)."),
     "touching_missed": (None, "print merge((1, 2, 1, 2), (1, 2), 9): (9, 9)."),
     "either_order": (None, "print merge((2, 1), (1, 2), 9): (2, 1), unchanged."),
@@ -785,8 +886,22 @@ LEARN_MISTAKES = (
         "then).",
         (_learn_with(stop=False),),
     ),
+    Mistake(
+        "one_part_trained", "Only the text {which} trained on: the words rebuilt for every part",
+        "the parts between special tokens are all training text: make the word counts once, "
+        "before the loop over the parts, and add every part's pre-tokens to them ({how} keeps "
+        "the {last} part's words alone).",
+        (member(lambda text, n_merges, special_tokens=(): _learn(
+            _parts(text, special_tokens)[-1], n_merges), which="after the last special token",
+            how="words = Counter() inside the loop", last="last"),
+         member(lambda text, n_merges, special_tokens=(): _learn(
+             _parts(text, special_tokens)[0], n_merges), which="before the first special token",
+             how="a return or break inside the loop", last="first")),
+    ),
 )
 _LEARN_LADDER = {
+    "one_part_trained": (SPECIALS, "print the words you count for 'ab<|end|>cd' with "
+                         "special_tokens=('<|end|>',): 'ab' and 'cd'."),
     "specials_merged": (SPECIALS, "print the pre-tokens of 'ab<|end|>ab' with "
                         "special_tokens=('<|end|>',): '<|end|>' must not be among them."),
     "across_pre_tokens": (None, "print the words you count pairs in, for 'ab. ab.': "
@@ -886,8 +1001,15 @@ def _token_bytes(merges):
     return vocab
 
 
+def _parts(text, special_tokens):
+    """The text between the special tokens (each cut out, the longest first)."""
+    if not special_tokens:
+        return [text]
+    return regex.split("|".join(map(regex.escape, sorted(special_tokens, key=len, reverse=True))), text)
+
+
 def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None, prefix="",
-            shortest=1, pattern=GPT2_PATTERN, normalize=None):
+            shortest=1, pattern=GPT2_PATTERN, normalize=None, offset=0, emit=False):
     """encode with the variations mistakes make: `split` False encodes the whole text as one
     piece; `chars` takes ord(c) per character instead of UTF-8 bytes; `pick` the pair merged
     each round: "lowest" rank, "highest" rank, "leftmost" (the first adjacent pair that is a
@@ -902,7 +1024,11 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     `pick` "none_rank": min(pairs, key=merges.get), which raises where a pair is no merge;
     "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
     every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
-    the merges in rank order, stopping at the first whose pair the word does not hold."""
+    the merges in rank order, stopping at the first whose pair the word does not hold;
+    "dict_order": every merge applied once, in the dict's order; "reversed": each pair's rank
+    looked up as (b, a) ("reversed_both": and (b, a)'s rank written); `offset` added to each
+    rank written; `emit`: the word written out after every merge, inside the loop (and never
+    when nothing is merged)."""
     text = (normalize or str)(text)
     cut = pattern if callable(pattern) else lambda t: pre_tokenize(t, pattern)
     pieces = cut(prefix + text) if split else [prefix + text]
@@ -920,7 +1046,7 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick in ("sorted", "each_once", "stop_at_absent"):  # every merge once, in pair (or rank) order
+        if pick in ("sorted", "each_once", "stop_at_absent", "dict_order"):  # every merge once
             for pair in sorted(merges) if pick == "sorted" else merges:
                 if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
                     break
@@ -941,6 +1067,14 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
                 pair = min(zip(word, word[1:]), key=merges.get)
                 word, done = merge(word, pair, merges[pair]), done + 1
                 continue
+            if pick in ("reversed", "reversed_set", "reversed_both"):  # merges.get((b, a))
+                pairs = set(zip(word, word[1:])) if pick == "reversed_set" else zip(word, word[1:])
+                pair = min(pairs, key=lambda p: merges.get(p[::-1], math.inf))  # ties: the first
+                key = pair[::-1] if pick == "reversed_both" else pair  # the rank written: (b, a)'s
+                if key not in merges:
+                    break
+                word, done = merge(word, pair, merges[key]), done + 1
+                continue
             if pick == "default_zero":  # merges.get(p, 0): a pair that is no merge wins the min
                 pair = min(zip(word, word[1:]), key=lambda p: merges.get(p, 0))
                 if pair not in merges:
@@ -951,9 +1085,11 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
             pair = {"lowest": min(found, key=merges.get), "highest": max(found, key=merges.get),
                     "leftmost": found[0], "count": max(counts, key=counts.get),
                     "count_rank": max(counts, key=lambda p: (counts[p], -merges[p]))}[pick]
-            word = merge(word, pair, merges[pair])
+            word = merge(word, pair, merges[pair] + offset)
             done += 1
-        out += word
+            if emit:
+                out += word
+        out += () if emit else word
     return out
 
 
@@ -1067,8 +1203,46 @@ ENCODE_MISTAKES = (
         "is a merge (a while loop).",
         (_encode_with(rounds=1),),
     ),
+    Mistake(
+        "pair_reversed", "Each pair's rank looked up the other way round: merges[(b, a)] for a "
+        "followed by b",
+        "a merge (a, b) is the pair a then b, as learned: look up merges.get((word[i], word[i + "
+        "1])); the pair reversed is no merge (or another one), so the lowest-rank pair is never "
+        "found.",
+        (_encode_with(pick="reversed"), _encode_with(pick="reversed_set"),
+         _encode_with(pick="reversed_both")),
+    ),
+    Mistake(
+        "merges_in_dict_order", "Every merge applied once, in the dict's order, not by rank",
+        "a dict of merges need not be in rank order (one read from a file, or built by hand): "
+        "merge the adjacent pair of the LOWEST rank, again and again; `for pair in merges` "
+        "follows the order of insertion, right only when that is the order of the ranks.",
+        (_encode_with(pick="dict_order"),),
+    ),
+    Mistake(
+        "rank_offset", "A merged pair written as {what}, not as its rank: {why}",
+        "merges[pair] is the new token's rank, 256 or more; write it as it is: merge(word, pair, "
+        "merges[pair]).",
+        (member(_encode_with(offset=-256), what="its merge index (rank - 256)",
+                why="the new token reads as the byte of that number"),
+         member(_encode_with(offset=256), what="rank + 256", why="a rank no merge has")),
+    ),
+    Mistake(
+        "emitted_inside_loop", "The ranks written out inside the merge loop: every intermediate word "
+        "emitted",
+        "ids.extend(word) belongs after the loop that merges one pre-token, once it stops: inside "
+        "it, each round's word is written (and a pre-token that no merge changes never).",
+        (_encode_with(emit=True),),
+    ),
 )
 _ENCODE_LADDER = {
+    "pair_reversed": (None, "print merges.get((116, 104)) and merges.get((104, 116)) for 'th'."),
+    "merges_in_dict_order": (None, "encode 'abc' with merges {(98, 99): 257, (97, 98): 256}: "
+                             "[256, 99]."),
+    "rank_offset": (None, "print the id your merge writes for 'th' with merges {{(116, 104): 256}}: "
+                    "256."),
+    "emitted_inside_loop": (None, "print encode('a th', merges) with {(116, 104): 256}: [97, 32, "
+                            "256]."),
     "nothing_merged": (None, "print encode('the', merges) with merges (t, h), (th, e): one token."),
     "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
                                 "(th, e): one token, 'the'."),
@@ -1147,7 +1321,9 @@ ENCODE = Item(
      _encode_case("the cat\r\nsat on the mat\r\n", _MERGES, " (\\r\\n line endings)"),
      _encode_case("the cat thecattlethecattle", _MERGES, " (a pre-token of 19 bytes)"),
      _encode_case("it's don't they're we've I'm we'll he'd", _CONTRACTIONS,
-                  " (every GPT-2 contraction, each a merge)")],
+                  " (every GPT-2 contraction, each a merge)"),
+     _encode_case("abc bcd", {(98, 99): 257, (97, 98): 256, (257, 100): 258},
+                  " (merges given out of rank order: bc, ab, bc+d)")],
     laddered(ENCODE_MISTAKES, _ENCODE_LADDER), same=_same_ids, what="ranks", prep="for",
     formula="Per pre-token: its UTF-8 bytes, then merge the adjacent pair of the lowest rank "
             "until none is a merge.",
@@ -1167,6 +1343,15 @@ def _decode(ids, vocab, *, per_token=False, errors="replace", codec="utf-8"):
     if per_token:
         return "".join(vocab[i].decode(codec, errors=errors) for i in ids)
     return b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
+
+
+def _valid_prefix(ids, vocab):
+    """decode of the bytes up to the first that is no UTF-8 (a strict decode retried shorter)."""
+    data = b"".join(vocab[i] for i in ids)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return data[:error.start].decode("utf-8")
 
 
 def _clean_up(text):
@@ -1254,8 +1439,34 @@ DECODE_MISTAKES = (
         "byte of 'é' into a character of its own ('Ã©').",
         (_decode_with(codec="latin-1"),),
     ),
+    Mistake(
+        "id_left_out", "The {which} id never decoded: {how}",
+        "every id is a token: join the bytes of all of them, b''.join(vocab[i] for i in ids).",
+        (member(lambda ids, vocab: _decode(ids[:-1], vocab), which="last",
+                how="range(len(ids) - 1), or ids[:-1], stops one short"),
+         member(lambda ids, vocab: _decode(ids[1:], vocab), which="first",
+                how="range(1, len(ids)), or ids[1:], starts one late")),
+    ),
+    Mistake(
+        "cut_at_nul", "The text cut at the first NUL byte (0x00), as a C string ends",
+        "0x00 is a byte like any other in UTF-8 (the character U+0000): nothing ends there. Keep "
+        "every byte: b''.join(vocab[i] for i in ids).decode('utf-8', errors='replace').",
+        (lambda ids, vocab: _decode(ids, vocab).split("\x00")[0],),
+    ),
+    Mistake(
+        "cut_until_valid", "The bytes cut short until they decode strictly: everything from the "
+        "first byte that is no text on lost",
+        "a strict decode retried with the last byte cut off (or cut at the error's start) keeps "
+        "only the text before the first bad byte: a cut character at the end, and all the text "
+        "after a bad byte, vanish. decode('utf-8', errors='replace') keeps it all and shows each "
+        "bad byte as U+FFFD.",
+        (_valid_prefix,),
+    ),
 )
 _DECODE_LADDER = {
+    "id_left_out": (None, "print decode([104, 105]): 'hi'."),
+    "cut_until_valid": (None, "print repr(decode([104, 255, 105])): 'h\\ufffdi'."),
+    "cut_at_nul": (None, "print repr(decode([104, 0, 105])): 'h\\x00i'."),
     "ids_as_bytes": (None, "print vocab[256] next to what your decode makes of [256]."),
     "token_by_token": (None, "print vocab[i] for each id of the case: does one hold half a "
                        "character?"),

@@ -1242,6 +1242,15 @@ ATTENTION_MISTAKES = (
             q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2) - 1),),
     ),
     Mistake(
+        "positions_after_new", "New tokens rotated from start + seq: the offset advanced by the new "
+        "tokens before they are used",
+        "the first new token is at start = past_k.size(-2) and token t at start + t: the offset "
+        "moves on by seq only AFTER this call's tokens are rotated (start + seq is the next "
+        "call's first position).",
+        (lambda q, k, v, past_k=None, past_v=None, base=10000.0: _attention(
+            q, k, v, past_k, past_v, base, shift=0 if past_k is None else q.size(-2)),),
+    ),
+    Mistake(
         "cache_length_from_heads", "The cache's length read from the {axis} axis",
         "past_k is (batch, heads, start, d_head): the number of cached positions is "
         "past_k.size(-2) (or size(2)); past_k.size({index}) is {what}.",
@@ -1399,6 +1408,8 @@ _ATTENTION_LADDER = {
                      "[1 1 1 1 0] and [1 1 1 1 1]."),
     "rope_sized_otherwise": (None, "print the dim your RotaryEmbedding is built with, next to "
                              "q.size(-1)."),
+    "positions_after_new": (None, "print the start you rotate 3 new tokens at, after a cache of "
+                            "4: 4."),
     "positions_from_total": (None, "print the start you rotate 3 new tokens at, after a cache of "
                              "4: 4."),
     "cache_length_from_heads": (None, "print past_k.shape and the start you rotate at."),

@@ -13,7 +13,8 @@ class and an embedding and a Linear under other names (a rule by layer type or b
 them wrong); characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the
 end of one character and the start of the next, bytes that are no character, ids that end
 inside one, the special ids, a healed prompt, streams used in turn and at once, hundreds of
-tokens (TextStream's own sources are listed above its section).
+tokens, a healed prompt with a character of 2 bytes (bytes, not characters), UNK after a
+held lead byte (TextStream's own sources are listed above its section).
 
 Several mistakes are libraries' own, from their bug reports: the decay applied to the
 updated weight (transformers issue 14539), the decay not multiplied by lr (tensorflow/addons
@@ -1477,7 +1478,8 @@ GROUPS = Item(
 # completed waits for the next one; a strict decode when generation stops inside a
 # character (Camelid PR 288, Raku nqp issue 668). Token healing's shown bytes can span more
 # than the first token (a healed 'sel', then 'se' and 'lf'): the case of a healed prompt over
-# 2 tokens is appended last.
+# 2 tokens is appended after the others, then a healed 'café' (5 bytes, 4 characters) and
+# UNK after the lead byte of 'é' (its text goes through the decoder like any token's).
 
 
 def _bpe(tokens, specials=()):
@@ -1565,17 +1567,24 @@ class _Stream:
     "as_text" (every id's bytes), "eos_text" (PAD and BOS skipped, EOS written and the end),
     "no_stop" (EOS skipped, not the end), "skip_all" (every special id skipped, the
     tokenizer's extra ones too); written: PAD or BOS written as text all the same; eos:
-    "flush" (push(EOS) returns what end() would, and end() ''); unk: "decode"
-    (tokenizer.decode([UNK])), "token" or "skip"; skip: the shown bytes skipped (True), not
-    (False), only within the first token ("first") or from every token ("every"); shared: the
-    bytes kept in `box`, one for every stream of the case."""
+    "flush" (push(EOS) returns what end() would, and end() ''), "silent_end" (end() after EOS
+    returns ''); unk: "decode" (tokenizer.decode([UNK])), "token", "skip", "around"
+    (tokenizer.decode([UNK]) returned at once, the held bytes left held) or "fffd" (U+FFFD's
+    bytes); skip: the shown bytes skipped (True), not (False), only within the first token
+    ("first"), from every token ("every"), counted in characters ("chars"), or only when the
+    first token starts with all of them ("startswith"); errors "strict_reset": a strict
+    decoder reset, and '' returned, on an error; shared: the bytes kept in `box`, one for every
+    stream of the case."""
 
     def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
                  end="flush", specials="skip", written=(), eos="end", unk="decode", skip=True,
                  shared=False):
         self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
+        if skip == "chars":
+            self.skip = len(shown.decode("utf-8", "replace"))
         self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
-        self.written, self.skip_how, self.eos = written, skip, eos
+        self.written, self.skip_how, self.eos, self.shown = written, skip, eos, shown
+        errors = "strict" if errors == "strict_reset" else errors
         self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
 
     def push(self, i):
@@ -1594,14 +1603,26 @@ class _Stream:
         if i == UNK and self.unk == "skip" or self.specials == "skip_all" and i != UNK and i < getattr(
                 self.tokenizer, "offset", UNK + 1):
             return ""
+        if i == UNK and self.unk == "around":
+            return self.tokenizer.decode([UNK])
         use_decode = i == UNK and self.unk == "decode"
         data = self.tokenizer.decode([i]).encode() if use_decode else self.tokenizer.token(i)
+        data = "\ufffd".encode() if i == UNK and self.unk == "fffd" else data
+        if self.skip_how == "startswith":
+            data, self.skip = data[self.skip:] if self.skip and data.startswith(self.shown) else data, 0
+            return self._text(data)
         data, self.skip = data[self.skip:], {"first": 0, "every": self.skip}.get(
             self.skip_how, max(0, self.skip - len(data)))
         return self._text(data)
 
     def _text(self, data):
         state, errors = self.bytes, self.errors
+        if self.hold == "incremental" and errors == "strict_reset":
+            try:
+                return state.decoder.decode(data)
+            except UnicodeDecodeError:
+                state.decoder.reset()
+                return ""
         if self.hold == "incremental":
             return state.decoder.decode(data)
         if self.hold == "fresh":
@@ -1643,6 +1664,8 @@ class _Stream:
 
     def end(self):
         state = self.bytes
+        if self.eos == "silent_end" and self.ended:
+            return ""
         if self.hold in ("incremental", "fresh"):
             rest = state.decoder.getstate()[0]
             state.decoder.reset()
@@ -1658,7 +1681,8 @@ class _Stream:
             return ""
         if self.end_how == "per_byte":
             return "\ufffd" * len(rest)
-        return rest.decode("utf-8", "strict" if self.end_how == "strict" else self.errors)
+        strict = self.end_how == "strict" or self.errors == "strict_reset"
+        return rest.decode("utf-8", "strict" if strict else self.errors)
 
 
 def _stream_with(**knobs):
@@ -1825,13 +1849,16 @@ STREAM_MISTAKES = (
         (_stream_with(hold="again"),),
     ),
     Mistake(
-        "whole_token_held", "A character completed by this token held back with the next one's "
-                            "first bytes",
+        "whole_token_held", "Bytes held back {how}: a character completed by this token waits "
+                            "with the next one's first bytes",
         "a token can hold the end of one character and the start of the next (b'\\xa9\\xe2': "
         "the end of 'é', the start of '€'): show 'é' now and hold back only the bytes of the "
         "character that is not finished. Waiting while the text ends in U+FFFD (Hugging Face "
-        "tokenizers' DecodeStream), or until the bytes decode without error, holds 'é' too.",
-        (_stream_with(hold="until_no_fffd"), _stream_with(hold="until_strict")),
+        "tokenizers' DecodeStream), or until the bytes decode without error, holds 'é' too{also}.",
+        (member(_stream_with(hold="until_no_fffd"), how="while their text ends in U+FFFD",
+                also=", and a byte that is no text (0xff) until the next token"),
+         member(_stream_with(hold="until_strict"), how="until they decode without error",
+                also="")),
     ),
     Mistake(
         "not_held", "Unfinished character not held back when {how}",
@@ -1854,7 +1881,9 @@ STREAM_MISTAKES = (
          member(_stream_with(end="strict"), how="raises on an unfinished last "
                 "character (a strict decode)"),
          member(_stream_with(end="per_byte"), how="gives one U+FFFD per held byte, not one for "
-                "the unfinished character")),
+                "the unfinished character"),
+         member(_stream_with(eos="silent_end"), how="returns nothing once EOS has come: the bytes "
+                "held before it dropped, not U+FFFD")),
     ),
     Mistake(
         "specials_shown", "Special tokens shown as text: {how}",
@@ -1908,7 +1937,11 @@ STREAM_MISTAKES = (
         "to skip: max(0, skip - len(data))), and none after them.",
         (member(_stream_with(skip="first"), how="within the first token only: the rest of them "
                 "written again"),
-         member(_stream_with(skip="every"), how="from every token, not once")),
+         member(_stream_with(skip="every"), how="from every token, not once"),
+         member(_stream_with(skip="chars"), how="as a count of characters, len(shown.decode()), not "
+                "of bytes: a shown 'é' is 2 bytes"),
+         member(_stream_with(skip="startswith"), how="only when the first token starts with all of "
+                "them: shown bytes spread over several tokens written again")),
         section=_HEALING_SECTION,
     ),
     Mistake(
@@ -1939,6 +1972,32 @@ STREAM_MISTAKES = (
         "called once the ids are over, as U+FFFD: a push returns only the text its own id "
         "completes.",
         (_stream_with(eos="flush"),),
+    ),
+    Mistake(
+        "unk_around_decoder", "UNK's text returned around the decoder: the bytes held before it "
+                              "joined to the bytes after it",
+        "UNK's text goes through the same decoder as every token's bytes: an unfinished character "
+        "before it ends there, as U+FFFD (tokenizer.decode(ids) decodes the bytes in order); "
+        "returning tokenizer.decode([3]) at once leaves them held, and the next token's bytes "
+        "complete a character the ids never had.",
+        (_stream_with(unk="around"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "unk_as_fffd", "UNK shown as U+FFFD, not as the tokenizer shows it",
+        "UNK (id 3) stands for a character the vocabulary does not have: show it as "
+        "tokenizer.decode([3]) does ('?' for a character Vocab); U+FFFD stands for bytes that "
+        "are no text.",
+        (_stream_with(unk="fffd"),),
+        section=_TOKENIZER_SECTION,
+    ),
+    Mistake(
+        "strict_swallowed", "A strict decoder's errors swallowed (reset, ''): bytes that are no "
+                            "character vanish, with the bytes held before them",
+        "tokenizer.decode(ids) shows each byte that is no character as U+FFFD and goes on: "
+        "decode with errors='replace'. A strict decoder raises there, and resetting it drops what "
+        "it held.",
+        (_stream_with(errors="strict_reset"),),
     ),
     Mistake(
         "shared_buffer", "One buffer of held bytes shared by every stream",
@@ -1975,6 +2034,11 @@ _STREAM_LADDER = {
     "extra_specials_skipped": (None, "print tokenizer.decode([4]) for the BPE with '<|user|>': "
                                "'<|user|>'."),
     "eos_flushes": (None, "push b'\\xc3', then EOS, then call end(): '', '', then '\\ufffd'."),
+    "unk_around_decoder": (None, "push b'\\xc3', then UNK, then b'\\xa9': '', "
+                           "'\\ufffd<unk>', then '\\ufffd'."),
+    "unk_as_fffd": (None, "print tokenizer.decode([3]) for the character Vocab: '?'."),
+    "strict_swallowed": (None, "print bytes([0x61, 0xff]).decode('utf-8', 'replace'): "
+                         "'a\\ufffd'."),
     "shared_buffer": (None, "make two streams, push b'\\xc3' to the first and b'a' to the "
                      "second: the second must return 'a'."),
 }
@@ -2009,6 +2073,9 @@ STREAM = Item(
         _many_tokens(0, 300),
         _stream_case(_STREAM_BPE, "a healed prompt whose shown bytes span 2 tokens: the text shows "
                      "'sel' already", b"se", b"l", b"f", b"()", shown=b"sel"),
+        _stream_case(_STREAM_BPE, "a healed prompt that shows 'café' already (5 bytes, 4 "
+                     "characters)", b"caf", b"\xc3", b"\xa9", b"self", shown="café".encode()),
+        _stream_case(_STREAM_BPE, "UNK after the lead byte of 'é'", b"\xc3", UNK, b"\xa9", b"a"),
     ],
     laddered(STREAM_MISTAKES, _STREAM_LADDER), same=_same_pieces, what="pieces",
     show=_show_piece, explain=_explain_pieces,

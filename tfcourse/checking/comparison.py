@@ -100,6 +100,11 @@ def wrong_kind(value, expected, what: str) -> tuple[str, str, str, str] | None:
         return ("bytes keys", "tuple keys are", what, f"a key such as {next(iter(value))!r} is bytes "
                 "(bytes(word[i:i + 2])): a merged rank of 256 or more is no byte (bytes([256]) raises "
                 "ValueError), and a lookup by the pair (a, b) finds nothing: key the dict by the tuple")
+    packed = _packing(value, expected)
+    if packed:
+        return (f"integer keys (each pair packed into one int, {packed[0]})", "tuple keys are", what,
+                f"a key such as {next(iter(value))!r} is one number, and a lookup by the pair (a, b) "
+                "finds nothing (a port's u64 key): key the dict by the tuple (a, b) itself")
     if _nested(value, expected):
         return ("a list of lists", "one flat list is", what, "each part's list was appended as "
                 "one item: extend the result with it (out += part), not append it")
@@ -132,6 +137,9 @@ def as_kind_of(value, expected):
         return {tuple(int(t) for t in re.findall(r"-?\d+", k)): v for k, v in value.items()}
     if isinstance(expected, dict) and isinstance(value, dict) and all(isinstance(k, bytes) for k in value):
         return {tuple(k): v for k, v in value.items()}
+    packed = _packing(value, expected)
+    if packed:
+        return {packed[1](k): v for k, v in value.items()}
     if isinstance(expected, float) and isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
     if isinstance(expected, torch.Tensor) and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -141,6 +149,21 @@ def as_kind_of(value, expected):
         return type(value)(as_kind_of(v, e) for v, e in zip(value, expected))
     return value
 
+
+def _packing(value, expected):
+    """(how, unpack) when `value`, a dict keyed by ints, has `expected`'s pairs (a, b) each
+    packed into one int: a << s | b, or a * m + b; else None."""
+    if not (isinstance(expected, dict) and isinstance(value, dict) and expected and value
+            and all(isinstance(k, tuple) and len(k) == 2 for k in expected)
+            and all(type(k) is int for k in value)):
+        return None
+    for how, unpack in [*((f"a << {s} | b", lambda k, s=s: (k >> s, k & ((1 << s) - 1)))
+                          for s in (8, 16, 20, 24, 32, 64)),
+                        *((f"a * {m} + b", lambda k, m=m: divmod(k, m))
+                          for m in (256, 1000, 10000, 100000, 1000000))]:
+        if {unpack(k) for k in value} == set(expected):
+            return how, unpack
+    return None
 
 def clone(value):
     """A copy of every tensor and module in `value` (in tuples, lists, dicts, dataclasses)."""

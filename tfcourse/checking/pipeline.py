@@ -77,6 +77,7 @@ from .comparison import (
     unchanged,
     wrong_kind,
 )
+from .confirmation import confirmed
 from .diagnosis import CheckFailure
 from .errors import fail_if_stopped, fail_on_error, same_error
 from .explanation import (
@@ -393,9 +394,9 @@ class Item:
 
     def _matching(self, mistakes, result, reference, case, passed, obj=None):
         """The first mistake that computes `result` on this case and the reference's result
-        on the cases passed so far, and that computation, or (None, None). Where several
-        mistakes compute it, a function's later cases decide: the one that also computes
-        the learner's results there wins (`obj`: the learner's function)."""
+        on the cases passed so far, and that computation, or (None, None). For a function
+        (`obj`: the learner's), every such mistake is a candidate that the later cases
+        confirm or contradict (confirmation.confirmed)."""
         compare = self.match or case.same or self.same
         expected = self._expected(reference, case)
         found = []  # (mistake, a computation of it that gives `result`)
@@ -412,30 +413,9 @@ class Item:
                     found.append((mistake, compute))
             if found and (obj is None or self.is_module):
                 break
-        if len({id(m) for m, _ in found}) > 1:  # several mistakes: the later cases decide
-            return max(found, key=lambda f: self._later_agreement(f, obj, case))  # the first of equals
-        return found[0] if found else (None, None)
-
-    def _later_agreement(self, found, obj, case):
-        """On how many of the cases after `case` the learner's function `obj` gives what
-        the mistake's computation `found[1]` gives (where the learner's result is wrong)."""
-        if not any(c is case for c in self.cases):
-            return 0
-        agreed = 0
-        for later in self.cases[[id(c) for c in self.cases].index(id(case)) + 1:]:
-            if (later.run or self.run) is not (case.run or self.run):
-                continue
-            outcome = call(self._run, obj, clone(later.args), later, seed=later.seed)
-            compare = self.match or later.same or self.same
-            reference = self._reference_object(later)
-            if outcome.error is not None or safely(compare, outcome.value,
-                                                   self._expected(reference, later)):
-                continue
-            try:
-                agreed += safely(compare, outcome.value, self._compute(found[1], reference, later))
-            except Exception:  # the mistake cannot run there
-                continue
-        return agreed
+        if obj is None or self.is_module:
+            return found[0] if found else (None, None)
+        return confirmed(self, found, obj, case)
 
     def _raising(self, mistakes, error, reference, case, passed):
         """The first mistake whose own computation raises like `error` on this case, and

@@ -134,8 +134,8 @@ def explain_word(word, got, want, label: str):
     story = (f"your word {got}, the reference's {want}: from position {i}, yours holds {mine} "
              f"where the reference's holds {theirs}")
     if got == tuple(word):
-        story += (": nothing merged, the word comes back as it was: the pair is never found (a "
-                  "list never equals a tuple: [1, 2] != (1, 2))")
+        story += (": nothing merged, the word comes back as it was: your pair test is never true "
+                  "here, though the word holds the pair")
     elif len(got) < len(want) and got == want[:len(got)]:
         story += (f": the rest of the word dropped after {len(got)} tokens (a flag that skips "
                   "the token after a merge, never set back? a break?)")

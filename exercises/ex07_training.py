@@ -75,6 +75,7 @@ def label_smoothing_loss(logits, target, eps=0.1, pad_id=PAD):
         1. F.log_softmax(logits, dim=-1) is log p, computed stably.
         2. Build q with torch.full(...) and scatter (or F.one_hot). Where does the eps go?
         3. Which positions count, and what do you divide by?
+        4. Write it yourself: no F.cross_entropy (use it afterwards, to check yours).
     """
     raise NotImplementedError
 

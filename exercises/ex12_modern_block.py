@@ -49,6 +49,7 @@ class RMSNorm(nn.Module):
             3. keepdim=True keeps the last axis, so that the division lines up with x.
             4. In float16, squares overflow past 65504: compute in float32 at least, then
                return x's dtype.
+            5. Write it yourself: no torch.nn.RMSNorm or F.rms_norm.
         """
         raise NotImplementedError
 

@@ -63,7 +63,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
            sign=-1, python_step=False, amsgrad=False, stored="raw", ema_beta=(0, 1),
-           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step=""):
+           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step="", coef=None):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -84,7 +84,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
     times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step (with a "("
     first: (1 - beta) ** step); square "xor":
-    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g."""
+    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g; coef (slot,
+    name): one coefficient written as another (_COEFS' slots and names)."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
     if l2 == "decayed":
@@ -104,12 +105,20 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
             square, g * g)
         b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
         m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
+    named = {"beta1": beta1, "beta2": beta2, "1 - beta1": 1 - beta1, "1 - beta2": 1 - beta2}
+    if coef is not None:  # one coefficient of the four averages or two corrections mistyped
+        w = dict(zip(_COEF_SLOTS, _COEF_RIGHT))
+        w[coef[0]] = coef[1]
+        x = [named[w[k]] for k in _COEF_SLOTS]
+        m_new, v_new = x[0] * m + x[1] * g, x[2] * v + x[3] * (g * g)
     if amsgrad:
         v_new = torch.maximum(v, v_new)
     mm, vv = (m, v) if old else (m_new, v_new)
     t = step + shift
     bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
     bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
+    if coef is not None:
+        bc1, bc2 = 1 - x[4]**t, 1 - x[5]**t
     if times_step:  # beta * step typed for beta ** step, or (1 - beta) ** step
         paren = times_step.startswith("(")
         bc1 = ((1 - beta1) ** t if paren else 1 - beta1 * t) if "m" in times_step else bc1
@@ -145,6 +154,27 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     if stored == "old":
         return p, m, v
     return p, m_new, v_new
+
+
+_COEF_SLOTS = ("m's old term", "m's new term", "v's old term", "v's new term", "m's correction",
+               "v's correction")
+_COEF_FORMS = ("m = {0} m + {1} g", "m = {0} m + {1} g", "v = {2} v + {3} g^2",
+               "v = {2} v + {3} g^2", "m / (1 - {4}^t)", "v / (1 - {5}^t)")
+_COEF_RIGHT = ("beta1", "1 - beta1", "beta2", "1 - beta2", "beta1", "beta2")
+
+
+def _coef_members():
+    """Every single-coefficient substitution: each of the four weights of the averages and the
+    two corrections' betas written as another of beta1, beta2, 1 - beta1, 1 - beta2."""
+    out = []
+    for i, (slot, right) in enumerate(zip(_COEF_SLOTS, _COEF_RIGHT)):
+        for name in ("beta1", "beta2", "1 - beta1", "1 - beta2"):
+            if name != right:
+                used = [f"({n})" if " " in n else n for n in _COEF_RIGHT[:i] + (name,)
+                        + _COEF_RIGHT[i + 1:]]
+                out.append(member(_adamw_with(coef=(slot, name)), slot=slot, name=name,
+                                  right=right, form=_COEF_FORMS[i].format(*used)))
+    return tuple(out)
 
 
 def _adamw_with(**bug):
@@ -383,6 +413,15 @@ ADAMW_MISTAKES = (
                     "NaN there.")),
     ),
     Mistake(
+        "coefficient_typo", "{slot}: {name} written for {right}: {form}",
+        "m = beta1 * m + (1 - beta1) * grad and v = beta2 * v + (1 - beta2) * grad^2, each line "
+        "with its own beta (beta1 = 0.9 for m, beta2 = 0.999 for v) twice, and the corrections "
+        "1 - beta1^step for m and 1 - beta2^step for v: one coefficient copied from the other "
+        "line (or its 1 - beta) changes the average's weights (torch.optim.AdamW, Loshchilov & "
+        "Hutter's algorithm 2).",
+        _coef_members(),
+    ),
+    Mistake(
         "old_moments", "The step uses last step's moments",
         "update exp_avg and exp_avg_sq with this gradient first, then step with the new ones.",
         (_adamw_with(old=True),),
@@ -453,6 +492,9 @@ _ADAMW_LADDER = {
     "correction_misplaced": (None, "at step 1 with zero moments and weight_decay = 0, each "
                              "entry's step must be lr * sign(grad), about."),
     "moment_betas": (None, "print the beta each of your two moment lines multiplies by."),
+    "coefficient_typo": (None, "print the four weights of your two moment lines and the two "
+                         "betas your corrections raise to step: 0.9, 0.1, 0.999, 0.001, 0.9, "
+                         "0.999."),
 }
 ADAMW = Item(
     EXERCISE, "adamw_step", reference_adamw,

@@ -1469,6 +1469,14 @@ class StreamSwallowingDecodeErrors(_Codecs):
             return ""
 
 
+
+@wrong("TextStream.ended_by_other")
+class StreamEndedByPad(_ByHand):
+    def push(self, i):
+        if i == 0:
+            self.done = True
+        return super().push(i)
+
 # ----------------------------------------------------------------------------- right ones
 
 

@@ -1614,23 +1614,29 @@ class _Stream:
     (tokenizer.decode([UNK]) returned at once, the held bytes left held) or "fffd" (U+FFFD's
     bytes); skip: the shown bytes skipped (True), not (False), only within the first token
     ("first"), from every token ("every"), counted in characters ("chars"), or only when the
-    first token starts with all of them ("startswith"); errors "strict_reset": a strict
+    first token starts with all of them ("startswith"); stops: ids other than EOS that end
+    the text too ("specials": every special id but UNK); errors "strict_reset": a strict
     decoder reset, and '' returned, on an error; shared: the bytes kept in `box`, one for every
     stream of the case."""
 
     def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
                  end="flush", specials="skip", written=(), eos="end", unk="decode", skip=True,
-                 shared=False):
+                 shared=False, stops=()):
         self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
         if skip == "chars":
             self.skip = len(shown.decode("utf-8", "replace"))
         self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
         self.written, self.skip_how, self.eos, self.shown = written, skip, eos, shown
+        self.stops = stops
         errors = "strict" if errors == "strict_reset" else errors
         self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
 
     def push(self, i):
         if self.ended:
+            return ""
+        if i in self.stops or self.stops == "specials" and i != UNK and i < getattr(
+                self.tokenizer, "offset", UNK + 1):
+            self.ended = True
             return ""
         if self.specials in ("skip", "eos_text", "no_stop") and i in (PAD, BOS) and i not in self.written:
             return ""
@@ -2048,6 +2054,17 @@ STREAM_MISTAKES = (
         "and two streams used at once (two samples, two users) mix their bytes.",
         (_stream_with(shared=True),),
     ),
+    Mistake(
+        "ended_by_other", "{which} taken as the end of the text, like EOS",
+        "only EOS (id 2) ends the text; PAD (id 0) and BOS (id 1) stand for no text: they give '' "
+        "and the stream goes on (a batch's shorter rows are padded, and a generation loop that "
+        "stops at the pad id stops too early); the tokenizer's other special ids are text.",
+        (member(_stream_with(stops=(PAD,)), which="PAD"),
+         member(_stream_with(stops=(BOS,)), which="BOS"),
+         member(_stream_with(stops=(PAD, BOS)), which="PAD and BOS"),
+         member(_stream_with(stops="specials"), which="Every special id (the extra ones too)")),
+        section=_TOKENIZER_SECTION,
+    ),
 )
 _STREAM_LADDER = {
     "token_by_token": (None, "push the ids of 'é' one at a time (b'\\xc3', then b'\\xa9'): the "
@@ -2065,6 +2082,8 @@ _STREAM_LADDER = {
                   "tokenizer.decode(ids) gives 'a\\ufffd'."),
     "specials_shown": (None, "print tokenizer.decode([1, 2]): ''."),
     "eos_ignored": (None, "push 2 (EOS), then any id: the second push must return ''."),
+    "ended_by_other": (None, "push 0 (PAD), then the id of 'a': the second push must return "
+                       "'a'."),
     "unk_as_name": (None, "print tokenizer.decode([3]) next to tokenizer.token(3)."),
     "shown_repeated": (None, "with shown=b'se' and the token b'self', push must return 'lf'."),
     "held_while_not_ascii": (None, "push b'\\xc3', then b'\\xa9': the second push must return "

@@ -413,6 +413,12 @@ class ColumnsSliced(PositionalEncoding):
         return self.dropout(x + self.pe[:, start : start + x.size(1)])
 
 
+@wrong("PositionalEncoding.sliced_as_batched")
+class SlicedLikeTheAnnotatedTransformer(PositionalEncoding):  # its pe is (1, max_len, d_model)
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[:, : x.size(1)].transpose(0, 1)[: x.size(1)])
+
+
 @wrong("PositionalEncoding.no_gradient")
 class UnderNoGrad(PositionalEncoding):
     def forward(self, x, start=0):

@@ -330,6 +330,8 @@ _LADDER = {
                         "should be 0: count them."),
     "dropout_misplaced": (_MODULE, "write the output as one expression: where does "
                           "self.dropout wrap it?"),
+    "sliced_as_batched": (_MODULE, "print self.pe.shape and the shape of the rows you take: "
+                          "(seq, d_model) from the first axis."),
     "dropout_in_eval": (_MODULE, "call module.eval() and run it twice on the same x: the "
                         "outputs must be equal."),
     "no_gradient": (_MODULE, "print out.requires_grad for an x with requires_grad=True: it "
@@ -495,6 +497,22 @@ POSITIONAL_MISTAKES = (
         "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
         "self.dropout, which drops only in training mode (model.train()), not in eval mode.",
         (_pe(lambda x, pe, m: _dropout(m, x + pe, always=True)),),
+    ),
+    Mistake(
+        "sliced_as_batched", "Table sliced as if it had a batch axis: {how}",
+        "self.pe here is (max_len, d_model), no batch axis: its FIRST axis is the positions, so "
+        "self.pe[start : start + seq]. The Annotated Transformer stores pe as (1, max_len, "
+        "d_model) (pe.unsqueeze(0)), where pe[:, :x.size(1)] slices the positions; on this "
+        "buffer the same slice cuts the features instead, and a transpose does not bring the "
+        "positions back.",
+        tuple(member(lambda m, x, start=0, rows=rows: m.dropout(x + rows(m.pe, start, x.size(1))),
+                     how=how)
+              for rows, how in (
+                  (lambda pe, s, n: pe[:, s:s + n].transpose(0, 1)[:n],
+                   "pe[:, start : start + seq] transposed: (seq, max_len) rows of features"),
+                  (lambda pe, s, n: pe[:, :n].transpose(0, 1)[:n],
+                   "pe[:, :seq] transposed: (seq, max_len) rows of features"),
+                  (lambda pe, s, n: pe[:, :n], "pe[:, :seq] cuts the features"))),
     ),
 )
 

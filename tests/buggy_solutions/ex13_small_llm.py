@@ -961,6 +961,15 @@ def groups_every_matrix_but_embeddings(model, weight_decay):
 
 
 @wrong("param_groups.groups_differ")
+def groups_by_name_keywords(model, weight_decay):
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:  # the names' spelling, not the owners
+            (rest if any(k in name for k in ("bias", "norm", "emb")) else decay).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=rest, weight_decay=0.0)]
+
+
+@wrong("param_groups.groups_differ")
 def groups_by_known_layers(model, weight_decay):
     decay, rest = [], []
     for module in model.modules():  # the layer types this author knew

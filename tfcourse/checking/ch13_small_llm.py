@@ -1349,7 +1349,43 @@ def _misplaced(case, result, expected):
     if not found:
         return None
     mistakes = {m.key: m for m in GROUPS.mistakes}
-    return mistakes["groups_differ"], {"which": "; ".join(found)}
+    rule = _name_rule(model, trained, mine)
+    return mistakes["groups_differ"], {"which": rule + "; ".join(found)}
+
+
+# The words no-decay lists test names for (minGPT's, timm's, Hugging Face's no_decay lists).
+_NAME_KEYS = ("bias", "norm", "ln", "emb", "wte", "wpe", "pos", "scale", "gain", "gamma",
+              "beta", "head", "rms", "token")
+
+
+def _name_rule(model, trained, groups):
+    """'Groups chosen by name ...: ' when the groups are exactly what a test of the names
+    gives (no decay when a name holds one of a few _NAME_KEYS, or also for 1-D tensors), and
+    an nn.Linear weight (no embedding) went undecayed for its name: a test of the owner's type
+    would not put it there. '' otherwise."""
+    decayed, rest = groups
+    if decayed & rest:
+        return ""
+    dims = {n: p.dim() for n, p in model.named_parameters()}
+    linear = {n for n in trained if _kind_of(model, n)[0] == "nn.Linear weights"}
+    for one_d in (False, True):
+        left = {n for n in rest if not (one_d and dims.get(n, 2) < 2)}
+        if not left & linear or decayed & {n for n in trained if one_d and dims[n] < 2}:
+            continue
+        keys = [k for k in _NAME_KEYS if not any(k in n for n in decayed)]
+        chosen = []
+        while left:
+            best = max(keys, key=lambda k: sum(k in n for n in left), default=None)
+            if best is None or not any(best in n for n in left):
+                break
+            chosen.append(best)
+            left = {n for n in left if best not in n}
+        if not left and decayed | rest >= trained:
+            words = " or ".join(f"'{k}'" for k in chosen)
+            return (f"Groups chosen by the parameters' names, not by what owns them: yours are "
+                    f"exactly a name test's (no decay when the name holds {words}"
+                    f"{', or for 1-D tensors' if one_d else ''}), so these are misplaced: ")
+    return ""
 
 
 def _groups_case(kind, wd, note):

@@ -1048,8 +1048,9 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
         if pick in ("sorted", "each_once", "stop_at_absent", "dict_order", "ranked_once"):
-            held = sorted({p for p in zip(word, word[1:]) if p in merges}, key=merges.get)
-            for pair in sorted(merges) if pick == "sorted" else held if pick == "ranked_once" else merges:
+            order = (sorted(merges) if pick == "sorted" else merges if pick != "ranked_once" else
+                     sorted({p for p in zip(word, word[1:]) if p in merges}, key=merges.get))
+            for pair in order:
                 if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
                     break
                 word = _merge(word, pair, merges[pair], first_only=pick == "each_once")

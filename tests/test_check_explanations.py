@@ -647,3 +647,15 @@ def test_pairs_found_in_the_ranks_written_as_text_are_told_so():
 
     line = first_line(_bare("ex11_tokens.count_pairs"), lookahead)
     assert "its digits are those of (97, 97) read from inside the numbers" in line, line
+
+
+def test_groups_that_a_name_test_gives_are_told_as_chosen_by_name():
+    """Only when the learner's groups are exactly a name test's and an nn.Linear weight went
+    undecayed for its name; groups chosen by a list of layer types are not told so."""
+    from tests.buggy_solutions.ex13_small_llm import groups_by_known_layers, groups_by_name_keywords
+
+    groups = entry.item("ex13_small_llm.param_groups")
+    line = first_line(groups, groups_by_name_keywords)
+    assert line.startswith("Groups chosen by the parameters' names"), line
+    assert "'bias' or 'emb'" in line and "embed_proj.weight (nn.Linear)" in line, line
+    assert "names" not in first_line(groups, groups_by_known_layers).split(":")[0]

@@ -170,6 +170,23 @@ def base_1000(max_len, d_model):
     return _interleave(*(f(_angles(max_len, d_model) * 10) for f in (torch.sin, torch.cos)))
 
 
+@wrong("sinusoidal_encoding.part_zeroed")
+def position_0_left_at_zero(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(1, max_len):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d_model))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d_model))
+    return pe
+
+
+@wrong("sinusoidal_encoding.part_zeroed")
+def last_pair_left_at_zero(max_len, d_model):
+    pe = _right(max_len, d_model)
+    pe[:, -2:] = 0
+    return pe
+
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -394,6 +411,12 @@ class SliceEndIgnoresStart(PositionalEncoding):
 class ColumnsSliced(PositionalEncoding):
     def forward(self, x, start=0):
         return self.dropout(x + self.pe[:, start : start + x.size(1)])
+
+
+@wrong("PositionalEncoding.sliced_as_batched")
+class SlicedLikeTheAnnotatedTransformer(PositionalEncoding):  # its pe is (1, max_len, d_model)
+    def forward(self, x, start=0):
+        return self.dropout(x + self.pe[:, : x.size(1)].transpose(0, 1)[: x.size(1)])
 
 
 @wrong("PositionalEncoding.no_gradient")

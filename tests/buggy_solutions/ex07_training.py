@@ -739,6 +739,22 @@ def stepped_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip
     return _step_with(model, batches, optimizer, label_smoothing, clip, per_batch=("clip", "step"))
 
 
+@wrong("train_step.stepped_each_unclipped")
+def stepped_and_zeroed_per_micro_batch(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
+                                       autocast_dtype=None):
+    optimizer.zero_grad()
+    losses = []
+    for batch in batches:
+        logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(),
+                               label_smoothing=label_smoothing, ignore_index=PAD)
+        (loss / len(batches)).backward()
+        losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+    return sum(losses) / len(losses)
+
+
 @wrong("train_step.wrong_target")
 def loss_against_the_input(model, batches, optimizer, label_smoothing=0.1, clip=1.0,
                            autocast_dtype=None):

@@ -551,6 +551,24 @@ def no_max_nan_to_num(query, key, value, mask=None, block_size=128):
     return (o / total).nan_to_num(0.0)  # 0 / 0 for a query that sees no key
 
 
+@wrong("tiled_attention.max_not_subtracted")
+def running_max_kept_but_zero_subtracted(query, key, value, mask=None, block_size=128):
+    m = torch.full_like(query[..., :1], -math.inf)
+    total = torch.zeros_like(m)
+    o = query.new_zeros(*query.shape[:-1], value.size(-1))
+    for j in range(0, key.size(-2), block_size):
+        s = query @ key[..., j:j + block_size, :].mT / math.sqrt(query.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask[..., j:j + block_size], -math.inf)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        safe = torch.zeros_like(m_new)  # 0 subtracted, the rescaling e^(m - 0) kept
+        p, c = torch.exp(s - safe), torch.exp(m - safe)
+        total = c * total + p.sum(-1, keepdim=True)
+        o = c * o + p @ value[..., j:j + block_size, :]
+        m = m_new
+    return o / torch.where(total == 0, 1.0, total)
+
+
 # ---------------------------------------------------------------------------------------
 # sliding_window_mask(size, window, causal=False)
 

@@ -1264,6 +1264,17 @@ def encode_extending_inside_the_loop(text, merges):
     return ids
 
 
+@wrong("encode.ranked_once")
+def encode_ranking_the_bytes_once(text, merges):
+    ids = []
+    for piece in pre_tokenize(text):
+        word = list(piece.encode("utf-8"))
+        for rank, pair in sorted((merges[p], p) for p in zip(word, word[1:]) if p in merges):
+            word = list(merge(word, pair, rank))
+        ids.extend(word)
+    return ids
+
+
 @wrong("decode.id_left_out")
 def decode_all_but_the_last(ids, vocab):
     return b"".join(vocab[ids[k]] for k in range(len(ids) - 1)).decode("utf-8", errors="replace")

@@ -386,6 +386,26 @@ def adamw_corrections_parenthesized(param, grad, exp_avg, exp_avg_sq, step, lr,
     return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
 
 
+
+@wrong("adamw_step.coefficient_typo")
+def adamw_v_new_term_of_beta1(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta1) * grad * grad
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
+
+@wrong("adamw_step.coefficient_typo")
+def adamw_m_correction_of_one_minus_beta(param, grad, exp_avg, exp_avg_sq, step, lr,
+                                         betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    beta1, beta2 = betas
+    m = beta1 * exp_avg + (1 - beta1) * grad
+    v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
+    m_hat, v_hat = m / (1 - (1 - beta1) ** step), v / (1 - beta2**step)
+    return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
 # ------------------------------------------------------------------------------ cosine_lr
 
 
@@ -941,6 +961,15 @@ def groups_every_matrix_but_embeddings(model, weight_decay):
 
 
 @wrong("param_groups.groups_differ")
+def groups_by_name_keywords(model, weight_decay):
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:  # the names' spelling, not the owners
+            (rest if any(k in name for k in ("bias", "norm", "emb")) else decay).append(p)
+    return [dict(params=decay, weight_decay=weight_decay), dict(params=rest, weight_decay=0.0)]
+
+
+@wrong("param_groups.groups_differ")
 def groups_by_known_layers(model, weight_decay):
     decay, rest = [], []
     for module in model.modules():  # the layer types this author knew
@@ -1448,6 +1477,14 @@ class StreamSwallowingDecodeErrors(_Codecs):
             self.decoder.reset()
             return ""
 
+
+
+@wrong("TextStream.ended_by_other")
+class StreamEndedByPad(_ByHand):
+    def push(self, i):
+        if i == 0:
+            self.done = True
+        return super().push(i)
 
 # ----------------------------------------------------------------------------- right ones
 

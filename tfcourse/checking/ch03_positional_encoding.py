@@ -226,8 +226,33 @@ TABLE_MISTAKES = (
                 (lambda two_i, d: torch.linspace(1, 1e-4, len(two_i), dtype=two_i.dtype),
                  "a linspace from 1 to 1/10000"))
             for interleave in (True, False)),
+    ),    Mistake(
+        "part_zeroed", "{which} left at zero: {how}",
+        "every entry of the table is a sine or a cosine: row pos = 0 is [0, 1, 0, 1, ...] "
+        "(cos(0) = 1), and every pair 0 .. d_model/2 - 1 and every position 0 .. max_len - 1 has "
+        "its values; a loop that starts at 1 or stops one short, or an entry set to 0, leaves "
+        "the zeros of torch.zeros(max_len, d_model) there.",
+        tuple(member(lambda n, d, rows=rows, cols=cols: _zeroed(_table(n, d), rows, cols),
+                     which=which, how=how)
+              for rows, cols, which, how in (
+                  (slice(0, 1), slice(None), "Position 0's row",
+                   "pe[0] = 0, or a loop from pos = 1 (cos(0) = 1 lost)"),
+                  (slice(-1, None), slice(None), "The last position's row",
+                   "a loop over range(max_len - 1)"),
+                  (slice(None), slice(0, 2), "Pair 0 (features 0 and 1)", "a loop from i = 1"),
+                  (slice(None), slice(-2, None), "The last pair (features d_model - 2 and "
+                   "d_model - 1)", "a loop over range(0, d_model - 2, 2) or range(d_model // 2 - 1)"),
+                  (slice(None), slice(0, 1), "Feature 0 (the first sine)", "pe[:, 0] = 0"),
+                  (slice(None), slice(1, 2), "Feature 1 (the first cosine)", "pe[:, 1] = 0"),
+                  (slice(None), slice(-1, None), "The last feature", "pe[:, -1] = 0, or a loop "
+                   "over range(d_model - 1)"))),
     ),
 )
+
+
+def _zeroed(pe, rows, cols):
+    pe[rows, cols] = 0
+    return pe
 
 
 def _roughly(actual, predicted):
@@ -280,6 +305,8 @@ _LADDER = {
     "half_dim_minus_1": (_WAVES, "for d_model = 8 print your exponent of each pair, "
                          "-log(rate) / log(10000): the paper's are 0, 2/8, 4/8, 6/8."),
     "positions_from_1": (None, "print your row 0: it should be [0, 1, 0, 1, ...]."),
+    "part_zeroed": (None, "print your row 0 and your last row, and your first and last two "
+                    "columns: none is all zeros."),
     "multiplied": (_MODULE, "print x + pe and x * pe for a row of x that is all zeros: which "
                    "one keeps the position?"),
     "seq_first_broadcast": (_MODULE, "print x.shape and the shape of the rows of pe you take: "
@@ -303,6 +330,8 @@ _LADDER = {
                         "should be 0: count them."),
     "dropout_misplaced": (_MODULE, "write the output as one expression: where does "
                           "self.dropout wrap it?"),
+    "sliced_as_batched": (_MODULE, "print self.pe.shape and the shape of the rows you take: "
+                          "(seq, d_model) from the first axis."),
     "dropout_in_eval": (_MODULE, "call module.eval() and run it twice on the same x: the "
                         "outputs must be equal."),
     "no_gradient": (_MODULE, "print out.requires_grad for an x with requires_grad=True: it "
@@ -468,6 +497,22 @@ POSITIONAL_MISTAKES = (
         "F.dropout(x, p) drops in every mode (its `training` is True by default): use the module "
         "self.dropout, which drops only in training mode (model.train()), not in eval mode.",
         (_pe(lambda x, pe, m: _dropout(m, x + pe, always=True)),),
+    ),
+    Mistake(
+        "sliced_as_batched", "Table sliced as if it had a batch axis: {how}",
+        "self.pe here is (max_len, d_model), no batch axis: its FIRST axis is the positions, so "
+        "self.pe[start : start + seq]. The Annotated Transformer stores pe as (1, max_len, "
+        "d_model) (pe.unsqueeze(0)), where pe[:, :x.size(1)] slices the positions; on this "
+        "buffer the same slice cuts the features instead, and a transpose does not bring the "
+        "positions back.",
+        tuple(member(lambda m, x, start=0, rows=rows: m.dropout(x + rows(m.pe, start, x.size(1))),
+                     how=how)
+              for rows, how in (
+                  (lambda pe, s, n: pe[:, s:s + n].transpose(0, 1)[:n],
+                   "pe[:, start : start + seq] transposed: (seq, max_len) rows of features"),
+                  (lambda pe, s, n: pe[:, :n].transpose(0, 1)[:n],
+                   "pe[:, :seq] transposed: (seq, max_len) rows of features"),
+                  (lambda pe, s, n: pe[:, :n], "pe[:, :seq] cuts the features"))),
     ),
 )
 

@@ -331,6 +331,8 @@ _STEP_LADDER = {
     "zeroed_each": (None, "with two micro-batches, print a parameter's .grad after the loop "
                     "next to what the first micro-batch alone gives."),
     "stepped_each": (None, "count your optimizer.step() calls for two micro-batches: one."),
+    "stepped_each_unclipped": (None, "count your optimizer.step() and clip_grad_norm_ calls for "
+                               "two micro-batches and clip=1: one each."),
     "token_weighted": (None, "with two micro-batches of different lengths, does each count "
                        "the same in the gradient?"),
     "not_divided": (None, "run one batch, then the same batch twice as two micro-batches: the "
@@ -1077,7 +1079,7 @@ def _run(steps, eps, clip, zero="start", divide=True, clips=True, smoothing=True
             (loss / {True: len(batches), False: 1, "twice": len(batches) ** 2}[divide]).backward()
             total += loss.item()
             kept.append(loss)
-            if (clip_each or step_each) and clip > 0:
+            if (clip_each or step_each) and clip > 0 and clips:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             if step_each:
                 optimizer.step()
@@ -1239,6 +1241,17 @@ STEP_MISTAKES = (
         "return the mean of the micro-batches' losses, each taken before dividing it by "
         "len(batches) (the weights are right).",
         (_variant(returns="last"), _variant(returns="last_divided"), _variant(returns="sum")),
+    ),
+    Mistake(
+        "stepped_each_unclipped", "Optimizer stepped for every micro-batch, and the gradients "
+        "never clipped",
+        "two mistakes: the micro-batches make ONE step together (backpropagate each of them, "
+        "then call optimizer.step() once, after the loop, with zero_grad() once before it), and "
+        "between the backward passes and the step, clip the total norm to `clip`: "
+        "torch.nn.utils.clip_grad_norm_(model.parameters(), clip) when clip > 0.",
+        (_variant(step_each=True, clips=False), _variant(step_each=True, zero="each", clips=False),
+         _variant(step_each=True, divide=False, clips=False),
+         _variant(step_each=True, zero="each", divide=False, clips=False)),
     ),
 )
 

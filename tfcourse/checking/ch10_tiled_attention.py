@@ -47,7 +47,8 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
     update       m = m' after each block
     guard        subtract 0 where m' = -inf
     fill         what masked scores become ("min": the dtype's lowest)
-    subtract     subtract m' at all
+    subtract     subtract m' at all ("rescaled": 0 subtracted, the sums still multiplied by
+                 e^(m - 0) = e^m, the running maximum's exp)
     normalize    "end" (o / l), "block_sum" / "block_mean" (each block's own softmax, summed
                  or averaged; with "_rescaled", the sum so far multiplied by e^(m - m') at each
                  block all the same), "inside" / "inside_end" (o / l in the loop, and again at the
@@ -96,7 +97,7 @@ def _tiled(q, k, v, m=None, block_size=128, *, scale=_sqrt_d_k, rescale_sum=1, r
         else:
             new_max = torch.maximum(run_max, block_max) if running else block_max
         shift = new_max.masked_fill(new_max == -INF, 0.0) if guard else new_max
-        if not subtract:
+        if subtract in (False, "rescaled"):  # "rescaled": e^(m - 0) still rescales the sums
             shift = torch.zeros_like(shift)
         old = run_max.masked_fill(run_max == -INF, 0.0) if exps == "old" else run_max
         own = block_max.masked_fill(block_max == -INF, 0.0)
@@ -341,7 +342,8 @@ MISTAKES = (
         "the max cancels out, in floats it is what keeps e^(s - m') <= 1: subtract the running "
         "maximum m' before the exp and rescale by e^(m - m').",
         (_with(subtract=False), _with(subtract=False, empty="nan"),
-         lambda *args, **kwargs: _with(subtract=False, empty="nan")(*args, **kwargs).nan_to_num(0.0)),
+         lambda *args, **kwargs: _with(subtract=False, empty="nan")(*args, **kwargs).nan_to_num(0.0),
+         _with(subtract="rescaled"), _with(subtract="rescaled", empty="nan")),
     ),
     Mistake(
         "block_max_only", "Block's own maximum used instead of the running maximum",

@@ -1025,7 +1025,8 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     "sorted": every merge applied once, in the order of the pairs (sorted(merges)); "each_once":
     every merge applied once, in rank order, to its first occurrence only; "stop_at_absent":
     the merges in rank order, stopping at the first whose pair the word does not hold;
-    "dict_order": every merge applied once, in the dict's order; "reversed": each pair's rank
+    "dict_order": every merge applied once, in the dict's order; "ranked_once": the pairs of
+    the bytes ranked once, then merged in that order (no pair a merge makes); "reversed": each pair's rank
     looked up as (b, a) ("reversed_both": and (b, a)'s rank written); `offset` added to each
     rank written; `emit`: the word written out after every merge, inside the loop (and never
     when nothing is merged)."""
@@ -1046,8 +1047,10 @@ def _encode(text, merges, *, split=True, chars=False, pick="lowest", rounds=None
     for piece in pieces:
         word = (tuple(map(ord, piece)) if chars is True else tuple(_STAND_IN[b] for b in piece.encode())
                 if chars else tuple(piece.encode("utf-8")))
-        if pick in ("sorted", "each_once", "stop_at_absent", "dict_order"):  # every merge once
-            for pair in sorted(merges) if pick == "sorted" else merges:
+        if pick in ("sorted", "each_once", "stop_at_absent", "dict_order", "ranked_once"):
+            order = (sorted(merges) if pick == "sorted" else merges if pick != "ranked_once" else
+                     sorted({p for p in zip(word, word[1:]) if p in merges}, key=merges.get))
+            for pair in order:
                 if pick == "stop_at_absent" and pair not in set(zip(word, word[1:])):
                     break
                 word = _merge(word, pair, merges[pair], first_only=pick == "each_once")
@@ -1234,6 +1237,16 @@ ENCODE_MISTAKES = (
         "it, each round's word is written (and a pre-token that no merge changes never).",
         (_encode_with(emit=True),),
     ),
+    Mistake(
+        "ranked_once", "Pairs ranked once, before any merge: the pairs a merge makes (with a merged "
+        "token) never looked at",
+        "after each merge the word holds new pairs ((th, e) once t h is th): rank the word's "
+        "adjacent pairs AGAIN after every merge and merge the lowest-rank one, until none is a "
+        "merge (minbpe's encode: while len(ids) >= 2, stats = get_stats(ids), pair = min(stats, "
+        "key=lambda p: merges.get(p, float('inf')))). Pairs sorted once from the bytes stop at "
+        "the first level.",
+        (_encode_with(pick="ranked_once"),),
+    ),
 )
 _ENCODE_LADDER = {
     "pair_reversed": (None, "print merges.get((116, 104)) and merges.get((104, 116)) for 'th'."),
@@ -1244,6 +1257,8 @@ _ENCODE_LADDER = {
     "emitted_inside_loop": (None, "print encode('a th', merges) with {(116, 104): 256}: [97, 32, "
                             "256]."),
     "nothing_merged": (None, "print encode('the', merges) with merges (t, h), (th, e): one token."),
+    "ranked_once": (None, "print the pairs of encode's word after its first merge: are they "
+                    "ranked again?"),
     "stopped_at_absent_merge": (None, "print encode('the', merges) with merges (a, t), (t, h), "
                                 "(th, e): one token, 'the'."),
     "rank_default_zero": (None, "print the rank your min gives a pair that is no merge: it must "

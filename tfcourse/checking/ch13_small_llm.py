@@ -63,7 +63,7 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
            decay_scale=None, l2=False, correct=("m", "v"), shift=0, eps_at="outside",
            power=0.5, beta_swap=False, ema="right", square="square", old=False, grad_step=False,
            sign=-1, python_step=False, amsgrad=False, stored="raw", ema_beta=(0, 1),
-           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step=""):
+           bc_beta=(0, 1), bc_outside=False, bc_power=1.0, times_step="", coef=None):
     """adamw_step with the variations mistakes make. decay "before" (torch's: the weight
     before this update), "after" (the updated one) or None; decay_scale: what multiplies
     weight_decay instead of lr (lr -> number); l2: wd * p added to the gradient; correct: the
@@ -84,7 +84,8 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     divides sqrt(v), not v; bc_power: the power of m's correction ((1 - beta1^t)^bc_power);
     times_step: the moments ("m", "v", "mv") whose correction is 1 - beta * step (with a "("
     first: (1 - beta) ** step); square "xor":
-    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g."""
+    g ^ 2 (Python's bitwise XOR: it raises on float tensors), "double": 2 g; coef (slot,
+    name): one coefficient written as another (_COEFS' slots and names)."""
     beta1, beta2 = (betas[1], betas[0]) if beta_swap else betas
     pair = (beta1, beta2)
     if l2 == "decayed":
@@ -104,12 +105,20 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
             square, g * g)
         b_m, b_v = pair[ema_beta[0]], pair[ema_beta[1]]
         m_new, v_new = m.lerp(g, 1 - b_m), v.mul(b_v).add(g2, alpha=1 - b_v)
+    named = {"beta1": beta1, "beta2": beta2, "1 - beta1": 1 - beta1, "1 - beta2": 1 - beta2}
+    if coef is not None:  # one coefficient of the four averages or two corrections mistyped
+        w = dict(zip(_COEF_SLOTS, _COEF_RIGHT))
+        w[coef[0]] = coef[1]
+        x = [named[w[k]] for k in _COEF_SLOTS]
+        m_new, v_new = x[0] * m + x[1] * g, x[2] * v + x[3] * (g * g)
     if amsgrad:
         v_new = torch.maximum(v, v_new)
     mm, vv = (m, v) if old else (m_new, v_new)
     t = step + shift
     bc1 = (1 - pair[bc_beta[0]]**t) ** bc_power if "m" in correct else 1.0
     bc2 = 1 - pair[bc_beta[1]]**t if "v" in correct else 1.0
+    if coef is not None:
+        bc1, bc2 = 1 - x[4]**t, 1 - x[5]**t
     if times_step:  # beta * step typed for beta ** step, or (1 - beta) ** step
         paren = times_step.startswith("(")
         bc1 = ((1 - beta1) ** t if paren else 1 - beta1 * t) if "m" in times_step else bc1
@@ -145,6 +154,27 @@ def _adamw(p, g, m, v, step, lr, betas=(0.9, 0.999), eps=1e-8, wd=1e-2, *, decay
     if stored == "old":
         return p, m, v
     return p, m_new, v_new
+
+
+_COEF_SLOTS = ("m's old term", "m's new term", "v's old term", "v's new term", "m's correction",
+               "v's correction")
+_COEF_FORMS = ("m = {0} m + {1} g", "m = {0} m + {1} g", "v = {2} v + {3} g^2",
+               "v = {2} v + {3} g^2", "m / (1 - {4}^t)", "v / (1 - {5}^t)")
+_COEF_RIGHT = ("beta1", "1 - beta1", "beta2", "1 - beta2", "beta1", "beta2")
+
+
+def _coef_members():
+    """Every single-coefficient substitution: each of the four weights of the averages and the
+    two corrections' betas written as another of beta1, beta2, 1 - beta1, 1 - beta2."""
+    out = []
+    for i, (slot, right) in enumerate(zip(_COEF_SLOTS, _COEF_RIGHT)):
+        for name in ("beta1", "beta2", "1 - beta1", "1 - beta2"):
+            if name != right:
+                used = [f"({n})" if " " in n else n for n in _COEF_RIGHT[:i] + (name,)
+                        + _COEF_RIGHT[i + 1:]]
+                out.append(member(_adamw_with(coef=(slot, name)), slot=slot, name=name,
+                                  right=right, form=_COEF_FORMS[i].format(*used)))
+    return tuple(out)
 
 
 def _adamw_with(**bug):
@@ -383,6 +413,15 @@ ADAMW_MISTAKES = (
                     "NaN there.")),
     ),
     Mistake(
+        "coefficient_typo", "{slot}: {name} written for {right}: {form}",
+        "m = beta1 * m + (1 - beta1) * grad and v = beta2 * v + (1 - beta2) * grad^2, each line "
+        "with its own beta (beta1 = 0.9 for m, beta2 = 0.999 for v) twice, and the corrections "
+        "1 - beta1^step for m and 1 - beta2^step for v: one coefficient copied from the other "
+        "line (or its 1 - beta) changes the average's weights (torch.optim.AdamW, Loshchilov & "
+        "Hutter's algorithm 2).",
+        _coef_members(),
+    ),
+    Mistake(
         "old_moments", "The step uses last step's moments",
         "update exp_avg and exp_avg_sq with this gradient first, then step with the new ones.",
         (_adamw_with(old=True),),
@@ -453,6 +492,9 @@ _ADAMW_LADDER = {
     "correction_misplaced": (None, "at step 1 with zero moments and weight_decay = 0, each "
                              "entry's step must be lr * sign(grad), about."),
     "moment_betas": (None, "print the beta each of your two moment lines multiplies by."),
+    "coefficient_typo": (None, "print the four weights of your two moment lines and the two "
+                         "betas your corrections raise to step: 0.9, 0.1, 0.999, 0.001, 0.9, "
+                         "0.999."),
 }
 ADAMW = Item(
     EXERCISE, "adamw_step", reference_adamw,
@@ -1307,7 +1349,43 @@ def _misplaced(case, result, expected):
     if not found:
         return None
     mistakes = {m.key: m for m in GROUPS.mistakes}
-    return mistakes["groups_differ"], {"which": "; ".join(found)}
+    rule = _name_rule(model, trained, mine)
+    return mistakes["groups_differ"], {"which": rule + "; ".join(found)}
+
+
+# The words no-decay lists test names for (minGPT's, timm's, Hugging Face's no_decay lists).
+_NAME_KEYS = ("bias", "norm", "ln", "emb", "wte", "wpe", "pos", "scale", "gain", "gamma",
+              "beta", "head", "rms", "token")
+
+
+def _name_rule(model, trained, groups):
+    """'Groups chosen by name ...: ' when the groups are exactly what a test of the names
+    gives (no decay when a name holds one of a few _NAME_KEYS, or also for 1-D tensors), and
+    an nn.Linear weight (no embedding) went undecayed for its name: a test of the owner's type
+    would not put it there. '' otherwise."""
+    decayed, rest = groups
+    if decayed & rest:
+        return ""
+    dims = {n: p.dim() for n, p in model.named_parameters()}
+    linear = {n for n in trained if _kind_of(model, n)[0] == "nn.Linear weights"}
+    for one_d in (False, True):
+        left = {n for n in rest if not (one_d and dims.get(n, 2) < 2)}
+        if not left & linear or decayed & {n for n in trained if one_d and dims[n] < 2}:
+            continue
+        keys = [k for k in _NAME_KEYS if not any(k in n for n in decayed)]
+        chosen = []
+        while left:
+            best = max(keys, key=lambda k: sum(k in n for n in left), default=None)
+            if best is None or not any(best in n for n in left):
+                break
+            chosen.append(best)
+            left = {n for n in left if best not in n}
+        if not left and decayed | rest >= trained:
+            words = " or ".join(f"'{k}'" for k in chosen)
+            return (f"Groups chosen by the parameters' names, not by what owns them: yours are "
+                    f"exactly a name test's (no decay when the name holds {words}"
+                    f"{', or for 1-D tensors' if one_d else ''}), so these are misplaced: ")
+    return ""
 
 
 def _groups_case(kind, wd, note):
@@ -1572,23 +1650,29 @@ class _Stream:
     (tokenizer.decode([UNK]) returned at once, the held bytes left held) or "fffd" (U+FFFD's
     bytes); skip: the shown bytes skipped (True), not (False), only within the first token
     ("first"), from every token ("every"), counted in characters ("chars"), or only when the
-    first token starts with all of them ("startswith"); errors "strict_reset": a strict
+    first token starts with all of them ("startswith"); stops: ids other than EOS that end
+    the text too ("specials": every special id but UNK); errors "strict_reset": a strict
     decoder reset, and '' returned, on an error; shared: the bytes kept in `box`, one for every
     stream of the case."""
 
     def __init__(self, tokenizer, shown=b"", *, box, hold="incremental", errors="replace",
                  end="flush", specials="skip", written=(), eos="end", unk="decode", skip=True,
-                 shared=False):
+                 shared=False, stops=()):
         self.tokenizer, self.skip, self.ended = tokenizer, len(shown) if skip else 0, False
         if skip == "chars":
             self.skip = len(shown.decode("utf-8", "replace"))
         self.hold, self.errors, self.end_how, self.specials, self.unk = hold, errors, end, specials, unk
         self.written, self.skip_how, self.eos, self.shown = written, skip, eos, shown
+        self.stops = stops
         errors = "strict" if errors == "strict_reset" else errors
         self.bytes = box.setdefault("bytes", _Bytes(errors)) if shared else _Bytes(errors)
 
     def push(self, i):
         if self.ended:
+            return ""
+        if i in self.stops or self.stops == "specials" and i != UNK and i < getattr(
+                self.tokenizer, "offset", UNK + 1):
+            self.ended = True
             return ""
         if self.specials in ("skip", "eos_text", "no_stop") and i in (PAD, BOS) and i not in self.written:
             return ""
@@ -2006,6 +2090,17 @@ STREAM_MISTAKES = (
         "and two streams used at once (two samples, two users) mix their bytes.",
         (_stream_with(shared=True),),
     ),
+    Mistake(
+        "ended_by_other", "{which} taken as the end of the text, like EOS",
+        "only EOS (id 2) ends the text; PAD (id 0) and BOS (id 1) stand for no text: they give '' "
+        "and the stream goes on (a batch's shorter rows are padded, and a generation loop that "
+        "stops at the pad id stops too early); the tokenizer's other special ids are text.",
+        (member(_stream_with(stops=(PAD,)), which="PAD"),
+         member(_stream_with(stops=(BOS,)), which="BOS"),
+         member(_stream_with(stops=(PAD, BOS)), which="PAD and BOS"),
+         member(_stream_with(stops="specials"), which="Every special id (the extra ones too)")),
+        section=_TOKENIZER_SECTION,
+    ),
 )
 _STREAM_LADDER = {
     "token_by_token": (None, "push the ids of 'é' one at a time (b'\\xc3', then b'\\xa9'): the "
@@ -2023,6 +2118,8 @@ _STREAM_LADDER = {
                   "tokenizer.decode(ids) gives 'a\\ufffd'."),
     "specials_shown": (None, "print tokenizer.decode([1, 2]): ''."),
     "eos_ignored": (None, "push 2 (EOS), then any id: the second push must return ''."),
+    "ended_by_other": (None, "push 0 (PAD), then the id of 'a': the second push must return "
+                       "'a'."),
     "unk_as_name": (None, "print tokenizer.decode([3]) next to tokenizer.token(3)."),
     "shown_repeated": (None, "with shown=b'se' and the token b'self', push must return 'lf'."),
     "held_while_not_ascii": (None, "push b'\\xc3', then b'\\xa9': the second push must return "

@@ -7,14 +7,14 @@ is everything there), a late step, gradients so small that eps decides, a zero g
 float64 and bfloat16 parameters; a schedule at its first step, at the end of its warm-up, at
 its last step and past it, with a warm-up of 0, of 1 and as long as the run, a floor above
 the warm-up's first steps; a gradient norm below, above and exactly at the threshold (and
-below a threshold other than 1), all gradients 0, and parameters without a gradient; models with tied and untied output layers,
-biases and LayerNorms, and one with a convolution, bare nn.Parameters, a norm of its own
-class and an embedding and a Linear under other names (a rule by layer type or by name sorts
-them wrong); characters of 2, 3 and 4 bytes cut between 2, 3 and 4 tokens, a token with the
-end of one character and the start of the next, bytes that are no character, ids that end
-inside one, the special ids, a healed prompt, streams used in turn and at once, hundreds of
-tokens, a healed prompt with a character of 2 bytes (bytes, not characters), UNK after a
-held lead byte (TextStream's own sources are listed above its section).
+below a threshold other than 1), all gradients 0, and parameters without a gradient; models
+with tied and untied output layers, biases and LayerNorms, and one with a convolution, bare
+nn.Parameters, a norm of its own class and an embedding and a Linear under other names (a
+rule by layer type or by name sorts them wrong); characters of 2, 3 and 4 bytes cut between
+2, 3 and 4 tokens, a token with the end of one character and the start of the next, bytes
+that are no character, ids that end inside one, the special ids, a healed prompt, streams
+used in turn and at once, hundreds of tokens, a healed prompt with a character of 2 bytes
+(bytes, not characters), UNK after a held lead byte (TextStream's own sources are listed above its section).
 
 Several mistakes are libraries' own, from their bug reports: the decay applied to the
 updated weight (transformers issue 14539), the decay not multiplied by lr (tensorflow/addons

@@ -386,7 +386,6 @@ def adamw_corrections_parenthesized(param, grad, exp_avg, exp_avg_sq, step, lr,
     return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
 
 
-
 @wrong("adamw_step.coefficient_typo")
 def adamw_v_new_term_of_beta1(param, grad, exp_avg, exp_avg_sq, step, lr, betas=(0.9, 0.999),
                               eps=1e-8, weight_decay=1e-2):
@@ -405,6 +404,7 @@ def adamw_m_correction_of_one_minus_beta(param, grad, exp_avg, exp_avg_sq, step,
     v = beta2 * exp_avg_sq + (1 - beta2) * grad * grad
     m_hat, v_hat = m / (1 - (1 - beta1) ** step), v / (1 - beta2**step)
     return param * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + eps), m, v
+
 
 # ------------------------------------------------------------------------------ cosine_lr
 

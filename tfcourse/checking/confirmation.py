@@ -80,7 +80,7 @@ def confirmed(item, found, obj, case):
     if not failures:
         return found[0]
     scored = [(f, agreement(item, f[0], f[1], failures)) for f in found]
-    kept = [(f, agreed) for f, (agreed, disagreed) in scored if disagreed < max(2, 2 * agreed)]
+    kept = [(f, agreed) for f, (agreed, disagreed) in scored if not _contradicted(agreed, disagreed)]
     if not kept:
         return None, None
     return max(kept, key=lambda k: k[1])[0]
@@ -96,9 +96,16 @@ def _kept(item, mistake, compute, obj, case) -> bool:
         a, d = agreement(item, mistake, compute, [failure])
         agreed, disagreed = agreed + a, disagreed + d
         left = len(_later_cases(item, obj, failure[0]))
-        if disagreed + left < max(2, 2 * agreed):
+        if not _contradicted(agreed, disagreed + left):
             return True
-    return disagreed < max(2, 2 * agreed)
+    return not _contradicted(agreed, disagreed)
+
+
+def _contradicted(agreed, disagreed) -> bool:
+    """Whether a match that gives the learner's later results `agreed` times and others
+    `disagreed` times is not the learner's mistake (see `confirmed`)."""
+    return disagreed >= max(2, 2 * agreed)
+
 
 def _finite(value) -> bool:
     """Whether every number of `value` (tensors and floats, in lists, tuples, dicts) is finite."""
